@@ -1,0 +1,32 @@
+"""Build script for the native extension ``ckptzip._native``.
+
+Everything else lives in pyproject.toml; setuptools needs this file only to describe the C module.
+The extension uses the CPython buffer protocol and nothing from numpy's or torch's C API, so it
+builds against any numpy/torch version.
+"""
+
+import glob
+import os
+import sys
+
+from setuptools import Extension, setup
+
+sources = sorted(glob.glob(os.path.join("src", "ckptzip", "_native", "*.c")))
+extra_compile_args: list[str] = []
+extra_link_args: list[str] = []
+if sys.platform != "win32":
+    extra_compile_args = ["-O3", "-std=c11", "-Wall", "-Wextra", "-fno-strict-aliasing"]
+    extra_compile_args += os.environ.get("CKPTZIP_CFLAGS", "").split()
+    extra_link_args += ["-lpthread"] + os.environ.get("CKPTZIP_LDFLAGS", "").split()
+
+setup(
+    ext_modules=[
+        Extension(
+            "ckptzip._native",
+            sources=sources,
+            include_dirs=[os.path.join("src", "ckptzip", "_native")],
+            extra_compile_args=extra_compile_args,
+            extra_link_args=extra_link_args,
+        )
+    ]
+)
