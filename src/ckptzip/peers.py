@@ -172,10 +172,10 @@ class ZstdPlanes(Zstd):
     def decompress(
         self, blob: bytes, like: np.ndarray, *, threads: int, dtype: str | None = None
     ) -> np.ndarray:
-        planes = np.empty((like.itemsize, like.size), np.uint8)
-        for plane, part in zip(planes, _unpack(blob), strict=True):
-            plane[:] = np.frombuffer(self._decompress(part, like.size), np.uint8)
-        return _like(planes.T.tobytes(), like)
+        planes = [
+            np.frombuffer(self._decompress(part, like.size), np.uint8) for part in _unpack(blob)
+        ]
+        return _like(np.stack(planes, axis=1), like)
 
 
 class Blosc2(Peer):

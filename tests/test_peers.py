@@ -1,0 +1,99 @@
+"""The benchmark peers round-trip every kind of array, and ``benchtool`` reports sane rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ckptzip
+from ckptzip import benchtool, peers
+from ckptzip.errors import ConfigError
+
+AVAILABLE = [p for p in peers.PEERS.values() if p.available()]
+RNG = np.random.default_rng(0)
+
+#: name -> (array as the peers get it, torch dtype name)
+ARRAYS: dict[str, tuple[np.ndarray, str]] = {
+    "fp32": (RNG.standard_normal((300, 77)).astype(np.float32) * 0.02, "float32"),
+    "bf16": (
+        torch.randn(1001, dtype=torch.float32).to(torch.bfloat16).view(torch.uint16).numpy(),
+        "bfloat16",
+    ),
+    "int64": (RNG.integers(-(2**40), 2**40, 999), "int64"),
+    "empty": (np.zeros((0, 4), np.float32), "float32"),
+    "scalar": (np.array(1.5, np.float32), "float32"),
+    "odd-strided": (RNG.standard_normal((33, 17)).astype(np.float32).T, "float32"),
+}
+
+
+@pytest.mark.parametrize("peer", AVAILABLE, ids=lambda p: p.name)
+@pytest.mark.parametrize("kind", list(ARRAYS))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_peer_round_trips(peer: peers.Peer, kind: str, threads: int) -> None:
+    array, dtype = ARRAYS[kind]
+    before = array.copy()
+    blob = peer.compress(array, threads=threads, dtype=dtype)
+    assert isinstance(blob, bytes)
+    np.testing.assert_array_equal(array, before)  # without scratch=True the input is untouched
+    restored = peer.decompress(blob, array, threads=threads, dtype=dtype)
+    assert restored.dtype == array.dtype and restored.shape == array.shape
+    assert restored.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+@pytest.mark.parametrize("peer", AVAILABLE, ids=lambda p: p.name)
+def test_peer_may_use_scratch_input(peer: peers.Peer) -> None:
+    array, dtype = ARRAYS["bf16"]
+    blob = peer.compress(array.copy(), threads=1, dtype=dtype, scratch=True)
+    assert peer.decompress(blob, array, threads=1, dtype=dtype).tobytes() == array.tobytes()
+
+
+def test_unknown_peer_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match="zstd-1"):
+        peers.get("gzip-9")
+
+
+def _tiny_state() -> dict[str, object]:
+    torch.manual_seed(0)
+    weight = torch.randn(64, 32) * 0.02
+    return {
+        "model": {"w": weight, "tied": weight, "b": torch.zeros(64, dtype=torch.bfloat16)},
+        "optimizer": {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(64, 32)}}},
+        "step": 3,
+    }
+
+
+def _check_rows(rows: list[benchtool.BenchRow], tools: list[str]) -> None:
+    assert [r.tool for r in rows] == tools
+    raw = (64 * 32 * 4) * 2 + 64 * 2 + 4  # the tied weight counts once
+    for r in rows:
+        assert r.raw_bytes == raw and r.stored_bytes > 0 and r.threads == 2
+        assert r.ratio == pytest.approx(raw / r.stored_bytes) and r.ratio > 0
+        assert r.compress_mbps > 0 and r.decompress_mbps > 0
+    table = benchtool.format_table(rows, "tiny")
+    assert table.startswith("tiny\n") and all(t in table for t in tools)
+
+
+def test_compare_peers_on_a_tiny_state() -> None:
+    tools = [p.name for p in AVAILABLE]
+    _check_rows(benchtool.compare(_tiny_state(), threads=2, repeat=1, peers=tools), tools)
+
+
+def test_compare_includes_ckptzip() -> None:
+    if not hasattr(ckptzip, "dumps"):
+        pytest.skip("ckptzip.dumps is not implemented yet (src/ckptzip/api.py)")
+    tools = benchtool.default_tools()
+    assert tools[0] == benchtool.CKPTZIP
+    _check_rows(benchtool.compare(_tiny_state(), threads=2, repeat=1), tools)
+
+
+def test_entropy_bound() -> None:
+    rng = np.random.default_rng(1)
+    noise = torch.from_numpy(rng.integers(0, 256, 1 << 17, dtype=np.uint8))
+    assert benchtool.entropy_bound({"x": noise}) == pytest.approx(1.0, abs=0.01)
+    assert math.isinf(benchtool.entropy_bound({"x": torch.zeros(1000, dtype=torch.int32)}))
+    # bf16 N(0, 1): the rotated exponent byte holds ~3 bits, the sign+mantissa byte ~8
+    normal = torch.randn(1 << 17).to(torch.bfloat16)
+    assert 1.3 < benchtool.entropy_bound({"x": normal}) < 1.7
