@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sysconfig
 from pathlib import Path
 
@@ -11,7 +12,8 @@ DEFAULT_MAX_BYTES = 8_000_000
 _SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 
 
-def stdlib_files() -> list[Path]:
+@functools.cache
+def stdlib_files() -> tuple[Path, ...]:
     """The standard library's `*.py` files (installed packages excluded), in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [
@@ -19,7 +21,7 @@ def stdlib_files() -> list[Path]:
         for p in root.rglob("*.py")
         if p.is_file() and _SKIP_DIRS.isdisjoint(p.relative_to(root).parts)
     ]
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    return tuple(sorted(files, key=lambda p: p.relative_to(root).as_posix()))
 
 
 def load_corpus(max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:

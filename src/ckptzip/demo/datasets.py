@@ -95,7 +95,7 @@ def gpt_training_run(
     out: list[tuple[int, dict[str, Any]]] = []
     for step, path in paths.items():
         losses = trainer.train(train_data, save_every)
-        state = copy.deepcopy(trainer.state(step))  # keeps the tied weight's storage shared
+        state = copy.deepcopy(trainer.state())  # keeps the tied weight's storage shared
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)

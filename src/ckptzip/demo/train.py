@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +43,14 @@ class Trainer:
     scheduler: LambdaLR
     generator: torch.Generator
 
-    def state(self, step: int) -> dict[str, Any]:
-        """`full_state` of this run at `step`."""
-        return full_state(self.model, self.optimizer, self.scheduler, step, self.generator)
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far in the whole run (the scheduler counts them)."""
+        return self.scheduler.last_epoch
+
+    def state(self) -> dict[str, Any]:
+        """`full_state` of this run now. Tensors are not copied."""
+        return full_state(self.model, self.optimizer, self.scheduler, self.step, self.generator)
 
     def restore(self, state: dict[str, Any]) -> int:
         """`restore_state` into this run; returns the step to continue from."""
@@ -151,6 +156,29 @@ def train_steps(
         if on_step is not None:
             on_step(scheduler.last_epoch, losses[-1])
     return losses
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Whether two nested states are identical: same structure, types, and tensor bits."""
+    if isinstance(a, torch.Tensor):
+        return (
+            isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(_bits(a), _bits(b))
+        )
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Mapping):
+        return list(a) == list(b) and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes, so that -0.0 differs from 0.0 and NaN equals itself."""
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
 
 
 @torch.no_grad()
