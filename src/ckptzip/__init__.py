@@ -1,0 +1,42 @@
+"""ckptzip: small, fast, safe checkpoints for large-model training.
+
+>>> import ckptzip
+>>> report = ckptzip.save(state, "step-1000.ckz")      # doctest: +SKIP
+>>> state = ckptzip.load("step-1000.ckz")              # doctest: +SKIP
+"""
+
+from ._version import __version__
+from .api import dumps, load, loads, open, save
+from .errors import (
+    BaseMismatchError,
+    ConfigError,
+    CorruptError,
+    DependencyError,
+    Error,
+    FormatError,
+    TruncatedError,
+    UnsupportedError,
+    VersionError,
+)
+from .reader import CheckpointFile
+from .writer import SaveReport
+
+__all__ = [
+    "BaseMismatchError",
+    "CheckpointFile",
+    "ConfigError",
+    "CorruptError",
+    "DependencyError",
+    "Error",
+    "FormatError",
+    "SaveReport",
+    "TruncatedError",
+    "UnsupportedError",
+    "VersionError",
+    "__version__",
+    "dumps",
+    "load",
+    "loads",
+    "open",
+    "save",
+]

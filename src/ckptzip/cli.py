@@ -1,0 +1,289 @@
+"""The ``ckptzip`` command line, with zstd's habits.
+
+    ckptzip compress model.safetensors            -> model.safetensors.ckz
+    ckptzip decompress model.safetensors.ckz      -> model.safetensors (the same bytes)
+    ckptzip inspect run/step-100.ckz              per-tensor dtype, shape, codec, ratio
+    ckptzip verify run/*.ckz                      exit 0 only if every checksum holds
+    ckptzip bench model.safetensors               ckptzip vs zstd, blosc2, zipnn on the same bytes
+    ckptzip demo                                  train a small GPT with compressed checkpoints
+
+zstd-style shortcuts: ``ckptzip FILE`` compresses, ``-d`` decompresses, ``-l`` lists, ``-t`` tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+from .errors import Error
+from .reader import CheckpointFile
+from .sources import read_source, write_directory, write_safetensors, write_torch
+from .storage import atomic_write
+from .writer import FileSink, encode_state
+
+SUFFIX = ".ckz"
+COMMANDS = ("compress", "decompress", "inspect", "verify", "bench", "demo")
+SHORTCUTS = {"-d": "decompress", "--decompress": "decompress", "-l": "inspect", "--list": "inspect",
+             "-t": "verify", "--test": "verify"}
+
+EPILOG = """examples:
+  ckptzip compress model.safetensors               writes model.safetensors.ckz
+  ckptzip compress -T 8 checkpoint-500/            a Hugging Face checkpoint directory
+  ckptzip decompress model.safetensors.ckz         the original file, bit for bit
+  ckptzip decompress step.ckz --to pt -o step.pt   as a torch.save file
+  ckptzip inspect step.ckz                         what each tensor gained
+  ckptzip verify *.ckz && echo all good            checksums; exit status 1 on damage
+  ckptzip bench model.safetensors                  against zstd, blosc2 and zipnn
+
+Loading never runs code: .ckz holds no pickle. Inputs in torch.save format are read with
+torch.load(weights_only=True).
+"""
+
+
+class Reporter:
+    def __init__(self, verbosity: int) -> None:
+        self.verbosity = verbosity
+
+    def info(self, message: str) -> None:
+        if self.verbosity >= 1:
+            print(message, file=sys.stderr)
+
+    def detail(self, message: str) -> None:
+        if self.verbosity >= 2:
+            print(message, file=sys.stderr)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-T", "--threads", type=int, default=0, metavar="N",
+                        help="worker threads (default 0: all cores)")
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="print nothing but errors")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="say more")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ckptzip",
+        description="Compress PyTorch checkpoints: lossless and bit-exact by default.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-V", "--version", action="version", version=f"ckptzip {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compress", help="compress .safetensors / torch.save files or HF directories",
+                       description="Compress checkpoints to .ckz (bit-exact in lossless mode).")
+    p.add_argument("sources", nargs="+", metavar="SRC")
+    p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only; default SRC.ckz)")
+    p.add_argument("--mode", default="lossless", help="compression mode (default: lossless)")
+    p.add_argument("--base", metavar="B", help="an earlier .ckz to code against (delta)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("--rm", action="store_true", help="remove each SRC after it is compressed")
+    _common(p)
+
+    p = sub.add_parser("decompress", help="restore .ckz to safetensors, torch.save or a directory",
+                       description="Restore a .ckz. By default it becomes what it was compressed "
+                                   "from; --to picks a format.")
+    p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only)")
+    p.add_argument("--to", choices=("safetensors", "pt", "dir"), help="output format")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("--rm", action="store_true", help="remove each SRC.ckz after it is restored")
+    _common(p)
+
+    p = sub.add_parser("inspect", help="list tensors: dtype, shape, codec, ratio; then totals")
+    p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _common(p)
+
+    p = sub.add_parser("verify", help="check every checksum; exit status 0 only if all hold")
+    p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    _common(p)
+
+    p = sub.add_parser("bench", help="ckptzip against zstd, blosc2 and zipnn on the same bytes")
+    p.add_argument("sources", nargs="+", metavar="SRC")
+    p.add_argument("--repeat", type=int, default=3, help="runs per tool, best is kept (default 3)")
+    _common(p)
+
+    sub.add_parser("demo", help="train a small GPT on CPU with compressed checkpoints", add_help=False)
+    return parser
+
+
+def _normalize(argv: list[str]) -> list[str]:
+    """Map zstd-style invocations (``ckptzip FILE``, ``-d``, ``-l``, ``-t``) to subcommands."""
+    if not argv or argv[0] in COMMANDS or argv[0] in ("-h", "--help", "-V", "--version"):
+        return argv
+    for i, arg in enumerate(argv):
+        if arg in SHORTCUTS:
+            return [SHORTCUTS[arg], *argv[:i], *argv[i + 1 :]]
+    return ["compress", *argv]
+
+
+def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
+    out = args.output or default
+    if os.path.exists(out) and not args.force:
+        raise Error(f"{out}: already exists; use -f to overwrite")
+    return out
+
+
+def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
+    if args.base:
+        raise Error("--base: this ckptzip writes standalone checkpoints only")
+    for src in args.sources:
+        if src.endswith(SUFFIX):
+            raise Error(f"{src}: already a .ckz; nothing to do")
+        out = _output_for(src, args, src.rstrip("/" + os.sep) + SUFFIX)
+        loaded = read_source(src)
+        with atomic_write(out) as handle:
+            report = encode_state(
+                loaded.state, FileSink(handle), mode=args.mode, threads=args.threads, path=out,
+                progress=args.quiet == 0, source=loaded.source,
+            )
+        say.info(f"{src} -> {out}: {report.raw_bytes:,} -> {report.stored_bytes:,} bytes "
+                 f"({report.ratio:.3f}x, {report.raw_bytes / 1e6 / max(report.seconds, 1e-9):.0f} MB/s)")
+        if args.rm:
+            _remove(src)
+    return 0
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+FORMAT_OF_SOURCE = {"safetensors": "safetensors", "directory": "dir"}
+EXTENSION = {"safetensors": ".safetensors", "pt": ".pt", "dir": ""}
+
+
+def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
+    for src in args.sources:
+        with CheckpointFile.open(src, threads=args.threads) as ckpt:
+            source = ckpt.header.raw.get("source") or {}
+            native_format = FORMAT_OF_SOURCE.get(source.get("kind"), "pt")
+            kind = args.to or native_format
+            stem = src[: -len(SUFFIX)] if src.endswith(SUFFIX) else src + ".restored"
+            if kind != native_format or not source:
+                stem = os.path.splitext(stem)[0] + EXTENSION[kind]
+            out = _output_for(src, args, stem)
+            state = ckpt.load(progress=args.quiet == 0)
+        if kind == "safetensors":
+            write_safetensors(state, source, out)
+        elif kind == "dir":
+            write_directory(state, source, out)
+        else:
+            write_torch(state, out)
+        say.info(f"{src} -> {out}")
+        if args.rm:
+            os.unlink(src)
+    return 0
+
+
+def _codec_summary(configs: list[dict[str, Any]]) -> str:
+    parts = []
+    for config in configs:
+        params = ",".join(str(v) for k, v in config.items() if k != "id")
+        parts.append(f"{config['id']}({params})" if params else config["id"])
+    return "+".join(parts) or "raw"
+
+
+def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
+    for src in args.sources:
+        with CheckpointFile.open(src, threads=args.threads) as ckpt:
+            raw = ckpt.header.raw
+            rows = [
+                {
+                    "name": leaf.name, "dtype": leaf.dtype.name, "shape": list(leaf.shape),
+                    "codec": _codec_summary(leaf.pipeline.get_config()),
+                    "raw_bytes": leaf.nbytes, "stored_bytes": leaf.stored_bytes,
+                    "ratio": leaf.nbytes / leaf.stored_bytes if leaf.stored_bytes else None,
+                    "chunks": len(leaf.chunks),
+                }
+                for leaf in ckpt.leaves
+            ]
+            raw_total = sum(r["raw_bytes"] for r in rows)
+            summary = {
+                "path": src, "format": raw.get("version"), "creator": raw.get("creator"),
+                "mode": raw.get("mode"), "id": raw.get("id"), "metadata": raw.get("metadata"),
+                "source": (raw.get("source") or {}).get("kind"), "tensors": len(rows),
+                "raw_bytes": raw_total, "file_bytes": ckpt.source.size,
+                "ratio": raw_total / ckpt.source.size if ckpt.source.size else None,
+            }
+        if args.json:
+            print(json.dumps({**summary, "leaves": rows}, indent=2))
+            continue
+        print(f"{src}: ckz format {'.'.join(map(str, summary['format'] or []))}, "
+              f"{summary['creator']}, mode {summary['mode']}, id {summary['id']}")
+        if summary["metadata"]:
+            print(f"metadata: {json.dumps(summary['metadata'])}")
+        width = max([len(r["name"]) for r in rows] + [6])
+        print(f"{'tensor':<{width}}  {'dtype':<14} {'shape':<18} {'codec':<28} {'raw':>12} "
+              f"{'stored':>12} {'ratio':>7}")
+        for r in rows:
+            ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
+            print(f"{r['name']:<{width}}  {r['dtype']:<14} {'x'.join(map(str, r['shape'])) or '()':<18} "
+                  f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}")
+        total_ratio = f"{summary['ratio']:.3f}" if summary["ratio"] else "-"
+        print(f"{'total':<{width}}  {len(rows)} tensors{'':<41} {raw_total:>12,} "
+              f"{summary['file_bytes']:>12,} {total_ratio:>7}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
+    failures = 0
+    for src in args.sources:
+        try:
+            with CheckpointFile.open(src, threads=args.threads) as ckpt:
+                report = ckpt.verify()
+            say.info(f"{src}: OK ({report.tensors} tensors, {report.chunks} chunks, "
+                     f"{report.raw_bytes:,} bytes)")
+        except Error as exc:
+            failures += 1
+            print(f"ckptzip: {exc}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def cmd_bench(args: argparse.Namespace, say: Reporter) -> int:
+    from .benchtool import compare, format_table
+
+    threads = args.threads or None
+    for src in args.sources:
+        state = read_source(src).state
+        rows = compare(state, threads=threads or 1, repeat=args.repeat, progress=args.quiet == 0)
+        print(format_table(rows, f"{src} ({threads or 1} thread{'s' if (threads or 1) > 1 else ''})"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = _normalize(list(sys.argv[1:] if argv is None else argv))
+    if args_list and args_list[0] == "demo":
+        from .demo.job import main as demo_main
+
+        return demo_main(args_list[1:])
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    say = Reporter(1 + args.verbose - args.quiet)
+    handler = {"compress": cmd_compress, "decompress": cmd_decompress, "inspect": cmd_inspect,
+               "verify": cmd_verify, "bench": cmd_bench}[args.command]
+    try:
+        return handler(args, say)
+    except Error as exc:
+        print(f"ckptzip: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ckptzip: interrupted; no partial output was left behind", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Codecs: typed stages with JSON configs, one file each, found through a registry."""
+
+from .base import (
+    BytesToBytes,
+    Codec,
+    TensorToBytes,
+    TensorToTensor,
+    codec_from_config,
+    registered_ids,
+)
+from .byteplanes import BytePlanes
+from .entropy import Entropy
+
+__all__ = [
+    "BytePlanes",
+    "BytesToBytes",
+    "Codec",
+    "Entropy",
+    "TensorToBytes",
+    "TensorToTensor",
+    "codec_from_config",
+    "registered_ids",
+]

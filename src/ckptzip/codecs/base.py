@@ -1,0 +1,117 @@
+"""The codec contract: typed stages with JSON configs and a registry (numcodecs/zarr style).
+
+Three kinds of stage, by what they take and give:
+
+* :class:`TensorToTensor` -- whole-tensor transforms run before chunking (residual against a base,
+  pruning, quantization);
+* :class:`TensorToBytes` -- the serializer: one chunk of raw element bytes to one buffer made of
+  ``segments`` equal parts (byte planes);
+* :class:`BytesToBytes` -- compressors: a buffer (coding each of its segments on its own) to a
+  self-describing stream.
+
+A codec's :meth:`Codec.get_config` is plain JSON stored in the file beside the data, and
+:func:`codec_from_config` maps it back to the class through the registry, so a file says how it
+was encoded.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, FormatError
+
+Buffer = bytes | bytearray | memoryview | np.ndarray
+
+_REGISTRY: dict[str, type[Codec]] = {}
+
+C = TypeVar("C", bound="type[Codec]")
+
+
+def register(cls: C) -> C:
+    """Class decorator: make a codec findable by its ``codec_id``."""
+    _REGISTRY[cls.codec_id] = cls
+    return cls
+
+
+class Codec(ABC):
+    codec_id: ClassVar[str]
+
+    def get_config(self) -> dict[str, Any]:
+        """The JSON config stored in the header: ``{"id": codec_id, **parameters}``."""
+        return {"id": self.codec_id}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Codec:
+        return cls()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Codec) and self.get_config() == other.get_config()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.get_config().items())))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
+        return f"{type(self).__name__}({params})"
+
+
+class TensorToTensor(Codec):
+    """A whole-tensor transform, applied before chunking and undone after decoding."""
+
+    @abstractmethod
+    def encode(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def decode(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+class TensorToBytes(Codec):
+    """Serializes one chunk of raw element bytes into ``segments`` equal-length parts."""
+
+    @abstractmethod
+    def segments(self) -> int: ...
+
+    @abstractmethod
+    def encode(self, raw: Buffer) -> Buffer: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, out: Buffer) -> None:
+        """Write the raw element bytes of the chunk into ``out`` (exactly ``len(out)`` bytes)."""
+
+
+class BytesToBytes(Codec):
+    """A compressor: codes each of a buffer's equal ``segments`` independently."""
+
+    @abstractmethod
+    def encode(self, data: Buffer, segments: int) -> bytes: ...
+
+    @abstractmethod
+    def decoded_size(self, data: Buffer) -> int: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, out: Buffer) -> None:
+        """Decode into ``out``, whose length must be the stream's declared size."""
+
+
+def codec_from_config(config: Any, source: str = "<memory>") -> Codec:
+    """The codec a stored config describes; :class:`FormatError` for anything unknown or bad."""
+    if not isinstance(config, dict) or not isinstance(config.get("id"), str):
+        raise FormatError(f"{source}: codec config {config!r:.80} is not an object with an id")
+    cls = _REGISTRY.get(config["id"])
+    if cls is None:
+        raise FormatError(
+            f"{source}: unknown codec {config['id']!r}; the file needs a newer ckptzip "
+            f"(pip install -U ckptzip)"
+        )
+    try:
+        return cls.from_config(config)
+    except (KeyError, TypeError, ValueError, ConfigError) as exc:
+        raise FormatError(f"{source}: bad config for codec {config['id']!r}: {exc}") from None
+
+
+def registered_ids() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,203 @@
+"""The ``.ckz`` container: a fixed prelude, a JSON header, then the data chunks.
+
+Layout (docs/FORMAT.md has the full specification)::
+
+    offset 0   magic            8 bytes  89 43 4B 5A 0D 0A 1A 0A  ("\\x89CKZ\\r\\n\\x1a\\n")
+    offset 8   major version    u16 LE   readers refuse a major they do not know
+    offset 10  minor version    u16 LE   additions a reader may ignore
+    offset 12  flags            u32 LE   0 (reserved)
+    offset 16  header length H  u64 LE   bytes of JSON header, trailing spaces included
+    offset 24  header CRC-32C   u32 LE   of the H header bytes
+    offset 28  prelude CRC-32C  u32 LE   of bytes 0..27
+    offset 32  header           H bytes  UTF-8 JSON object, padded with spaces
+    offset 32+H data            D bytes  chunks; the header's offsets are relative to here
+
+This module packs and parses the prelude and turns an untrusted header into validated records:
+every length, offset, count and shape is checked against the file's real size before use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native
+from .dtypes import DType, from_name
+from .errors import CorruptError, FormatError, TruncatedError, UnsupportedError, VersionError
+from .pipeline import Pipeline
+
+MAGIC = b"\x89CKZ\r\n\x1a\n"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+PRELUDE = struct.Struct("<8sHHIQII")
+PRELUDE_SIZE = PRELUDE.size  # 32
+#: Largest raw chunk a file may declare. With the smallest possible stored chunk this bounds how
+#: much memory a header can make a reader allocate per stored byte.
+MAX_CHUNK_BYTES = 64 << 20
+#: The smallest stored chunk: every non-empty stream has a header of at least this many bytes.
+MIN_STORED_CHUNK = 1
+MAX_DIMS = 64
+
+
+def pack_prelude(header: bytes) -> bytes:
+    head = PRELUDE.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0, len(header), _native.crc32c(header), 0)
+    return head[:28] + struct.pack("<I", _native.crc32c(head[:28]))
+
+
+@dataclass(frozen=True)
+class Prelude:
+    major: int
+    minor: int
+    header_length: int
+    header_crc: int
+
+
+def parse_prelude(data: bytes, file_size: int, source: str) -> Prelude:
+    if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC[: len(data)]:
+        raise FormatError(
+            f"{source}: not a .ckz file (it starts with {bytes(data[:8])!r}, not the ckptzip "
+            f"magic); check the path, or compress it first with `ckptzip compress`"
+        )
+    if len(data) < PRELUDE_SIZE:
+        raise TruncatedError(
+            f"{source}: truncated: {file_size} bytes, shorter than the {PRELUDE_SIZE}-byte "
+            f"prelude; the file was cut off while being written or copied"
+        )
+    _, major, minor, _flags, header_length, header_crc, prelude_crc = PRELUDE.unpack(
+        data[:PRELUDE_SIZE]
+    )
+    if _native.crc32c(data[:28]) != prelude_crc:
+        raise CorruptError(f"{source}: the prelude checksum does not match: the file is damaged")
+    if major > FORMAT_MAJOR:
+        raise VersionError(
+            f"{source}: written with .ckz format version {major}.{minor}, newer than the "
+            f"{FORMAT_MAJOR}.{FORMAT_MINOR} this ckptzip reads; upgrade: pip install -U ckptzip"
+        )
+    if major < 1:
+        raise FormatError(f"{source}: format version {major}.{minor} does not exist")
+    if header_length > file_size - PRELUDE_SIZE:
+        raise TruncatedError(
+            f"{source}: truncated: the header claims {header_length} bytes but the file has "
+            f"{file_size - PRELUDE_SIZE} after the prelude; re-copy or re-save it"
+        )
+    return Prelude(major, minor, header_length, header_crc)
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    offset: int  # in the data section
+    length: int  # stored bytes
+    crc: int  # CRC-32C of the stored bytes
+    raw_crc: int  # CRC-32C of the decoded raw bytes
+    raw_length: int
+
+
+@dataclass(frozen=True)
+class LeafInfo:
+    index: int
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+    chunk_bytes: int
+    pipeline: Pipeline
+    chunks: tuple[ChunkRef, ...]
+    extra: dict[str, Any]
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(c.length for c in self.chunks)
+
+
+@dataclass(frozen=True)
+class Header:
+    raw: dict[str, Any]
+    leaves: tuple[LeafInfo, ...]
+    tree: Any
+    data_length: int
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.raw.get("metadata") or {})
+
+
+def _int(value: Any, what: str, source: str, lo: int = 0, hi: int | None = None) -> int:
+    if type(value) is not int or value < lo or (hi is not None and value > hi):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise FormatError(f"{source}: {what} is {value!r:.40}, expected an int in {bound}")
+    return value
+
+
+def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
+    """Validate an untrusted header against the real size of the data section."""
+    try:
+        raw = json.loads(header_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"{source}: the header is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != "ckz":
+        raise FormatError(f"{source}: the header does not describe a .ckz checkpoint")
+    declared = _int(raw.get("data_length"), "data_length", source)
+    if declared != data_length:
+        cls = TruncatedError if declared > data_length else CorruptError
+        raise cls(
+            f"{source}: the data section has {data_length} bytes but the header says {declared}; "
+            f"the file was cut off or has trailing bytes: re-copy or re-save it"
+        )
+    entries = raw.get("leaves")
+    if not isinstance(entries, list):
+        raise FormatError(f"{source}: the header has no leaf table")
+    leaves = tuple(_parse_leaf(i, e, data_length, source) for i, e in enumerate(entries))
+    if not isinstance(raw.get("metadata", {}), dict):
+        raise FormatError(f"{source}: header metadata must be an object")
+    return Header(raw, leaves, raw.get("tree"), data_length)
+
+
+def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafInfo:
+    if not isinstance(entry, dict):
+        raise FormatError(f"{source}: leaf {index} is not an object")
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise FormatError(f"{source}: leaf {index} has no name")
+    where = f"{source}: tensor {name!r}"
+    try:
+        dtype = from_name(str(entry.get("dtype")))
+    except UnsupportedError as exc:
+        raise FormatError(f"{where}: {exc}") from None
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise FormatError(f"{where}: shape must be a list of at most {MAX_DIMS} dims")
+    dims = tuple(_int(d, "a shape dim", where) for d in shape)
+    nbytes = math.prod(dims) * dtype.itemsize
+    width = 1
+    pipeline = Pipeline.from_config(entry.get("pipeline"), where)
+    if pipeline.serializer is not None:
+        width = getattr(pipeline.serializer, "width", 1)
+    chunk_bytes = _int(entry.get("chunk"), "chunk size", where, 1, MAX_CHUNK_BYTES)
+    if chunk_bytes % width:
+        raise FormatError(f"{where}: chunk size {chunk_bytes} is not a multiple of {width}")
+    table = entry.get("chunks")
+    n_chunks = -(-nbytes // chunk_bytes)
+    if not isinstance(table, list) or len(table) != n_chunks:
+        raise FormatError(
+            f"{where}: {nbytes} raw bytes in {chunk_bytes}-byte chunks need {n_chunks} chunk "
+            f"entries, the header has {len(table) if isinstance(table, list) else 'none'}"
+        )
+    offset = _int(entry.get("offset"), "data offset", where, 0, data_length)
+    chunks = []
+    for k, item in enumerate(table):
+        if not isinstance(item, list) or len(item) != 3:
+            raise FormatError(f"{where}: chunk {k} entry must be [length, crc, raw_crc]")
+        length = _int(item[0], f"chunk {k} length", where, MIN_STORED_CHUNK, data_length - offset)
+        crc = _int(item[1], f"chunk {k} crc", where, 0, 0xFFFFFFFF)
+        raw_crc = _int(item[2], f"chunk {k} raw crc", where, 0, 0xFFFFFFFF)
+        raw_length = min(chunk_bytes, nbytes - k * chunk_bytes)
+        if raw_length % width:
+            raise FormatError(f"{where}: chunk {k} is not a whole number of elements")
+        chunks.append(ChunkRef(offset, length, crc, raw_crc, raw_length))
+        offset += length
+    extra = {k: v for k, v in entry.items()
+             if k not in ("name", "dtype", "shape", "pipeline", "chunk", "chunks", "offset")}
+    return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra)

@@ -1,0 +1,60 @@
+"""A small thread pool over chunks. Native kernels release the GIL, so threads scale."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_threads(threads: int | None) -> int:
+    """``None`` or 0 means every core this process may use."""
+    if threads is None or threads == 0:
+        return cpu_count()
+    if type(threads) is not int or threads < 0:
+        raise ConfigError(f"threads must be a positive int or None (all cores), not {threads!r}")
+    return threads
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    pool = _EXECUTORS.get(threads)
+    if pool is None:
+        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ckptzip")
+        _EXECUTORS[threads] = pool
+    return pool
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:
+    """``map(fn, items)`` on ``threads`` threads, in order, with at most ``2 * threads`` items in
+    flight so that memory stays bounded however many items there are."""
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    pool = _executor(threads)
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()

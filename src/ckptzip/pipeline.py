@@ -1,0 +1,104 @@
+"""A pipeline composes codec stages: tensor->tensor*, then tensor->bytes?, then bytes->bytes*.
+
+Tensor transforms run on whole tensors; the serializer and compressors run on chunks of raw element
+bytes, each chunk on its own, so chunks encode and decode independently and in parallel. The stored
+config of a pipeline is the list of its codecs' configs, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _native
+from .codecs import (
+    BytePlanes,
+    BytesToBytes,
+    Codec,
+    Entropy,
+    TensorToBytes,
+    TensorToTensor,
+    codec_from_config,
+)
+from .codecs.base import Buffer
+from .errors import CorruptError, FormatError
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    transforms: tuple[TensorToTensor, ...] = ()
+    serializer: TensorToBytes | None = None
+    compressors: tuple[BytesToBytes, ...] = field(default_factory=tuple)
+
+    def get_config(self) -> list[dict[str, Any]]:
+        stages: list[Codec] = [*self.transforms]
+        if self.serializer is not None:
+            stages.append(self.serializer)
+        stages.extend(self.compressors)
+        return [stage.get_config() for stage in stages]
+
+    @classmethod
+    def from_config(cls, configs: Any, source: str = "<memory>") -> Pipeline:
+        if not isinstance(configs, list):
+            raise FormatError(f"{source}: a pipeline must be a list of codec configs")
+        transforms: list[TensorToTensor] = []
+        serializer: TensorToBytes | None = None
+        compressors: list[BytesToBytes] = []
+        for config in configs:
+            codec = codec_from_config(config, source)
+            if isinstance(codec, TensorToTensor) and serializer is None and not compressors:
+                transforms.append(codec)
+            elif isinstance(codec, TensorToBytes) and serializer is None and not compressors:
+                serializer = codec
+            elif isinstance(codec, BytesToBytes):
+                compressors.append(codec)
+            else:
+                raise FormatError(f"{source}: codec {codec.codec_id!r} is out of order in {configs}")
+        return cls(tuple(transforms), serializer, tuple(compressors))
+
+    @property
+    def _fused_planes(self) -> BytePlanes | None:
+        """The byte-plane serializer when the native fused split+entropy kernel applies."""
+        if isinstance(self.serializer, BytePlanes) and self.compressors == (Entropy(),):
+            return self.serializer
+        return None
+
+    def encode_chunk(self, raw: Buffer) -> bytes:
+        """Serialize and compress one chunk of raw element bytes."""
+        planes = self._fused_planes
+        if planes is not None:
+            return _native.encode_planes(raw, planes.width, planes.rotate)
+        data: Buffer = raw
+        segments = 1
+        if self.serializer is not None:
+            data = self.serializer.encode(raw)
+            segments = self.serializer.segments()
+        for compressor in self.compressors:
+            data = compressor.encode(data, segments)
+            segments = 1
+        return bytes(data)
+
+    def decode_chunk(self, data: Buffer, out: Buffer) -> None:
+        """Decode one stored chunk into ``out``, whose length is the chunk's raw size.
+
+        Raises :class:`CorruptError` if the stream is malformed or does not decode to exactly
+        ``len(out)`` bytes.
+        """
+        planes = self._fused_planes
+        try:
+            if planes is not None:
+                _native.decode_planes(data, out, planes.width, planes.rotate)
+                return
+            for compressor in reversed(self.compressors):
+                decoded = bytearray(compressor.decoded_size(data))
+                compressor.decode(data, decoded)
+                data = decoded
+            size = len(memoryview(out))
+            if len(memoryview(data)) != size:
+                raise CorruptError(f"chunk decodes to {len(memoryview(data))} bytes, expected {size}")
+            if self.serializer is not None:
+                self.serializer.decode(data, out)
+            else:
+                memoryview(out).cast("B")[:] = memoryview(data).cast("B")
+        except ValueError as exc:
+            raise CorruptError(str(exc)) from None

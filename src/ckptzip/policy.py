@@ -1,0 +1,50 @@
+"""Policies: a mode is a policy that picks a pipeline (and a chunk size) per tensor."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .codecs import BytePlanes, Entropy
+from .errors import ConfigError
+from .pipeline import Pipeline
+from .tree import Leaf
+
+#: Raw bytes per chunk: the unit of parallel work, of checksums, and of one frequency table per
+#: byte plane (local statistics). Measured in docs/BENCHMARKS.md.
+DEFAULT_CHUNK_BYTES = 256 << 10
+
+
+class Policy(Protocol):
+    mode: str
+
+    def pipeline_for(self, leaf: Leaf) -> Pipeline: ...
+
+    def chunk_bytes(self, leaf: Leaf) -> int: ...
+
+
+class LosslessPolicy:
+    """Bit-exact: byte planes (exponent apart) and the entropy coder, for every dtype."""
+
+    mode = "lossless"
+
+    def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self._chunk_bytes = chunk_bytes
+
+    def pipeline_for(self, leaf: Leaf) -> Pipeline:
+        width, rotate = leaf.dtype.plane_layout
+        if width == 1:
+            return Pipeline(compressors=(Entropy(),))
+        return Pipeline(serializer=BytePlanes(width, rotate), compressors=(Entropy(),))
+
+    def chunk_bytes(self, leaf: Leaf) -> int:
+        width = leaf.dtype.plane_layout[0]
+        return max(width, self._chunk_bytes // width * width)
+
+
+MODES = ("lossless",)
+
+
+def policy_for(mode: str) -> Policy:
+    if mode == "lossless":
+        return LosslessPolicy()
+    raise ConfigError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")

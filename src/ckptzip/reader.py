@@ -1,0 +1,240 @@
+"""Reading a ``.ckz``: validate the prelude and header, then decode the chunks a caller asks for,
+in parallel, checking each stored chunk's checksum before decoding it and each decoded chunk's
+checksum after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _native
+from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
+from .errors import CorruptError, Error
+from .parallel import ordered_map, resolve_threads
+from .progress import Progress
+from .storage import PathLike, Source, open_source
+from .tree import KeyPath, render_path, unflatten
+
+#: Raw bytes decoded by one worker task.
+TASK_BYTES = 4 << 20
+
+_Job = tuple[LeafInfo, int, ChunkRef, memoryview]  # leaf, chunk index, chunk, output slice
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    tensors: int
+    chunks: int
+    raw_bytes: int
+    stored_bytes: int
+
+
+TENSOR_KINDS = ("tensor", "view", "ndarray")
+LEAF_KINDS = (*TENSOR_KINDS, "bytes", "bytearray")
+
+
+def _leaf_nodes(node: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
+    """Every node of a tree that refers to a leaf, with its key path, in tree order."""
+    if not isinstance(node, dict):
+        return
+    kind = node.get("t")
+    if kind in LEAF_KINDS:
+        yield path, node
+    elif kind in ("list", "tuple") and isinstance(node.get("v"), list):
+        for i, child in enumerate(node["v"]):
+            yield from _leaf_nodes(child, (*path, i))
+    elif kind == "dict":
+        if isinstance(node.get("o"), dict):
+            for key, child in node["o"].items():
+                yield from _leaf_nodes(child, (*path, key))
+        elif isinstance(node.get("k"), list) and isinstance(node.get("v"), list):
+            for key, child in zip(node["k"], node["v"]):
+                yield from _leaf_nodes(child, (*path, key if not isinstance(key, dict) else "?"))
+
+
+class CheckpointFile:
+    """A ``.ckz`` opened for reading; lazy like safetensors' ``safe_open``.
+
+    ``keys()`` lists the tensors by dotted key path; ``get_tensor(key)`` decodes only that tensor's
+    chunks; ``load()`` rebuilds the whole state.
+    """
+
+    def __init__(self, source: Source, *, threads: int | None = None) -> None:
+        self.source = source
+        self.name = source.name
+        self.threads = resolve_threads(threads)
+        head = source.read(0, min(PRELUDE_SIZE, source.size))
+        prelude = parse_prelude(bytes(head), source.size, self.name)
+        header_bytes = bytes(source.read(PRELUDE_SIZE, prelude.header_length))
+        if _native.crc32c(header_bytes) != prelude.header_crc:
+            raise CorruptError(
+                f"{self.name}: the header checksum does not match: the file is damaged; "
+                f"restore it from another copy"
+            )
+        self.data_start = PRELUDE_SIZE + prelude.header_length
+        self.header: Header = parse_header(header_bytes, source.size - self.data_start, self.name)
+        self._keys: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def open(cls, path: PathLike, *, threads: int | None = None) -> CheckpointFile:
+        source = open_source(path)
+        try:
+            return cls(source, threads=threads)
+        except BaseException:
+            source.close()
+            raise
+
+    # -- context management ---------------------------------------------------------------
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> CheckpointFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- information ----------------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.header.metadata
+
+    @property
+    def mode(self) -> str:
+        return str(self.header.raw.get("mode", "lossless"))
+
+    @property
+    def id(self) -> str:
+        return str(self.header.raw.get("id", ""))
+
+    @property
+    def leaves(self) -> tuple[LeafInfo, ...]:
+        return self.header.leaves
+
+    def _key_nodes(self) -> dict[str, dict[str, Any]]:
+        if self._keys is None:
+            self._keys = {}
+            for path, node in _leaf_nodes(self.header.tree):
+                if node["t"] in TENSOR_KINDS:
+                    self._keys.setdefault(render_path(path), node)
+        return self._keys
+
+    def keys(self) -> list[str]:
+        """The state's tensors, as dotted key paths (``model.wte.weight``)."""
+        return list(self._key_nodes())
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._key_nodes()
+
+    # -- decoding -------------------------------------------------------------------------
+    def get_tensor(self, key: str, *, map_location: Any = "cpu") -> Any:
+        """Decode one tensor (and nothing else) by its key path."""
+        node = self._key_nodes().get(key)
+        if node is None:
+            raise KeyError(f"{self.name}: no tensor {key!r}; `ckptzip inspect {self.name}` lists them")
+        return self._build(node, map_location)
+
+    def load(self, *, map_location: Any = "cpu", progress: bool = False) -> Any:
+        """The whole state, with the types and structure it was saved with."""
+        return self._build(self.header.tree, map_location, progress=progress)
+
+    def _build(self, node: Any, map_location: Any, progress: bool = False) -> Any:
+        wanted = {n.get("i") for _, n in _leaf_nodes(node)}
+        valid = sorted(i for i in wanted if type(i) is int and 0 <= i < len(self.leaves))
+        decoded = self.read_leaves(valid, progress=progress)
+        device = _device(map_location)
+
+        def get_leaf(index: int) -> torch.Tensor:
+            tensor = decoded[index]
+            return tensor if device is None else tensor.to(device)
+
+        return unflatten(node, get_leaf, len(self.leaves), self.name)
+
+    def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
+        """Decode the given leaves in parallel into tensors of their stored dtype and shape."""
+        buffers = {i: torch.empty(self.leaves[i].nbytes, dtype=torch.uint8) for i in indices}
+        jobs: list[_Job] = []
+        for i in indices:
+            leaf = self.leaves[i]
+            out = memoryview(buffers[i].numpy())
+            for k, chunk in enumerate(leaf.chunks):
+                start = k * leaf.chunk_bytes
+                jobs.append((leaf, k, chunk, out[start : start + chunk.raw_length]))
+        bar = Progress(sum(self.leaves[i].nbytes for i in indices), "decompress", enabled=progress)
+        for done in ordered_map(self._decode_task, _group(jobs), self.threads):
+            bar.update(done)
+        bar.close()
+        result = {}
+        for i in indices:
+            leaf = self.leaves[i]
+            tensor = buffers[i]
+            dtype = leaf.dtype.torch_dtype
+            assert dtype is not None  # every stored dtype name maps to a torch dtype
+            tensor = tensor.view(dtype).reshape(leaf.shape)
+            for transform in reversed(leaf.pipeline.transforms):
+                tensor = transform.decode(tensor)
+            result[i] = tensor
+        return result
+
+    def _decode_task(self, jobs: list[_Job]) -> int:
+        first, last = jobs[0][2], jobs[-1][2]
+        span = self.source.read(self.data_start + first.offset, last.offset + last.length - first.offset)
+        view = memoryview(span)
+        for leaf, k, chunk, out in jobs:
+            stored = view[chunk.offset - first.offset : chunk.offset - first.offset + chunk.length]
+            if _native.crc32c(stored) != chunk.crc:
+                raise self._damaged(leaf, k, "stored bytes fail their checksum")
+            try:
+                leaf.pipeline.decode_chunk(stored, out)
+            except CorruptError as exc:
+                raise self._damaged(leaf, k, str(exc)) from None
+            if _native.crc32c(out) != chunk.raw_crc:
+                raise self._damaged(leaf, k, "decoded bytes fail their checksum")
+        return sum(len(out) for *_, out in jobs)
+
+    def _damaged(self, leaf: LeafInfo, k: int, what: str) -> CorruptError:
+        chunk = leaf.chunks[k]
+        return CorruptError(
+            f"{self.name}: tensor {leaf.name!r}, chunk {k} (data bytes {chunk.offset}+"
+            f"{chunk.length}): {what}: the file is damaged; restore it from another copy"
+        )
+
+    def verify(self) -> VerifyReport:
+        """Check every checksum by decoding every chunk; raises :class:`CorruptError` on damage."""
+        for i in range(len(self.leaves)):
+            self.read_leaves([i])
+        return VerifyReport(
+            self.name, len(self.leaves), sum(len(leaf.chunks) for leaf in self.leaves),
+            sum(leaf.nbytes for leaf in self.leaves), self.source.size,
+        )
+
+
+def _group(jobs: list[_Job]) -> Iterator[list[_Job]]:
+    """Consecutive chunks that lie back to back in the file, about TASK_BYTES of raw data each."""
+    task: list[_Job] = []
+    size = 0
+    for job in jobs:
+        if task:
+            previous = task[-1][2]
+            if previous.offset + previous.length != job[2].offset or size >= TASK_BYTES:
+                yield task
+                task, size = [], 0
+        task.append(job)
+        size += len(job[3])
+    if task:
+        yield task
+
+
+def _device(map_location: Any) -> torch.device | None:
+    if map_location is None:
+        return None
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError):
+        raise Error(f"map_location must be a device or device string, not {map_location!r}") from None
+    return None if device.type == "cpu" else device
+

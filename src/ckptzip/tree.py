@@ -1,0 +1,402 @@
+"""State trees <-> a JSON description plus a list of tensor leaves, without pickle.
+
+A checkpoint is any nesting of dicts, lists and tuples whose leaves are tensors, numpy arrays,
+JSON-able scalars, strings, None and bytes. :func:`flatten` turns it into a JSON-able *node* (the
+"tree" of the file header) and a list of :class:`Leaf` (the tensors to compress); :func:`unflatten`
+rebuilds the same types and structure from them. Dict keys keep their types (an optimizer's int
+parameter ids stay ints), tuples stay tuples, and tensors that share storage (tied weights) become
+one leaf and come back sharing it.
+
+Node grammar (also in docs/FORMAT.md): a JSON null/bool/int/finite float/str is itself; every other
+value is an object whose ``"t"`` names its type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .dtypes import DType
+from .errors import FormatError, UnsupportedError
+
+#: Deepest nesting a file may describe; deeper trees are rejected as malformed.
+MAX_DEPTH = 256
+
+KeyPath = tuple[Any, ...]
+
+
+def render_path(path: KeyPath) -> str:
+    """``("optimizer", "state", 3, "exp_avg")`` -> ``optimizer.state.3.exp_avg``."""
+    return ".".join(str(k) for k in path) if path else "<root>"
+
+
+@dataclass
+class Leaf:
+    """One stored array: its name (dotted key path), type, shape and data."""
+
+    name: str
+    path: KeyPath
+    dtype: DType
+    shape: tuple[int, ...]
+    #: The values, as a torch tensor on its original device (numpy arrays and bytes are wrapped
+    #: without copying). Not necessarily contiguous.
+    tensor: torch.Tensor
+    #: Other key paths whose values are this leaf (tied weights) or views into it.
+    aliases: list[KeyPath] = field(default_factory=list)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def host_bytes(self) -> np.ndarray:
+        """The raw little-endian element bytes as a contiguous 1-D uint8 array on the host."""
+        flat = self.tensor.detach().resolve_conj().resolve_neg().reshape(-1)
+        flat = flat.to("cpu").contiguous()
+        return flat.view(torch.uint8).numpy()
+
+
+@dataclass
+class _TensorRef:
+    node: dict[str, Any]
+    path: KeyPath
+    tensor: torch.Tensor
+
+
+class _Flattener:
+    def __init__(self) -> None:
+        self.leaves: list[Leaf] = []
+        self.names: set[str] = set()
+        self.torch_refs: list[_TensorRef] = []
+        self.by_object: dict[int, int] = {}
+
+    def unique_name(self, path: KeyPath) -> str:
+        name = render_path(path)
+        candidate, n = name, 1
+        while candidate in self.names:
+            n += 1
+            candidate = f"{name}#{n}"
+        self.names.add(candidate)
+        return candidate
+
+    def add_leaf(self, path: KeyPath, dtype: DType, tensor: torch.Tensor) -> int:
+        self.leaves.append(
+            Leaf(self.unique_name(path), path, dtype, tuple(tensor.shape), tensor)
+        )
+        return len(self.leaves) - 1
+
+    def visit(self, value: Any, path: KeyPath) -> Any:
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int) and type(value) is int:
+            return value
+        if type(value) is float:
+            return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
+        if isinstance(value, torch.Tensor):
+            return self.visit_tensor(value, path)
+        if isinstance(value, np.ndarray):
+            return self.visit_ndarray(value, path)
+        if isinstance(value, np.generic):
+            dt = dtypes.from_numpy(value.dtype, render_path(path))
+            raw = np.asarray(value).astype(value.dtype.newbyteorder("<")).tobytes()
+            return {"t": "npscalar", "dtype": dt.name, "v": raw.hex()}
+        if isinstance(value, (bytes, bytearray)):
+            kind = "bytes" if type(value) is bytes else "bytearray"
+            data = torch.frombuffer(bytearray(value), dtype=torch.uint8) if value else (
+                torch.empty(0, dtype=torch.uint8)
+            )
+            index = self.add_leaf(path, dtypes.from_torch(torch.uint8, ""), data)
+            return {"t": kind, "i": index}
+        if type(value) is complex:
+            return {"t": "complex", "v": [self.visit(value.real, path), self.visit(value.imag, path)]}
+        if isinstance(value, torch.dtype):
+            return {"t": "dtype", "v": dtypes.from_torch(value, render_path(path)).name}
+        if isinstance(value, torch.device):
+            return {"t": "device", "v": str(value)}
+        if isinstance(value, torch.Size):
+            return {"t": "size", "v": list(value)}
+        if type(value) in (dict, OrderedDict):
+            return self.visit_dict(value, path)
+        if type(value) in (list, tuple):
+            kind = "list" if type(value) is list else "tuple"
+            return {"t": kind, "v": [self.visit(v, (*path, i)) for i, v in enumerate(value)]}
+        raise UnsupportedError(
+            f"{render_path(path)}: a value of type {type(value).__module__}.{type(value).__qualname__} "
+            f"cannot be stored without pickle; convert it to tensors, numpy arrays, dicts, lists, "
+            f"tuples, numbers, strings, bytes or None"
+        )
+
+    def visit_dict(self, value: dict[Any, Any], path: KeyPath) -> dict[str, Any]:
+        node: dict[str, Any]
+        if all(type(k) is str for k in value):
+            node = {"t": "dict", "o": {k: self.visit(v, (*path, k)) for k, v in value.items()}}
+        else:
+            keys = []
+            for k in value:
+                if isinstance(k, (torch.Tensor, np.ndarray, bytes, bytearray, dict, list)):
+                    raise UnsupportedError(
+                        f"{render_path(path)}: dict key {k!r:.40} of type {type(k).__name__} cannot "
+                        f"be stored; use str, int, float, bool, None or tuples of them as keys"
+                    )
+                keys.append(self.visit(k, (*path, "<key>")))
+            node = {"t": "dict", "k": keys, "v": [self.visit(v, (*path, k)) for k, v in value.items()]}
+        if type(value) is OrderedDict:
+            node["ordered"] = True
+            metadata = getattr(value, "_metadata", None)
+            if metadata is not None:
+                node["m"] = self.visit(metadata, (*path, "_metadata"))
+        return node
+
+    def visit_tensor(self, value: torch.Tensor, path: KeyPath) -> dict[str, Any]:
+        where = render_path(path)
+        if value.layout != torch.strided:
+            raise UnsupportedError(
+                f"{where}: {value.layout} tensors cannot be stored; convert with .to_dense()"
+            )
+        if value.device.type == "meta":
+            raise UnsupportedError(f"{where}: a meta tensor has no data to store; materialize it")
+        dtypes.from_torch(value.dtype, where)
+        node: dict[str, Any] = {"t": "tensor"}
+        if isinstance(value, torch.nn.Parameter):
+            node["param"] = True
+        if value.requires_grad:
+            node["grad"] = True
+        self.torch_refs.append(_TensorRef(node, path, value.detach()))
+        return node
+
+    def visit_ndarray(self, value: np.ndarray, path: KeyPath) -> dict[str, Any]:
+        index = self.by_object.get(id(value))
+        if index is None:
+            dt = dtypes.from_numpy(value.dtype, render_path(path))
+            array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            raw = array.reshape(-1).view(np.uint8)
+            if dt.torch_dtype is None:
+                raise UnsupportedError(f"{render_path(path)}: numpy dtype {value.dtype} unsupported")
+            tensor = torch.from_numpy(raw).view(dt.torch_dtype).reshape(value.shape)
+            index = self.add_leaf(path, dt, tensor)
+            self.by_object[id(value)] = index
+        else:
+            self.leaves[index].aliases.append(path)
+        return {"t": "ndarray", "i": index}
+
+    def assign_torch_leaves(self) -> None:
+        """Give every tensor a leaf, storing tensors that share storage once.
+
+        Identical views of one storage (tied weights) all point at one leaf. Different views of one
+        storage with one dtype share a leaf holding the span of storage they cover, and each comes
+        back as an ``as_strided`` view of it, as torch.save would restore them.
+        """
+        groups: dict[tuple[str, int], list[_TensorRef]] = {}
+        singles: list[list[_TensorRef]] = []
+        for ref in self.torch_refs:
+            t = ref.tensor
+            if t.numel() == 0 or t.untyped_storage().nbytes() == 0:
+                singles.append([ref])
+                continue
+            key = (str(t.device), t.untyped_storage().data_ptr())
+            groups.setdefault(key, []).append(ref)
+        ordered = sorted([*groups.values(), *singles], key=lambda refs: self.torch_refs.index(refs[0]))
+        for refs in ordered:
+            self.assign_group(refs)
+
+    def assign_group(self, refs: list[_TensorRef]) -> None:
+        first = refs[0].tensor
+        geometry = {(r.tensor.dtype, r.tensor.storage_offset(), r.tensor.shape, r.tensor.stride())
+                    for r in refs}
+        if len(geometry) == 1:
+            index = self.add_leaf(refs[0].path, dtypes.from_torch(first.dtype, ""), first)
+            self.leaves[index].aliases.extend(r.path for r in refs[1:])
+            for r in refs:
+                r.node["i"] = index
+            return
+        if len({r.tensor.dtype for r in refs}) > 1:
+            for r in refs:  # differently typed views of one storage: stored separately
+                r.node["i"] = self.add_leaf(r.path, dtypes.from_torch(r.tensor.dtype, ""), r.tensor)
+            return
+        start = min(r.tensor.storage_offset() for r in refs)
+        end = max(
+            r.tensor.storage_offset()
+            + sum((n - 1) * s for n, s in zip(r.tensor.shape, r.tensor.stride()) if n > 0)
+            + 1
+            for r in refs
+        )
+        span = torch.as_strided(first, (end - start,), (1,), start)
+        index = self.add_leaf(refs[0].path, dtypes.from_torch(first.dtype, ""), span)
+        self.leaves[index].aliases.extend(r.path for r in refs)
+        for r in refs:
+            r.node.update(
+                t="view", i=index, offset=r.tensor.storage_offset() - start,
+                shape=list(r.tensor.shape), stride=list(r.tensor.stride()),
+            )
+
+
+def flatten(state: Any) -> tuple[Any, list[Leaf]]:
+    """Describe ``state`` as a JSON-able node plus its leaves (see the module docstring)."""
+    flattener = _Flattener()
+    node = flattener.visit(state, ())
+    flattener.assign_torch_leaves()
+    return node, flattener.leaves
+
+
+LeafGetter = Callable[[int], torch.Tensor]
+
+
+class _Builder:
+    def __init__(self, get_leaf: LeafGetter, n_leaves: int, source: str) -> None:
+        self.get_leaf = get_leaf
+        self.n_leaves = n_leaves
+        self.source = source
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def fail(self, path: KeyPath, what: str) -> FormatError:
+        return FormatError(
+            f"{self.source}: malformed tree at {render_path(path)}: {what}; the header is damaged "
+            f"or was not written by ckptzip"
+        )
+
+    def leaf(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
+        index = node.get("i")
+        if type(index) is not int or not 0 <= index < self.n_leaves:
+            raise self.fail(path, f"leaf index {index!r} out of range")
+        if index not in self.cache:
+            self.cache[index] = self.get_leaf(index)
+        return self.cache[index]
+
+    def ints(self, value: Any, path: KeyPath, what: str) -> list[int]:
+        if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
+            raise self.fail(path, f"{what} must be a list of non-negative ints")
+        return value
+
+    def build(self, node: Any, path: KeyPath) -> Any:
+        if len(path) > MAX_DEPTH:
+            raise self.fail(path, f"nesting deeper than {MAX_DEPTH}")
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if not isinstance(node, dict) or not isinstance(node.get("t"), str):
+            raise self.fail(path, f"unexpected {type(node).__name__}")
+        kind = node["t"]
+        builder = getattr(self, "build_" + kind, None)
+        if builder is None:
+            raise self.fail(path, f"unknown node type {kind!r} (a newer ckptzip may read it)")
+        return builder(node, path)
+
+    def build_float(self, node: dict[str, Any], path: KeyPath) -> float:
+        if node.get("v") not in ("nan", "inf", "-inf"):
+            raise self.fail(path, "bad non-finite float")
+        return float(node["v"])
+
+    def build_complex(self, node: dict[str, Any], path: KeyPath) -> complex:
+        parts = node.get("v")
+        if not isinstance(parts, list) or len(parts) != 2:
+            raise self.fail(path, "complex needs two parts")
+        real, imag = (self.build(p, path) for p in parts)
+        if not isinstance(real, float) or not isinstance(imag, float):
+            raise self.fail(path, "complex parts must be floats")
+        return complex(real, imag)
+
+    def build_npscalar(self, node: dict[str, Any], path: KeyPath) -> np.generic:
+        dt = dtypes.from_name(str(node.get("dtype")))
+        try:
+            raw = bytes.fromhex(node.get("v", ""))
+        except (TypeError, ValueError):
+            raise self.fail(path, "numpy scalar bytes are not hex") from None
+        if dt.numpy_dtype is None or len(raw) != dt.itemsize:
+            raise self.fail(path, "numpy scalar of the wrong size")
+        return np.frombuffer(raw, dtype=dt.numpy_dtype.newbyteorder("<"))[0].astype(dt.numpy_dtype)
+
+    def build_dtype(self, node: dict[str, Any], path: KeyPath) -> torch.dtype:
+        torch_dtype = dtypes.from_name(str(node.get("v"))).torch_dtype
+        if torch_dtype is None:
+            raise self.fail(path, "not a torch dtype")
+        return torch_dtype
+
+    def build_device(self, node: dict[str, Any], path: KeyPath) -> torch.device:
+        try:
+            return torch.device(str(node.get("v")))
+        except RuntimeError:
+            raise self.fail(path, "bad device") from None
+
+    def build_size(self, node: dict[str, Any], path: KeyPath) -> torch.Size:
+        return torch.Size(self.ints(node.get("v"), path, "size"))
+
+    def build_list(self, node: dict[str, Any], path: KeyPath) -> list[Any]:
+        items = node.get("v")
+        if not isinstance(items, list):
+            raise self.fail(path, "list items missing")
+        return [self.build(v, (*path, i)) for i, v in enumerate(items)]
+
+    def build_tuple(self, node: dict[str, Any], path: KeyPath) -> tuple[Any, ...]:
+        return tuple(self.build_list(node, path))
+
+    def build_dict(self, node: dict[str, Any], path: KeyPath) -> dict[Any, Any]:
+        result: dict[Any, Any] = OrderedDict() if node.get("ordered") else {}
+        if "o" in node:
+            if not isinstance(node["o"], dict):
+                raise self.fail(path, "dict items missing")
+            for k, v in node["o"].items():
+                result[k] = self.build(v, (*path, k))
+        else:
+            keys, values = node.get("k"), node.get("v")
+            if not isinstance(keys, list) or not isinstance(values, list) or len(keys) != len(values):
+                raise self.fail(path, "dict keys and values do not match")
+            for k_node, v_node in zip(keys, values):
+                key = self.build(k_node, (*path, "<key>"))
+                try:
+                    result[key] = self.build(v_node, (*path, key))
+                except TypeError:
+                    raise self.fail(path, "unhashable dict key") from None
+        if "m" in node:
+            result._metadata = self.build(node["m"], (*path, "_metadata"))  # type: ignore[attr-defined]
+        return result
+
+    def build_tensor(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
+        return self.finish_tensor(self.leaf(node, path), node)
+
+    def build_view(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
+        base = self.leaf(node, path)
+        shape = self.ints(node.get("shape"), path, "view shape")
+        stride = self.ints(node.get("stride"), path, "view stride")
+        offset = node.get("offset")
+        if type(offset) is not int or offset < 0 or len(shape) != len(stride):
+            raise self.fail(path, "bad view geometry")
+        reach = offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
+        if math.prod(shape) > 0 and reach >= base.numel():
+            raise self.fail(path, "view reaches past its storage")
+        return self.finish_tensor(torch.as_strided(base, shape, stride, offset), node)
+
+    @staticmethod
+    def finish_tensor(tensor: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
+        if node.get("param"):
+            return torch.nn.Parameter(tensor, requires_grad=bool(node.get("grad")))
+        if node.get("grad"):
+            return tensor.requires_grad_(True)
+        return tensor
+
+    def build_ndarray(self, node: dict[str, Any], path: KeyPath) -> np.ndarray:
+        tensor = self.leaf(node, path)
+        dt = dtypes.from_torch(tensor.dtype, render_path(path))
+        if dt.numpy_dtype is None:
+            raise self.fail(path, f"dtype {dt.name} has no numpy equivalent")
+        return tensor.reshape(-1).view(torch.uint8).numpy().view(dt.numpy_dtype).reshape(tensor.shape)
+
+    def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
+        return self.leaf(node, path).numpy().tobytes()
+
+    def build_bytearray(self, node: dict[str, Any], path: KeyPath) -> bytearray:
+        return bytearray(self.build_bytes(node, path))
+
+
+def unflatten(node: Any, get_leaf: LeafGetter, n_leaves: int, source: str = "<memory>") -> Any:
+    """Rebuild a state from its node; ``get_leaf(i)`` gives leaf ``i`` as a torch tensor with its
+    stored dtype and shape. Leaves referenced several times are fetched once and shared."""
+    return _Builder(get_leaf, n_leaves, source).build(node, ())

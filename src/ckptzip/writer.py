@@ -1,0 +1,256 @@
+"""Encoding a state into a ``.ckz`` container: flatten, pick pipelines, compress chunks in
+parallel, and write them in order behind a header."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from . import _native
+from ._version import __version__
+from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
+from .errors import ConfigError
+from .parallel import ordered_map, resolve_threads
+from .pipeline import Pipeline
+from .policy import policy_for
+from .progress import Progress
+from .tree import Leaf, flatten
+
+#: Raw bytes handed to one worker task (several chunks, possibly of several small tensors), so
+#: that task overhead stays small next to the work.
+TASK_BYTES = 4 << 20
+
+
+@dataclass
+class SaveReport:
+    """What a save did: sizes in bytes and wall seconds."""
+
+    path: str | None
+    raw_bytes: int
+    stored_bytes: int
+    seconds: float
+    tensors: int
+    mode: str
+
+    @property
+    def ratio(self) -> float:
+        return self.raw_bytes / self.stored_bytes if self.stored_bytes else float("inf")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path or '<memory>'}: {self.raw_bytes:,} -> {self.stored_bytes:,} bytes "
+            f"({self.ratio:.3f}x) in {self.seconds:.2f}s"
+        )
+
+
+@dataclass
+class _LeafPlan:
+    leaf: Leaf
+    pipeline: Pipeline
+    chunk_bytes: int
+    table: list[list[int]]
+    offset: int = -1
+
+
+_Task = list[tuple[int, int, np.ndarray]]  # (leaf index, chunk index, raw bytes)
+
+
+def _tasks(plans: list[_LeafPlan]) -> Iterator[_Task]:
+    """Chunks in file order, grouped into tasks of about TASK_BYTES; a leaf's bytes are
+    materialized on the host only when its first chunk is scheduled."""
+    task: _Task = []
+    size = 0
+    for index, plan in enumerate(plans):
+        raw = plan.leaf.host_bytes()
+        for k, start in enumerate(range(0, len(raw), plan.chunk_bytes)):
+            piece = raw[start : start + plan.chunk_bytes]
+            task.append((index, k, piece))
+            size += len(piece)
+            if size >= TASK_BYTES:
+                yield task
+                task, size = [], 0
+    if task:
+        yield task
+
+
+def _header_json(header: dict[str, Any]) -> bytes:
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) for k in metadata):
+        raise ConfigError("metadata must be a dict with str keys")
+    try:
+        _header_json(metadata)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"metadata must be JSON-serializable (finite numbers): {exc}") from None
+    return metadata
+
+
+class Sink(ABC):
+    """Receives the stored chunks in order, then the header."""
+
+    def __init__(self) -> None:
+        self.position = 0  # bytes of data section written so far
+        self.reserved = 0  # bytes set aside for the header (file sinks)
+
+    def reserve(self, header_size: int) -> None:
+        """A hint: the header will be at most about this long (to place data after it)."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    def finish(self, header: bytes) -> None: ...
+
+
+class MemorySink(Sink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[bytes] = []
+        self.result = b""
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.position += len(data)
+
+    def finish(self, header: bytes) -> None:
+        self.result = b"".join([pack_prelude(header), header, *self.parts])
+        self.parts = []
+
+
+class FileSink(Sink):
+    """Streams chunks into a seekable file behind a space reserved for the header. If the header
+    outgrows the reservation (rare), the data section is moved once."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        super().__init__()
+        self.handle = handle
+
+    def reserve(self, header_size: int) -> None:
+        self.reserved = header_size
+        self.handle.seek(PRELUDE_SIZE + header_size)
+
+    def write(self, data: bytes) -> None:
+        self.handle.write(data)
+        self.position += len(data)
+
+    def finish(self, header: bytes) -> None:
+        if len(header) <= self.reserved:
+            header = header + b" " * (self.reserved - len(header))
+        else:
+            self._move_data(len(header))
+        self.handle.seek(0)
+        self.handle.write(pack_prelude(header))
+        self.handle.write(header)
+        self.handle.seek(0, 2)
+
+    def _move_data(self, header_size: int) -> None:
+        """Shift the data section right so that a header of ``header_size`` bytes fits."""
+        shift = header_size - self.reserved
+        start = PRELUDE_SIZE + self.reserved
+        block = 8 << 20
+        end = start + self.position
+        while end > start:  # copy backwards so that no byte is overwritten before it is moved
+            size = min(block, end - start)
+            self.handle.seek(end - size)
+            data = self.handle.read(size)
+            self.handle.seek(end - size + shift)
+            self.handle.write(data)
+            end -= size
+        self.reserved = header_size
+
+
+def _estimate_header(header: dict[str, Any], plans: list[_LeafPlan]) -> int:
+    """An upper bound for the header's size before any chunk is written: every number of the chunk
+    tables at its widest, plus a little slack per tensor for what codecs record as they go."""
+    widest = [2**53, 0xFFFFFFFF, 0xFFFFFFFF]
+    entries = []
+    for plan in plans:
+        n_chunks = -(-plan.leaf.nbytes // plan.chunk_bytes)
+        entries.append(_leaf_entry(plan, offset=2**53, table=[widest] * n_chunks))
+    size = len(_header_json({**header, "leaves": entries, "data_length": 2**53, "id": "0" * 32}))
+    return size + 64 * len(plans) + 256
+
+
+def _leaf_entry(plan: _LeafPlan, offset: int, table: list[list[int]]) -> dict[str, Any]:
+    leaf = plan.leaf
+    return {
+        "name": leaf.name,
+        "dtype": leaf.dtype.name,
+        "shape": list(leaf.shape),
+        "pipeline": plan.pipeline.get_config(),
+        "chunk": plan.chunk_bytes,
+        "offset": offset,
+        "chunks": table,
+    }
+
+
+def encode_state(
+    state: Any,
+    sink: Sink,
+    *,
+    mode: str = "lossless",
+    threads: int | None = None,
+    metadata: dict[str, Any] | None = None,
+    path: str | None = None,
+    progress: bool = False,
+    source: dict[str, Any] | None = None,
+) -> SaveReport:
+    """Compress ``state`` into ``sink``; the caller owns where the bytes end up.
+
+    ``source`` describes the file the state was read from (see :mod:`ckptzip.sources`), so that
+    ``ckptzip decompress`` can write it back in its own form.
+    """
+    started = time.perf_counter()
+    n_threads = resolve_threads(threads)
+    policy = policy_for(mode)
+    user_metadata = _check_metadata(metadata)
+    tree, leaves = flatten(state)
+    plans = [_LeafPlan(leaf, policy.pipeline_for(leaf), policy.chunk_bytes(leaf), []) for leaf in leaves]
+    header: dict[str, Any] = {
+        "format": "ckz",
+        "version": [FORMAT_MAJOR, FORMAT_MINOR],
+        "creator": f"ckptzip {__version__}",
+        "mode": mode,
+        "metadata": user_metadata,
+        "tree": tree,
+    }
+    if source is not None:
+        header["source"] = source
+    sink.reserve(_estimate_header(header, plans))
+    raw_total = sum(leaf.nbytes for leaf in leaves)
+    bar = Progress(raw_total, "compress", enabled=progress)
+
+    def encode_task(task: _Task) -> list[tuple[int, bytes, int, int, int]]:
+        out = []
+        for index, _k, raw in task:
+            stored = plans[index].pipeline.encode_chunk(raw)
+            out.append((index, stored, _native.crc32c(stored), _native.crc32c(raw), len(raw)))
+        return out
+
+    for results in ordered_map(encode_task, _tasks(plans), n_threads):
+        for index, stored, crc, raw_crc, raw_length in results:
+            plan = plans[index]
+            if plan.offset < 0:
+                plan.offset = sink.position
+            plan.table.append([len(stored), crc, raw_crc])
+            sink.write(stored)
+            bar.update(raw_length)
+    bar.close()
+    header["leaves"] = [_leaf_entry(p, max(p.offset, 0), p.table) for p in plans]
+    header["data_length"] = sink.position
+    header["id"] = hashlib.sha256(_header_json(header)).hexdigest()[:32]
+    header_bytes = _header_json(header)
+    sink.finish(header_bytes)
+    stored_total = PRELUDE_SIZE + max(len(header_bytes), sink.reserved) + sink.position
+    return SaveReport(path, raw_total, stored_total, time.perf_counter() - started, len(leaves), mode)
