@@ -1,0 +1,68 @@
+/* common.h - shared helpers of the ckptzip native core.
+ *
+ * Little-endian loads and stores through memcpy (any alignment, compiles to one mov), the error
+ * record every fallible entry point fills, and the CPU-dispatch macro.  Nothing here allocates or
+ * holds state, so every function of the core is thread-safe once module init has run.
+ */
+#ifndef CKZ_COMMON_H
+#define CKZ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Error record: a fallible function returns 0 on success, -1 on failure with msg filled in.
+ * Lives on the caller's stack, so threads never share one. */
+#define CKZ_ERRMSG_CAP 200
+typedef struct {
+    char msg[CKZ_ERRMSG_CAP];
+} ckz_err;
+
+int ckz_fail(ckz_err *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static inline uint32_t ckz_load32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+static inline uint64_t ckz_load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void ckz_store32(uint8_t *p, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    memcpy(p, &v, 4);
+}
+
+static inline void ckz_store64(uint8_t *p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+/* CKZ_CLONES: compile a plain C loop twice, for AVX2 and for the x86-64 baseline (SSE2), and let
+ * the loader pick one (GCC/Clang ifunc).  The wheel thus runs on any x86-64 and still uses 256-bit
+ * vectors where present.  Elsewhere (aarch64: NEON is baseline) it expands to nothing. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(CKZ_NO_CLONES)
+#define CKZ_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CKZ_CLONES
+#endif
+
+#endif /* CKZ_COMMON_H */

@@ -1,0 +1,362 @@
+/* huff.c - length-limited canonical Huffman, 4 interleaved LSB-first bitstreams, multi-symbol
+ * decode table.  See huff.h for the contracts and the table entry layout.
+ */
+#include "huff.h"
+
+#include <stdlib.h>
+
+#define MAX_BITS CKZ_HUF_MAX_BITS
+#define TMASK (CKZ_HUF_TABLE_SIZE - 1)
+
+/* A 64-bit peek at bit position p holds at least 64 - 7 = 57 valid bits, and a table lookup
+ * consumes at most MAX_BITS of them, so one peek serves LOOKUPS_PER_PEEK lookups. */
+#define LOOKUPS_PER_PEEK 5
+_Static_assert(LOOKUPS_PER_PEEK * MAX_BITS <= 57, "a peek must cover every lookup it serves");
+/* The most bytes one peek's lookups store: each lookup writes a full 32-bit word. */
+#define PEEK_OUT_BYTES (LOOKUPS_PER_PEEK * CKZ_HUF_MULTI)
+
+/* ---- histogram ------------------------------------------------------------------------------ */
+
+void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
+    /* Two sub-histograms per stream (even and odd positions): a run of one symbol then updates a
+     * given counter only every 8th increment, so increments do not wait on each other's stores. */
+    uint32_t h[2 * CKZ_HUF_STREAMS][256];
+    memset(h, 0, sizeof h);
+    const uint8_t *s[CKZ_HUF_STREAMS];
+    size_t m[CKZ_HUF_STREAMS];
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        m[k] = ckz_huf_stream_count(n, k);
+        s[k] = src + ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) * k;
+    }
+    /* Quarter sizes never increase with k, so m[3] positions exist in every quarter. */
+    size_t common = m[CKZ_HUF_STREAMS - 1] & ~(size_t)1, i;
+    for (i = 0; i < common; i += 2) {
+        h[0][s[0][i]]++; h[1][s[0][i + 1]]++;
+        h[2][s[1][i]]++; h[3][s[1][i + 1]]++;
+        h[4][s[2][i]]++; h[5][s[2][i + 1]]++;
+        h[6][s[3][i]]++; h[7][s[3][i + 1]]++;
+    }
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+        for (size_t j = common; j < m[k]; j++) h[2 * k][s[k][j]]++;
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+        for (unsigned v = 0; v < 256; v++) counts[k][v] = h[2 * k][v] + h[2 * k + 1][v];
+}
+
+/* ---- code lengths --------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t key; /* count, then reused for tree links and depths */
+    unsigned sym;
+} symfreq;
+
+static int cmp_symfreq(const void *a, const void *b) {
+    const symfreq *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->sym < y->sym ? -1 : (x->sym > y->sym);
+}
+
+/* Moffat & Katajainen, "In-place calculation of minimum-redundancy codes" (1995): A[0..n) sorted
+ * by ascending count; on return A[i].key is the optimal (unlimited) code length of A[i]. */
+static void min_redundancy(symfreq *A, int n) {
+    int root = 0, leaf = 2, next, avbl, used, dpth;
+    A[0].key += A[1].key;
+    for (next = 1; next < n - 1; next++) {
+        if (leaf >= n || A[root].key < A[leaf].key) {
+            A[next].key = A[root].key;
+            A[root++].key = (uint64_t)next;
+        } else {
+            A[next].key = A[leaf++].key;
+        }
+        if (leaf >= n || (root < next && A[root].key < A[leaf].key)) {
+            A[next].key += A[root].key;
+            A[root++].key = (uint64_t)next;
+        } else {
+            A[next].key += A[leaf++].key;
+        }
+    }
+    A[n - 2].key = 0;
+    for (next = n - 3; next >= 0; next--) A[next].key = A[A[next].key].key + 1;
+    avbl = 1;
+    used = dpth = 0;
+    root = n - 2;
+    next = n - 1;
+    while (avbl > 0) {
+        while (root >= 0 && (int)A[root].key == dpth) { used++; root--; }
+        while (avbl > used) { A[next--].key = (uint64_t)dpth; avbl--; }
+        avbl = 2 * used;
+        dpth++;
+        used = 0;
+    }
+}
+
+void ckz_huf_build_lengths(const uint64_t total[256], uint8_t len[256]) {
+    symfreq A[256];
+    int n = 0;
+    for (unsigned s = 0; s < 256; s++)
+        if (total[s]) A[n++] = (symfreq){total[s], s};
+    qsort(A, (size_t)n, sizeof A[0], cmp_symfreq); /* ties by symbol: output is deterministic */
+    min_redundancy(A, n);
+
+    /* Length limit (as miniz's enforce_max_code_size): fold every code longer than MAX_BITS to
+     * MAX_BITS, then, while the Kraft sum exceeds 1 (in units of 2^-MAX_BITS), move one leaf
+     * down from the deepest level above MAX_BITS that has one.  Each move lowers the sum by one
+     * unit, so the loop ends with a complete code. */
+    unsigned num[256] = {0}; /* num[l]: codes of length l; unlimited lengths are < n <= 256 */
+    for (int i = 0; i < n; i++) num[A[i].key]++;
+    for (unsigned l = MAX_BITS + 1; l < 256; l++) num[MAX_BITS] += num[l];
+    uint32_t kraft = 0;
+    for (unsigned l = 1; l <= MAX_BITS; l++) kraft += num[l] << (MAX_BITS - l);
+    while (kraft != (1u << MAX_BITS)) {
+        num[MAX_BITS]--;
+        for (unsigned l = MAX_BITS - 1; l > 0; l--)
+            if (num[l]) { num[l]--; num[l + 1] += 2; break; }
+        kraft--;
+    }
+    /* Shortest codes to the most frequent symbols (the end of A). */
+    memset(len, 0, 256);
+    int i = n - 1;
+    for (unsigned l = 1; l <= MAX_BITS; l++)
+        for (unsigned c = 0; c < num[l]; c++) len[A[i--].sym] = (uint8_t)l;
+}
+
+/* ---- table serialization -------------------------------------------------------------------- */
+
+static void used_range(const uint8_t len[256], unsigned *first, unsigned *count) {
+    unsigned lo = 0, hi = 255;
+    while (lo < 255 && !len[lo]) lo++;
+    while (hi > lo && !len[hi]) hi--;
+    *first = lo;
+    *count = hi - lo + 1;
+}
+
+size_t ckz_huf_table_size(const uint8_t len[256]) {
+    unsigned first, count;
+    used_range(len, &first, &count);
+    return 2 + (count + 1) / 2;
+}
+
+size_t ckz_huf_write_table(const uint8_t len[256], uint8_t *out) {
+    unsigned first, count;
+    used_range(len, &first, &count);
+    out[0] = (uint8_t)first;
+    out[1] = (uint8_t)(count - 1);
+    for (unsigned j = 0; j < count; j += 2) {
+        unsigned hi = j + 1 < count ? len[first + j + 1] : 0;
+        out[2 + j / 2] = (uint8_t)(len[first + j] | (hi << 4));
+    }
+    return 2 + (count + 1) / 2;
+}
+
+size_t ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], ckz_err *err) {
+    if (avail < 2) return (size_t)ckz_fail(err, "huffman table: %zu bytes left, need 2", avail), 0;
+    unsigned first = in[0], count = (unsigned)in[1] + 1;
+    if (first + count > 256)
+        return (size_t)ckz_fail(err, "huffman table: symbols %u..%u exceed 255", first,
+                                first + count - 1), 0;
+    size_t size = 2 + (count + 1) / 2;
+    if (avail < size)
+        return (size_t)ckz_fail(err, "huffman table: %zu bytes left, need %zu", avail, size), 0;
+    memset(len, 0, 256);
+    uint32_t kraft = 0; /* in units of 2^-MAX_BITS; at most 256 * 2^(MAX_BITS-1): no overflow */
+    unsigned used = 0;
+    for (unsigned j = 0; j < count; j++) {
+        unsigned l = (in[2 + j / 2] >> (4 * (j & 1))) & 15;
+        if (l > MAX_BITS)
+            return (size_t)ckz_fail(err, "huffman table: symbol %u has length %u > %u",
+                                    first + j, l, MAX_BITS), 0;
+        len[first + j] = (uint8_t)l;
+        if (l) { kraft += 1u << (MAX_BITS - l); used++; }
+    }
+    /* The canonical form the encoder writes: range ends used, spare nibble zero. */
+    if (!len[first] || !len[first + count - 1] || ((count & 1) && (in[size - 1] >> 4)))
+        return (size_t)ckz_fail(err, "huffman table: not in canonical form"), 0;
+    if (used < 2 || kraft != (1u << MAX_BITS))
+        return (size_t)ckz_fail(err, "huffman table: %u symbols with Kraft sum %u/%u, need a "
+                                "complete code of >= 2 symbols", used, kraft,
+                                1u << MAX_BITS), 0;
+    return size;
+}
+
+/* ---- canonical codes ------------------------------------------------------------------------ */
+
+/* code[s]: the canonical code of s, bit-reversed for LSB-first output (0 for unused symbols). */
+static void canonical_codes(const uint8_t len[256], uint16_t code[256]) {
+    unsigned bl_count[MAX_BITS + 1] = {0}, next[MAX_BITS + 2];
+    for (unsigned s = 0; s < 256; s++) bl_count[len[s]]++;
+    bl_count[0] = 0;
+    next[1] = 0;
+    for (unsigned l = 1; l <= MAX_BITS; l++) next[l + 1] = (next[l] + bl_count[l]) << 1;
+    for (unsigned s = 0; s < 256; s++) {
+        unsigned l = len[s], c = l ? next[l]++ : 0, r = 0;
+        for (unsigned b = 0; b < l; b++) r |= ((c >> b) & 1) << (l - 1 - b);
+        code[s] = (uint16_t)r;
+    }
+}
+
+/* ---- encoder -------------------------------------------------------------------------------- */
+
+size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]) {
+    uint64_t bits = 0;
+    for (unsigned s = 0; s < 256; s++) bits += (uint64_t)count[s] * len[s];
+    return (size_t)((bits + 7) / 8);
+}
+
+/* Symbols still to come when the fast loop stores 8 bytes: they hold >= 64 bits (codes are >= 1
+ * bit), so the 8-byte store never passes the stream's own end. */
+#define ENC_FAST_MARGIN (64 + 4)
+
+size_t ckz_huf_encode_stream(const uint8_t *src, size_t n, const uint8_t len[256], uint8_t *out) {
+    uint16_t code[256];
+    canonical_codes(len, code);
+    uint32_t enc[256]; /* code | length << 16: one load per symbol */
+    for (unsigned s = 0; s < 256; s++) enc[s] = code[s] | ((uint32_t)len[s] << 16);
+
+    uint64_t b = 0; /* pending bits, LSB-first */
+    unsigned c = 0; /* number of pending bits: < 8 after a flush, < 8 + 4*MAX_BITS < 64 before */
+    uint8_t *o = out;
+    size_t i = 0;
+    for (; i + ENC_FAST_MARGIN <= n; i += 4) {
+        for (unsigned u = 0; u < 4; u++) {
+            uint32_t e = enc[src[i + u]];
+            b |= (uint64_t)(e & 0xffff) << c;
+            c += e >> 16;
+        }
+        ckz_store64(o, b);
+        o += c >> 3;
+        b >>= c & ~7u;
+        c &= 7;
+    }
+    for (; i < n; i++) { /* byte-exact tail */
+        uint32_t e = enc[src[i]];
+        b |= (uint64_t)(e & 0xffff) << c;
+        c += e >> 16;
+        for (; c >= 8; c -= 8, b >>= 8) *o++ = (uint8_t)b;
+    }
+    if (c) *o++ = (uint8_t)b; /* final partial byte, zero padded */
+    return (size_t)(o - out);
+}
+
+/* ---- decoder -------------------------------------------------------------------------------- */
+
+#define E_NBITS(e) ((unsigned)(e) & 0xff)
+#define E_NSYM(e) (((unsigned)(e) >> 8) & 0xff)
+#define E_CUM(e, t) (((unsigned)((e) >> 16) >> (4 * (t))) & 15)
+#define E_SYMS(e) ((uint32_t)((e) >> 32))
+
+static uint64_t make_entry(unsigned nbits, unsigned nsym, unsigned cums, uint32_t syms) {
+    return nbits | (nsym << 8) | ((uint64_t)(cums & 0xffff) << 16) | ((uint64_t)syms << 32);
+}
+
+void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
+    uint16_t code[256], single[CKZ_HUF_TABLE_SIZE]; /* symbol | length << 8 */
+    canonical_codes(len, code);
+    /* A complete code (validated by ckz_huf_read_table) fills every slot exactly once. */
+    for (unsigned s = 0; s < 256; s++) {
+        unsigned l = len[s];
+        if (!l) continue;
+        for (unsigned j = code[s]; j < CKZ_HUF_TABLE_SIZE; j += 1u << l)
+            single[j] = (uint16_t)(s | (l << 8));
+    }
+    /* Entry i decodes greedily up to CKZ_HUF_MULTI whole codes from the MAX_BITS bits of i.
+     * After its first code (length l1) the remaining MAX_BITS - l1 known bits are i >> l1, an
+     * index below i, whose entry (computed with zero bits above) is valid for exactly those of
+     * its codes that end within the known bits: a prefix code decodes the same on any suffix. */
+    {
+        unsigned s = single[0] & 0xff, l = single[0] >> 8, nsym = 0, cum = 0, cums = 0;
+        uint32_t syms = 0;
+        while (nsym < CKZ_HUF_MULTI && cum + l <= MAX_BITS) {
+            syms |= (uint32_t)s << (8 * nsym);
+            cum += l;
+            cums |= cum << (4 * nsym);
+            nsym++;
+        }
+        t->e[0] = make_entry(cum, nsym, cums, syms);
+    }
+    for (unsigned i = 1; i < CKZ_HUF_TABLE_SIZE; i++) {
+        unsigned s1 = single[i] & 0xff, l1 = single[i] >> 8, rem = MAX_BITS - l1;
+        uint64_t r = t->e[i >> l1]; /* i >> l1 < i since l1 >= 1 */
+        unsigned k = 0, nr = E_NSYM(r);
+        while (k < CKZ_HUF_MULTI - 1 && k < nr && E_CUM(r, k) <= rem) k++;
+        unsigned cums = l1;
+        for (unsigned u = 0; u < k; u++) cums |= (l1 + E_CUM(r, u)) << (4 * (u + 1));
+        unsigned nbits = l1 + (k ? E_CUM(r, k - 1) : 0);
+        t->e[i] = make_entry(nbits, 1 + k, cums, s1 | (E_SYMS(r) << 8));
+    }
+}
+
+/* Bytes of a stream at byte offset `at`, zero past its end: the slow path's peek. */
+static uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
+    uint8_t tmp[8] = {0};
+    if (at < size) memcpy(tmp, base + at, size - at < 8 ? size - at : 8);
+    return ckz_load64(tmp);
+}
+
+/* One peek's worth of lookups for one stream: LOOKUPS_PER_PEEK table entries, each storing a
+ * 32-bit word of symbols (only E_NSYM of them real) and advancing by E_NSYM. */
+#define DECODE_PEEK(T, base, bitpos, o)                                                        \
+    do {                                                                                       \
+        uint64_t pk_ = ckz_load64((base) + ((bitpos) >> 3)) >> ((bitpos) & 7);                 \
+        for (unsigned u_ = 0; u_ < LOOKUPS_PER_PEEK; u_++) {                                   \
+            uint64_t e_ = (T)[pk_ & TMASK];                                                    \
+            ckz_store32((o), E_SYMS(e_));                                                      \
+            (o) += E_NSYM(e_);                                                                 \
+            pk_ >>= E_NBITS(e_);                                                               \
+            (bitpos) += E_NBITS(e_);                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* Fast-path precondition: the 8-byte peek lies inside the stream, and the symbols it may yield
+ * (PEEK_OUT_BYTES, all real since at least that many remain) fit before oend. */
+static inline int fast_ok(size_t bitpos, size_t size, const uint8_t *o, const uint8_t *oend) {
+    return (bitpos >> 3) + 8 <= size && (size_t)(oend - o) >= PEEK_OUT_BYTES;
+}
+
+/* Finishes one stream: fast peeks while they are safe, then one symbol per lookup with zero-padded
+ * peeks.  A corrupt stream may run past its end; that reads zeros and is caught by the caller. */
+static void decode_rest(const uint64_t *T, const uint8_t *base, size_t size, size_t *bitpos_io,
+                        uint8_t *o, uint8_t *oend) {
+    size_t bitpos = *bitpos_io;
+    while (fast_ok(bitpos, size, o, oend)) DECODE_PEEK(T, base, bitpos, o);
+    while (o < oend) {
+        uint64_t pk = load64_safe(base, size, bitpos >> 3) >> (bitpos & 7);
+        for (unsigned u = 0; u < LOOKUPS_PER_PEEK && o < oend; u++) {
+            uint64_t e = T[pk & TMASK];
+            unsigned l = E_CUM(e, 0);
+            *o++ = (uint8_t)E_SYMS(e);
+            pk >>= l;
+            bitpos += l;
+        }
+    }
+    *bitpos_io = bitpos;
+}
+
+int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
+                   const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
+    const uint64_t *T = t->e;
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, bitpos[CKZ_HUF_STREAMS] = {0};
+    uint8_t *o[CKZ_HUF_STREAMS], *oend[CKZ_HUF_STREAMS];
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        o[k] = out + (k * q < n ? k * q : n);
+        oend[k] = o[k] + ckz_huf_stream_count(n, k);
+    }
+    /* Four independent chains in lockstep while every stream is far from both of its ends. */
+    while (fast_ok(bitpos[0], size[0], o[0], oend[0]) &&
+           fast_ok(bitpos[1], size[1], o[1], oend[1]) &&
+           fast_ok(bitpos[2], size[2], o[2], oend[2]) &&
+           fast_ok(bitpos[3], size[3], o[3], oend[3])) {
+        DECODE_PEEK(T, in[0], bitpos[0], o[0]);
+        DECODE_PEEK(T, in[1], bitpos[1], o[1]);
+        DECODE_PEEK(T, in[2], bitpos[2], o[2]);
+        DECODE_PEEK(T, in[3], bitpos[3], o[3]);
+    }
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        decode_rest(T, in[k], size[k], &bitpos[k], o[k], oend[k]);
+        /* Every stream must end in its last byte: its final code ends there, and no byte is
+         * left over.  (bitpos <= 11 bits per symbol, far from overflow.) */
+        if ((bitpos[k] + 7) / 8 != size[k])
+            return ckz_fail(err, "huffman stream %u: decoded %zu symbols from %zu bits but the "
+                            "stream has %zu bytes", k, ckz_huf_stream_count(n, k), bitpos[k],
+                            size[k]);
+    }
+    return 0;
+}

@@ -1,0 +1,67 @@
+/* huff.h - static Huffman coding of one byte segment in CKZ_HUF_STREAMS interleaved bitstreams.
+ *
+ * Codes are canonical, at most CKZ_HUF_MAX_BITS long, and written LSB-first, so the decoder peeks
+ * the low CKZ_HUF_MAX_BITS bits of a 64-bit buffer and looks them up in a table whose entry yields
+ * up to CKZ_HUF_MULTI symbols at once.  A segment of n symbols is cut into CKZ_HUF_STREAMS
+ * quarters (ckz_huf_stream_count); quarter k is coded into its own bitstream, so the decoder runs
+ * CKZ_HUF_STREAMS independent dependency chains.
+ */
+#ifndef CKZ_HUFF_H
+#define CKZ_HUFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+#define CKZ_HUF_MAX_BITS 11 /* longest code; also the decode table's index width */
+#define CKZ_HUF_TABLE_SIZE (1u << CKZ_HUF_MAX_BITS)
+#define CKZ_HUF_STREAMS 4
+#define CKZ_HUF_MULTI 4 /* symbols one decode-table entry may yield (one 32-bit store) */
+
+/* Symbols in quarter `k` of an n-symbol segment: quarters 0..2 hold ceil(n/4) each (or what is
+ * left), quarter 3 the rest. */
+static inline size_t ckz_huf_stream_count(size_t n, unsigned k) {
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, start = q * k;
+    if (start >= n) return 0;
+    return n - start < q ? n - start : q;
+}
+
+/* counts[k][s]: occurrences of byte s in quarter k of src[0..n). */
+void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]);
+
+/* Code lengths (0 = unused symbol, else 1..CKZ_HUF_MAX_BITS) for a histogram with at least two
+ * used symbols.  The code is complete: sum of 2^-len over used symbols is exactly 1. */
+void ckz_huf_build_lengths(const uint64_t total[256], uint8_t len[256]);
+
+/* Serialized table: byte `first`, byte `count - 1`, then ceil(count/2) bytes of 4-bit lengths of
+ * symbols first..first+count-1, low nibble first.  Size in bytes, and the writer. */
+size_t ckz_huf_table_size(const uint8_t len[256]);
+size_t ckz_huf_write_table(const uint8_t len[256], uint8_t *out);
+
+/* Parses and validates a table from in[0..avail): every length <= CKZ_HUF_MAX_BITS, at least two
+ * used symbols, Kraft sum exactly 1.  Returns bytes consumed, or 0 with err set. */
+size_t ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], ckz_err *err);
+
+/* Encodes src[0..n) (every symbol must have len > 0) as one bitstream; returns its byte length,
+ * which equals ckz_huf_stream_bytes.  Writes exactly that many bytes. */
+size_t ckz_huf_encode_stream(const uint8_t *src, size_t n, const uint8_t len[256], uint8_t *out);
+size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]);
+
+/* Decode table: CKZ_HUF_TABLE_SIZE entries, each packing
+ *   bits  0..7   bits consumed by all symbols of the entry
+ *   bits  8..15  number of symbols (1..CKZ_HUF_MULTI)
+ *   bits 16..31  cumulative code length after symbol t, 4 bits each (t = 0..3)
+ *   bits 32..63  the symbols, byte t = symbol t                                                */
+typedef struct {
+    uint64_t e[CKZ_HUF_TABLE_SIZE];
+} ckz_huf_dtable;
+
+void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t);
+
+/* Decodes CKZ_HUF_STREAMS streams (stream k at in[k], size[k] bytes) into out[0..n), quarter k
+ * from stream k.  Fails if any stream is not consumed to exactly its last byte. */
+int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
+                   const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err);
+
+#endif /* CKZ_HUFF_H */

@@ -1,0 +1,275 @@
+/* module.c - Python bindings of the native core (ckptzip._native).  Argument checks and buffer
+ * handling only; the work runs in the other files with the GIL released. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "crc32c.h"
+#include "planes.h"
+#include "stream.h"
+
+/* A contiguous buffer held for the duration of a call. */
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *name) {
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous %sbuffer, not %.100s", name,
+                     writable ? "writable " : "", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static int overlaps(const Py_buffer *a, const Py_buffer *b) {
+    const char *x = a->buf, *y = b->buf;
+    return a->len && b->len && x < y + b->len && y < x + a->len;
+}
+
+static int check_elem(long elem_size, long rotate) {
+    if (elem_size < 1 || elem_size > CKZ_MAX_ELEM_SIZE) {
+        PyErr_Format(PyExc_ValueError, "elem_size %ld is outside 1..%d", elem_size,
+                     CKZ_MAX_ELEM_SIZE);
+        return -1;
+    }
+    if (rotate < 0 || rotate >= 8 * elem_size) {
+        PyErr_Format(PyExc_ValueError, "rotate %ld is outside 0..%ld for elem_size %ld", rotate,
+                     8 * elem_size - 1, elem_size);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_len(Py_ssize_t len, long elem_size, const char *name) {
+    if (len % elem_size) {
+        PyErr_Format(PyExc_ValueError, "%s length %zd is not a multiple of elem_size %ld", name,
+                     len, elem_size);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0) -> int\n\nCRC-32C of data, continuing from value.");
+static PyObject *py_crc32c(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"data", "value", NULL};
+    PyObject *obj;
+    unsigned long value = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|k:crc32c", kwlist, &obj, &value)) return NULL;
+    if (value > 0xffffffffUL) return PyErr_Format(PyExc_ValueError, "value %lu exceeds 32 bits", value);
+    Py_buffer v;
+    if (get_buffer(obj, &v, 0, "data")) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = ckz_crc32c((uint32_t)value, v.buf, (size_t)v.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* split_planes and merge_planes share argument handling; `split` picks the direction. */
+static PyObject *planes_common(PyObject *args, PyObject *kw, int split) {
+    static char *kwlist[] = {"src", "dst", "elem_size", "rotate", NULL};
+    PyObject *so, *dobj;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, split ? "OOll:split_planes" : "OOll:merge_planes",
+                                     kwlist, &so, &dobj, &k, &r))
+        return NULL;
+    if (check_elem(k, r)) return NULL;
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) { PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    if (check_len(s.len, k, "src")) goto done;
+    if (d.len != s.len) {
+        PyErr_Format(PyExc_ValueError, "dst length %zd differs from src length %zd", d.len, s.len);
+        goto done;
+    }
+    if (overlaps(&s, &d)) {
+        PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        goto done;
+    }
+    size_t n = (size_t)s.len / (size_t)k;
+    Py_BEGIN_ALLOW_THREADS
+    if (split) {
+        ckz_split_planes(s.buf, d.buf, n, (unsigned)k, (unsigned)r);
+    } else {
+        const uint8_t *planes[CKZ_MAX_ELEM_SIZE];
+        for (long p = 0; p < k; p++) planes[p] = (const uint8_t *)s.buf + (size_t)p * n;
+        ckz_merge_planes(planes, d.buf, n, (unsigned)k, (unsigned)r);
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+PyDoc_STRVAR(split_doc, "split_planes(src, dst, elem_size, rotate) -> None\n\n"
+             "Rotate each little-endian element left by `rotate` bits; byte p of element i goes "
+             "to dst[p*n + i].");
+static PyObject *py_split(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    return planes_common(args, kw, 1);
+}
+
+PyDoc_STRVAR(merge_doc, "merge_planes(src, dst, elem_size, rotate) -> None\n\n"
+             "Inverse of split_planes.");
+static PyObject *py_merge(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    return planes_common(args, kw, 0);
+}
+
+/* encode and encode_planes: allocate the bound, code without the GIL, shrink. */
+static PyObject *encode_common(Py_buffer *s, long segments, long elem_size, long rotate) {
+    size_t n = (size_t)s->len;
+    if ((uint64_t)n > CKZ_MAX_DECODED)
+        return PyErr_Format(PyExc_ValueError, "src of %zu bytes exceeds %llu", n,
+                            (unsigned long long)CKZ_MAX_DECODED);
+    size_t bound = ckz_encode_bound(n, (unsigned)segments);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (!out) return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    size_t len;
+    ckz_err err;
+    Py_BEGIN_ALLOW_THREADS
+    if (elem_size) len = ckz_encode_planes(s->buf, n, (unsigned)elem_size, (unsigned)rotate, o, &err);
+    else len = ckz_encode(s->buf, n, (unsigned)segments, o);
+    Py_END_ALLOW_THREADS
+    if (!len) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)len) < 0) return NULL;
+    return out;
+}
+
+PyDoc_STRVAR(encode_doc, "encode(src, segments=1) -> bytes\n\n"
+             "Entropy-code src as `segments` equal slices, each with its own table.");
+static PyObject *py_encode(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "segments", NULL};
+    PyObject *so;
+    long segments = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|l:encode", kwlist, &so, &segments)) return NULL;
+    if (segments < 1 || segments > CKZ_MAX_SEGMENTS)
+        return PyErr_Format(PyExc_ValueError, "segments %ld is outside 1..%d", segments,
+                            CKZ_MAX_SEGMENTS);
+    Py_buffer s;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    PyObject *ret = NULL;
+    if (s.len % segments)
+        PyErr_Format(PyExc_ValueError, "src length %zd is not a multiple of segments %ld", s.len,
+                     segments);
+    else
+        ret = encode_common(&s, segments, 0, 0);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+PyDoc_STRVAR(encode_planes_doc, "encode_planes(src, elem_size, rotate) -> bytes\n\n"
+             "Same bytes as encode(split_planes(src), segments=elem_size), in one pass.");
+static PyObject *py_encode_planes(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "elem_size", "rotate", NULL};
+    PyObject *so;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oll:encode_planes", kwlist, &so, &k, &r))
+        return NULL;
+    if (check_elem(k, r)) return NULL;
+    Py_buffer s;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    PyObject *ret = check_len(s.len, k, "src") ? NULL : encode_common(&s, k, k, r);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+/* decode and decode_planes: elem_size 0 selects plain decode. */
+static PyObject *decode_common(PyObject *so, PyObject *dobj, long k, long r) {
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) { PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    if (overlaps(&s, &d)) {
+        PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+    } else {
+        ckz_err err;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        if (k) rc = ckz_decode_planes(s.buf, (size_t)s.len, d.buf, (size_t)d.len, (unsigned)k,
+                                      (unsigned)r, &err);
+        else rc = ckz_decode(s.buf, (size_t)s.len, d.buf, (size_t)d.len, &err);
+        Py_END_ALLOW_THREADS
+        if (rc) PyErr_SetString(PyExc_ValueError, err.msg);
+        else ret = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+PyDoc_STRVAR(decode_doc, "decode(src, dst) -> None\n\n"
+             "Decode a stream from encode() into dst (len(dst) == decoded_size(src)).");
+static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "dst", NULL};
+    PyObject *so, *dobj;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:decode", kwlist, &so, &dobj)) return NULL;
+    return decode_common(so, dobj, 0, 0);
+}
+
+PyDoc_STRVAR(decode_planes_doc, "decode_planes(src, dst, elem_size, rotate) -> None\n\n"
+             "decode() then merge_planes() into dst, without the intermediate buffer.");
+static PyObject *py_decode_planes(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "dst", "elem_size", "rotate", NULL};
+    PyObject *so, *dobj;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOll:decode_planes", kwlist, &so, &dobj, &k, &r))
+        return NULL;
+    if (check_elem(k, r)) return NULL;
+    return decode_common(so, dobj, k, r);
+}
+
+PyDoc_STRVAR(decoded_size_doc, "decoded_size(src) -> int\n\n"
+             "The decoded length a stream declares, after validating its header.");
+static PyObject *py_decoded_size(PyObject *self, PyObject *obj) {
+    (void)self;
+    Py_buffer s;
+    if (get_buffer(obj, &s, 0, "src")) return NULL;
+    ckz_err err;
+    uint64_t n = 0;
+    int rc = ckz_decoded_size(s.buf, (size_t)s.len, &n, &err);
+    PyBuffer_Release(&s);
+    if (rc) return PyErr_Format(PyExc_ValueError, "%s", err.msg);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+#define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
+static PyMethodDef methods[] = {
+    KW("crc32c", py_crc32c, crc32c_doc),
+    KW("split_planes", py_split, split_doc),
+    KW("merge_planes", py_merge, merge_doc),
+    KW("encode", py_encode, encode_doc),
+    KW("decode", py_decode, decode_doc),
+    KW("encode_planes", py_encode_planes, encode_planes_doc),
+    KW("decode_planes", py_decode_planes, decode_planes_doc),
+    {"decoded_size", py_decoded_size, METH_O, decoded_size_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "ckptzip._native",
+    "ckptzip's native core: byte planes, the entropy coder, CRC-32C.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    ckz_crc32c_init();
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_ELEM_SIZE", CKZ_MAX_ELEM_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "STREAM_FORMAT", CKZ_STREAM_FORMAT) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

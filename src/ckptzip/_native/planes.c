@@ -1,0 +1,137 @@
+/* planes.c - byte-plane split/merge (see planes.h for the layout).
+ *
+ * The loops for 1, 2, 4 and 8 byte elements are plain C over byte loads and stores, written so
+ * that GCC and Clang vectorize them (shift, or, pack/unpack); CKZ_CLONES builds them for AVX2 and
+ * for the baseline and picks one at load time.  Other sizes take the generic byte loop.
+ */
+#include "planes.h"
+
+#include "common.h"
+
+/* Rotations written so that rotate == 0 never shifts by the full width (undefined in C). */
+#define ROTL(type, bits, x, r) ((type)(((x) << (r)) | ((x) >> ((bits - (r)) & (bits - 1)))))
+#define ROTR(type, bits, x, r) ((type)(((x) >> (r)) | ((x) << ((bits - (r)) & (bits - 1)))))
+
+CKZ_CLONES static void split1(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
+                              unsigned r) {
+    for (size_t i = 0; i < n; i++) dst[i] = ROTL(uint8_t, 8, src[i], r);
+}
+
+CKZ_CLONES static void merge1(const uint8_t *restrict p0, uint8_t *restrict dst, size_t n,
+                              unsigned r) {
+    for (size_t i = 0; i < n; i++) dst[i] = ROTR(uint8_t, 8, p0[i], r);
+}
+
+CKZ_CLONES static void split2(const uint8_t *restrict src, uint8_t *restrict p0,
+                              uint8_t *restrict p1, size_t n, unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint16_t w = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+        w = ROTL(uint16_t, 16, w, r);
+        p0[i] = (uint8_t)w;
+        p1[i] = (uint8_t)(w >> 8);
+    }
+}
+
+CKZ_CLONES static void merge2(const uint8_t *restrict p0, const uint8_t *restrict p1,
+                              uint8_t *restrict dst, size_t n, unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint16_t w = (uint16_t)(p0[i] | (p1[i] << 8));
+        w = ROTR(uint16_t, 16, w, r);
+        dst[2 * i] = (uint8_t)w;
+        dst[2 * i + 1] = (uint8_t)(w >> 8);
+    }
+}
+
+CKZ_CLONES static void split4(const uint8_t *restrict src, uint8_t *restrict p0,
+                              uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3,
+                              size_t n, unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = (uint32_t)src[4 * i] | ((uint32_t)src[4 * i + 1] << 8) |
+                     ((uint32_t)src[4 * i + 2] << 16) | ((uint32_t)src[4 * i + 3] << 24);
+        w = ROTL(uint32_t, 32, w, r);
+        p0[i] = (uint8_t)w;
+        p1[i] = (uint8_t)(w >> 8);
+        p2[i] = (uint8_t)(w >> 16);
+        p3[i] = (uint8_t)(w >> 24);
+    }
+}
+
+CKZ_CLONES static void merge4(const uint8_t *restrict p0, const uint8_t *restrict p1,
+                              const uint8_t *restrict p2, const uint8_t *restrict p3,
+                              uint8_t *restrict dst, size_t n, unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = (uint32_t)p0[i] | ((uint32_t)p1[i] << 8) | ((uint32_t)p2[i] << 16) |
+                     ((uint32_t)p3[i] << 24);
+        w = ROTR(uint32_t, 32, w, r);
+        dst[4 * i] = (uint8_t)w;
+        dst[4 * i + 1] = (uint8_t)(w >> 8);
+        dst[4 * i + 2] = (uint8_t)(w >> 16);
+        dst[4 * i + 3] = (uint8_t)(w >> 24);
+    }
+}
+
+CKZ_CLONES static void split8(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
+                              unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = ckz_load64(src + 8 * i);
+        w = ROTL(uint64_t, 64, w, r);
+        for (unsigned p = 0; p < 8; p++) dst[p * n + i] = (uint8_t)(w >> (8 * p));
+    }
+}
+
+CKZ_CLONES static void merge8(const uint8_t *const *planes, uint8_t *restrict dst, size_t n,
+                              unsigned r) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = 0;
+        for (unsigned p = 0; p < 8; p++) w |= (uint64_t)planes[p][i] << (8 * p);
+        ckz_store64(dst + 8 * i, ROTR(uint64_t, 64, w, r));
+    }
+}
+
+/* Generic element size k: a left rotation by r = 8*q + b bits moves source byte j to byte
+ * (j + q) mod k, shifted left by b, with the spill of byte j-1 filling its low bits:
+ *     out[t] = (in[(t - q) mod k] << b) | (in[(t - q - 1) mod k] >> (8 - b))   (b > 0). */
+static void split_generic(const uint8_t *src, uint8_t *dst, size_t n, unsigned k, unsigned r) {
+    unsigned q = r / 8, b = r % 8;
+    for (unsigned t = 0; t < k; t++) {
+        unsigned hi = (t + k - q) % k, lo = (t + 2 * k - q - 1) % k;
+        uint8_t *out = dst + (size_t)t * n;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *e = src + i * k;
+            out[i] = b ? (uint8_t)((e[hi] << b) | (e[lo] >> (8 - b))) : e[hi];
+        }
+    }
+}
+
+/* Inverse: rotate right by r, i.e. left by 8k - r. */
+static void merge_generic(const uint8_t *const *planes, uint8_t *dst, size_t n, unsigned k,
+                          unsigned r) {
+    unsigned l = (8 * k - r) % (8 * k), q = l / 8, b = l % 8;
+    for (unsigned t = 0; t < k; t++) {
+        const uint8_t *hi = planes[(t + k - q) % k], *lo = planes[(t + 2 * k - q - 1) % k];
+        for (size_t i = 0; i < n; i++)
+            dst[i * k + t] = b ? (uint8_t)((hi[i] << b) | (lo[i] >> (8 - b))) : hi[i];
+    }
+}
+
+void ckz_split_planes(const uint8_t *src, uint8_t *dst, size_t n, unsigned elem_size,
+                      unsigned rotate) {
+    switch (elem_size) {
+    case 1: split1(src, dst, n, rotate); break;
+    case 2: split2(src, dst, dst + n, n, rotate); break;
+    case 4: split4(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate); break;
+    case 8: split8(src, dst, n, rotate); break;
+    default: split_generic(src, dst, n, elem_size, rotate); break;
+    }
+}
+
+void ckz_merge_planes(const uint8_t *const *planes, uint8_t *dst, size_t n, unsigned elem_size,
+                      unsigned rotate) {
+    switch (elem_size) {
+    case 1: merge1(planes[0], dst, n, rotate); break;
+    case 2: merge2(planes[0], planes[1], dst, n, rotate); break;
+    case 4: merge4(planes[0], planes[1], planes[2], planes[3], dst, n, rotate); break;
+    case 8: merge8(planes, dst, n, rotate); break;
+    default: merge_generic(planes, dst, n, elem_size, rotate); break;
+    }
+}

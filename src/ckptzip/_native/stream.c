@@ -1,0 +1,305 @@
+/* stream.c - framing of the entropy stage: per-segment mode choice, header, validation.
+ *
+ * Stream = header, then the segments' bodies in order (docs/STREAMS.md):
+ *   u8 format | varint n | varint segments | per segment: u8 mode, then
+ *     RAW: nothing (body = the n/segments bytes)   CONST: u8 value (no body)
+ *     HUFF: varint body length
+ * HUFF body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
+ * The decoder checks every field against the bytes actually present before using it.
+ */
+#include "stream.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "huff.h"
+
+/* A segment is HUFF coded only if its body is below CODED_NUM/CODED_DEN of its raw size. */
+#define CODED_NUM 19
+#define CODED_DEN 20
+_Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CODED_DEN, "size * CODED_DEN must not overflow");
+
+#define HEADER_FIXED (1 + 2 * CKZ_MAX_VARINT)     /* format, n, segments */
+#define HEADER_PER_SEGMENT (1 + CKZ_MAX_VARINT)   /* mode, then a value byte or a body length */
+
+/* ---- varints (LEB128, minimal form, < 2^63) -------------------------------------------------- */
+
+static size_t put_varint(uint8_t *out, uint64_t v) {
+    size_t i = 0;
+    for (; v >= 0x80; v >>= 7) out[i++] = (uint8_t)(v | 0x80);
+    out[i++] = (uint8_t)v;
+    return i;
+}
+
+static size_t varint_size(uint64_t v) {
+    size_t i = 1;
+    for (; v >= 0x80; v >>= 7) i++;
+    return i;
+}
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, const char *what,
+                      ckz_err *err) {
+    uint64_t x = 0;
+    for (unsigned i = 0; i < CKZ_MAX_VARINT; i++) {
+        if (*p == end) return ckz_fail(err, "stream truncated inside %s", what);
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (i && !b) return ckz_fail(err, "%s is not a minimal varint", what);
+            *v = x;
+            return 0;
+        }
+    }
+    return ckz_fail(err, "%s is longer than %d varint bytes", what, CKZ_MAX_VARINT);
+}
+
+/* ---- encoder --------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t mode, value;
+    uint8_t len[256];                /* HUFF: code lengths */
+    size_t size[CKZ_HUF_STREAMS];    /* HUFF: bytes of each bitstream */
+    size_t body;                     /* bytes this segment contributes after the header */
+} seg_plan;
+
+size_t ckz_encode_bound(size_t n, unsigned segments) {
+    return HEADER_FIXED + (size_t)segments * HEADER_PER_SEGMENT + n;
+}
+
+static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
+    p->mode = CKZ_MODE_RAW;
+    p->body = m;
+    if (!m) return;
+    uint32_t counts[CKZ_HUF_STREAMS][256];
+    ckz_huf_count(s, m, counts);
+    uint64_t total[256];
+    unsigned distinct = 0;
+    double sumsq = 0;
+    for (unsigned v = 0; v < 256; v++) {
+        total[v] = (uint64_t)counts[0][v] + counts[1][v] + counts[2][v] + counts[3][v];
+        if (total[v]) { distinct++; p->value = (uint8_t)v; }
+        sumsq += (double)total[v] * (double)total[v];
+    }
+    if (distinct == 1) {
+        p->mode = CKZ_MODE_CONST;
+        p->body = 0;
+        return;
+    }
+    /* Shortcut for noise planes: the collision entropy -log2(sum p^2) is a lower bound on the
+     * Shannon entropy, hence on any prefix code's length.  If even that misses the limit (with a
+     * margin far above rounding error), the exact test below would choose RAW too. */
+    double limit = (double)m * CODED_NUM / CODED_DEN;
+    if ((double)m * log2((double)m * (double)m / sumsq) / 8 > limit * (1 + 1e-9) + 1) return;
+
+    ckz_huf_build_lengths(total, p->len);
+    size_t body = ckz_huf_table_size(p->len);
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        p->size[k] = ckz_huf_stream_bytes(counts[k], p->len);
+        body += p->size[k] + (k + 1 < CKZ_HUF_STREAMS ? varint_size(p->size[k]) : 0);
+    }
+    if ((uint64_t)body * CODED_DEN < (uint64_t)m * CODED_NUM) {
+        p->mode = CKZ_MODE_HUFF;
+        p->body = body;
+    }
+}
+
+size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out) {
+    seg_plan plan[CKZ_MAX_SEGMENTS];
+    size_t m = n / segments;
+    for (unsigned j = 0; j < segments; j++) plan_segment(src + j * m, m, &plan[j]);
+
+    uint8_t *o = out;
+    *o++ = CKZ_STREAM_FORMAT;
+    o += put_varint(o, n);
+    o += put_varint(o, segments);
+    for (unsigned j = 0; j < segments; j++) {
+        *o++ = plan[j].mode;
+        if (plan[j].mode == CKZ_MODE_CONST) *o++ = plan[j].value;
+        if (plan[j].mode == CKZ_MODE_HUFF) o += put_varint(o, plan[j].body);
+    }
+    for (unsigned j = 0; j < segments; j++) {
+        const uint8_t *s = src + j * m;
+        const seg_plan *p = &plan[j];
+        if (p->mode == CKZ_MODE_RAW) {
+            memcpy(o, s, m);
+            o += m;
+        } else if (p->mode == CKZ_MODE_HUFF) {
+            o += ckz_huf_write_table(p->len, o);
+            for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
+            size_t q = (m + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
+            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+                o += ckz_huf_encode_stream(s + k * q, ckz_huf_stream_count(m, k), p->len, o);
+        }
+    }
+    return (size_t)(o - out);
+}
+
+size_t ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
+                         uint8_t *out, ckz_err *err) {
+    uint8_t *planes = malloc(n ? n : 1);
+    if (!planes) return (size_t)ckz_fail(err, "out of memory for %zu bytes of planes", n), 0;
+    ckz_split_planes(src, planes, n / elem_size, elem_size, rotate);
+    size_t len = ckz_encode(planes, n, elem_size, out);
+    free(planes);
+    return len;
+}
+
+/* ---- decoder --------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t n;
+    unsigned segments;
+    size_t seg_len;
+    uint8_t mode[CKZ_MAX_SEGMENTS], value[CKZ_MAX_SEGMENTS];
+    const uint8_t *body[CKZ_MAX_SEGMENTS];
+    size_t body_len[CKZ_MAX_SEGMENTS];
+} header;
+
+static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err) {
+    const uint8_t *p = src, *end = src + len;
+    if (!len) return ckz_fail(err, "stream is empty");
+    if (*p != CKZ_STREAM_FORMAT)
+        return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x", *p,
+                        CKZ_STREAM_FORMAT);
+    p++;
+    uint64_t n = 0, segments = 0, v = 0;
+    if (get_varint(&p, end, &n, "decoded length", err)) return -1;
+    if (n > CKZ_MAX_DECODED)
+        return ckz_fail(err, "decoded length %llu exceeds %llu", (unsigned long long)n,
+                        (unsigned long long)CKZ_MAX_DECODED);
+    if (get_varint(&p, end, &segments, "segment count", err)) return -1;
+    if (segments < 1 || segments > CKZ_MAX_SEGMENTS)
+        return ckz_fail(err, "segment count %llu is outside 1..%d", (unsigned long long)segments,
+                        CKZ_MAX_SEGMENTS);
+    if (n % segments)
+        return ckz_fail(err, "decoded length %llu is not a multiple of the segment count %llu",
+                        (unsigned long long)n, (unsigned long long)segments);
+    h->n = n;
+    h->segments = (unsigned)segments;
+    h->seg_len = (size_t)(n / segments);
+    for (unsigned j = 0; j < h->segments; j++) {
+        if (p == end) return ckz_fail(err, "stream truncated in the mode of segment %u", j);
+        h->mode[j] = *p++;
+        h->body_len[j] = 0;
+        switch (h->mode[j]) {
+        case CKZ_MODE_RAW: h->body_len[j] = h->seg_len; break;
+        case CKZ_MODE_CONST:
+            if (p == end) return ckz_fail(err, "stream truncated in the value of segment %u", j);
+            h->value[j] = *p++;
+            break;
+        case CKZ_MODE_HUFF:
+            if (get_varint(&p, end, &v, "a segment's body length", err)) return -1;
+            if (v > (uint64_t)(end - p))
+                return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", j,
+                                (unsigned long long)v, (size_t)(end - p));
+            h->body_len[j] = (size_t)v;
+            break;
+        default: return ckz_fail(err, "segment %u has unknown mode %u", j, h->mode[j]);
+        }
+    }
+    /* Bodies follow in order and must use up the stream exactly. */
+    for (unsigned j = 0; j < h->segments; j++) {
+        size_t left = (size_t)(end - p);
+        if (h->body_len[j] > left)
+            return ckz_fail(err, "stream truncated: segment %u needs %zu body bytes, %zu left", j,
+                            h->body_len[j], left);
+        h->body[j] = p;
+        p += h->body_len[j];
+    }
+    if (p != end) return ckz_fail(err, "stream has %zu trailing bytes", (size_t)(end - p));
+    return 0;
+}
+
+static int decode_huff(const uint8_t *body, size_t len, uint8_t *out, size_t m, unsigned seg,
+                       ckz_err *err) {
+    uint8_t lens[256];
+    size_t used = ckz_huf_read_table(body, len, lens, err);
+    if (!used) return -1;
+    const uint8_t *p = body + used, *end = body + len;
+    const uint8_t *in[CKZ_HUF_STREAMS];
+    size_t size[CKZ_HUF_STREAMS];
+    for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) {
+        uint64_t v = 0;
+        if (get_varint(&p, end, &v, "a huffman stream size", err)) return -1;
+        size[k] = (size_t)v;
+    }
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        size_t left = (size_t)(end - p);
+        if (k + 1 == CKZ_HUF_STREAMS) size[k] = left;
+        if (size[k] > left)
+            return ckz_fail(err, "segment %u: huffman stream %u needs %zu bytes, %zu left", seg,
+                            k, size[k], left);
+        in[k] = p;
+        p += size[k];
+    }
+    ckz_huf_dtable t;
+    ckz_huf_build_dtable(lens, &t);
+    if (ckz_huf_decode(&t, in, size, out, m, err)) return -1;
+    return 0;
+}
+
+int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
+    header h;
+    if (parse_header(src, len, &h, err)) return -1;
+    *n = h.n;
+    return 0;
+}
+
+static int check_dst(const header *h, size_t dst_len, ckz_err *err) {
+    if (h->n != dst_len)
+        return ckz_fail(err, "destination holds %zu bytes but the stream decodes to %llu",
+                        dst_len, (unsigned long long)h->n);
+    return 0;
+}
+
+int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz_err *err) {
+    header h;
+    if (parse_header(src, len, &h, err) || check_dst(&h, dst_len, err)) return -1;
+    size_t m = h.seg_len;
+    for (unsigned j = 0; j < h.segments; j++) {
+        uint8_t *out = dst + j * m;
+        if (h.mode[j] == CKZ_MODE_RAW) memcpy(out, h.body[j], m);
+        else if (h.mode[j] == CKZ_MODE_CONST) memset(out, h.value[j], m);
+        else if (decode_huff(h.body[j], h.body_len[j], out, m, j, err)) return -1;
+    }
+    return 0;
+}
+
+int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len,
+                      unsigned elem_size, unsigned rotate, ckz_err *err) {
+    header h;
+    if (parse_header(src, len, &h, err) || check_dst(&h, dst_len, err)) return -1;
+    if (h.segments != elem_size)
+        return ckz_fail(err, "stream has %u segments but elem_size is %u", h.segments,
+                        elem_size);
+    size_t m = h.seg_len;
+    if (!m) return 0;
+    /* RAW planes are merged straight from the stream; the others get a scratch plane each. */
+    unsigned scratch_planes = 0;
+    for (unsigned j = 0; j < h.segments; j++) scratch_planes += h.mode[j] != CKZ_MODE_RAW;
+    uint8_t *scratch = NULL;
+    if (scratch_planes) {
+        scratch = malloc(scratch_planes * m); /* <= dst_len: bounded by the caller's buffer */
+        if (!scratch) return ckz_fail(err, "out of memory for %u planes of %zu bytes",
+                                      scratch_planes, m);
+    }
+    const uint8_t *planes[CKZ_MAX_SEGMENTS];
+    uint8_t *next = scratch;
+    int rc = 0;
+    for (unsigned j = 0; j < h.segments && !rc; j++) {
+        if (h.mode[j] == CKZ_MODE_RAW) {
+            planes[j] = h.body[j];
+            continue;
+        }
+        planes[j] = next;
+        if (h.mode[j] == CKZ_MODE_CONST) {
+            memset(next, h.value[j], m);
+        } else {
+            rc = decode_huff(h.body[j], h.body_len[j], next, m, j, err);
+        }
+        next += m;
+    }
+    if (!rc) ckz_merge_planes(planes, dst, m, elem_size, rotate);
+    free(scratch);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/* stream.h - the entropy stage's self-describing stream (docs/STREAMS.md has the byte layout).
+ *
+ * A stream carries n bytes cut into `segments` equal slices (the byte planes of one chunk); each
+ * slice is stored RAW, as one CONST byte, or HUFF coded with its own table.
+ */
+#ifndef CKZ_STREAM_H
+#define CKZ_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "planes.h"
+
+#define CKZ_STREAM_FORMAT 0x01   /* first byte of every stream: format version */
+#define CKZ_MAX_SEGMENTS CKZ_MAX_ELEM_SIZE
+#define CKZ_MAX_VARINT 9         /* LEB128 bytes for values < 2^63 */
+#define CKZ_MAX_DECODED ((uint64_t)1 << 56) /* declared lengths beyond this are rejected */
+
+enum { CKZ_MODE_RAW = 0, CKZ_MODE_CONST = 1, CKZ_MODE_HUFF = 2 };
+
+/* Largest stream ckz_encode can produce for n bytes in `segments` segments: coded segments are
+ * never larger than raw ones, so it is n plus the largest header. */
+size_t ckz_encode_bound(size_t n, unsigned segments);
+
+/* Encodes src[0..n) (n % segments == 0, 1 <= segments <= CKZ_MAX_SEGMENTS) into out, which has
+ * room for ckz_encode_bound bytes.  Returns the stream's length.  Never fails. */
+size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out);
+
+/* Same stream as ckz_encode(split_planes(src)), built from the elements directly.  Returns 0 and
+ * sets err only when the scratch allocation fails. */
+size_t ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
+                         uint8_t *out, ckz_err *err);
+
+/* Validates the header and returns the declared decoded length through *n. */
+int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
+
+/* Decodes into dst, whose length must equal the declared one. */
+int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz_err *err);
+
+/* Decodes a stream of elem_size segments and merges the planes into dst (== merge_planes of
+ * ckz_decode's output) without materializing the stored planes. */
+int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len,
+                      unsigned elem_size, unsigned rotate, ckz_err *err);
+
+#endif /* CKZ_STREAM_H */
