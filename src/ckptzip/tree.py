@@ -182,7 +182,9 @@ class _Flattener:
             raw = array.reshape(-1).view(np.uint8)
             if dt.torch_dtype is None:
                 raise UnsupportedError(f"{render_path(path)}: numpy dtype {value.dtype} unsupported")
-            tensor = torch.from_numpy(raw).view(dt.torch_dtype).reshape(value.shape)
+            # torch.from_numpy gives empty arrays a zero stride, which .view(dtype) rejects
+            flat = torch.from_numpy(raw) if raw.size else torch.empty(0, dtype=torch.uint8)
+            tensor = flat.view(dt.torch_dtype).reshape(value.shape)
             index = self.add_leaf(path, dt, tensor)
             self.by_object[id(value)] = index
         else:

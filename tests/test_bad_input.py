@@ -1,0 +1,176 @@
+"""Damaged and hostile files: every fault is a clear ckptzip.Error, never a crash, a hang, a huge
+allocation or silently wrong data."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+import ckptzip
+from ckptzip import _native
+from ckptzip.container import MAGIC, PRELUDE_SIZE, pack_prelude
+
+
+def small_state() -> dict:
+    torch.manual_seed(1)
+    return {
+        "w": torch.randn(64, 32).bfloat16(),
+        "b": torch.randn(32),
+        "ids": torch.arange(40, dtype=torch.int32),
+        "step": 5,
+        "name": "run",
+    }
+
+
+def assert_same(a, b) -> None:
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key].view(torch.uint8) if a[key].dtype == torch.bfloat16 else a[key],
+                               b[key].view(torch.uint8) if b[key].dtype == torch.bfloat16 else b[key])
+        else:
+            assert a[key] == b[key]
+
+
+def split(blob: bytes) -> tuple[dict, bytes]:
+    (header_length,) = struct.unpack_from("<Q", blob, 16)
+    header = json.loads(blob[PRELUDE_SIZE : PRELUDE_SIZE + header_length])
+    return header, blob[PRELUDE_SIZE + header_length :]
+
+
+def rebuild(header: dict, data: bytes) -> bytes:
+    """A file with a *valid* prelude and header checksum around a tampered header."""
+    raw = json.dumps(header).encode()
+    return pack_prelude(raw) + raw + data
+
+
+BLOB = ckptzip.dumps(small_state())
+
+
+def test_every_truncation_is_detected() -> None:
+    for cut in range(len(BLOB)):
+        with pytest.raises(ckptzip.Error):
+            ckptzip.loads(BLOB[:cut])
+
+
+def test_trailing_bytes_are_detected() -> None:
+    with pytest.raises(ckptzip.CorruptError, match="trailing"):
+        ckptzip.loads(BLOB + b"\0")
+
+
+def test_every_single_byte_flip_is_detected_or_harmless() -> None:
+    original = small_state()
+    harmless = 0
+    for position in range(len(BLOB)):
+        damaged = bytearray(BLOB)
+        damaged[position] ^= 0x40
+        try:
+            out = ckptzip.loads(bytes(damaged))
+        except ckptzip.Error:
+            continue
+        assert_same(original, out)  # never silently wrong
+        harmless += 1
+    assert harmless < len(BLOB) // 100
+
+
+def test_wrong_magic_names_the_file(tmp_path) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}" + b"\0" * 40)
+    with pytest.raises(ckptzip.FormatError, match=r"model\.safetensors.*not a \.ckz") as info:
+        ckptzip.load(path)
+    assert "ckptzip compress" in str(info.value)
+
+
+def test_newer_format_version_is_refused_clearly() -> None:
+    blob = bytearray(BLOB)
+    struct.pack_into("<H", blob, 8, 99)
+    struct.pack_into("<I", blob, 28, _native.crc32c(bytes(blob[:28])))
+    with pytest.raises(ckptzip.VersionError, match="format version 99.*upgrade"):
+        ckptzip.loads(bytes(blob))
+
+
+def test_header_length_beyond_the_file() -> None:
+    blob = bytearray(BLOB)
+    struct.pack_into("<Q", blob, 16, 2**60)
+    struct.pack_into("<I", blob, 28, _native.crc32c(bytes(blob[:28])))
+    with pytest.raises(ckptzip.TruncatedError):
+        ckptzip.loads(bytes(blob))
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda h: h["leaves"][0].update(shape=[2**40, 2**40]),
+        lambda h: h["leaves"][0].update(shape=[-1]),
+        lambda h: h["leaves"][0].update(chunk=2**62),
+        lambda h: h["leaves"][0].update(chunk=0),
+        lambda h: h["leaves"][0]["chunks"][0].__setitem__(0, 2**62),
+        lambda h: h["leaves"][0].update(offset=2**62),
+        lambda h: h["leaves"][0].update(chunks=h["leaves"][0]["chunks"] * 1000),
+        lambda h: h["leaves"][0].update(dtype="float128"),
+        lambda h: h["leaves"][0].update(pipeline=[{"id": "nope"}]),
+        lambda h: h["leaves"][0].update(pipeline=[{"id": "byteplanes", "width": 3}]),
+        lambda h: h.update(data_length=h["data_length"] + 10),
+        lambda h: h.update(tree={"t": "tensor", "i": 99}),
+        lambda h: h.update(tree={"t": "exec", "v": "import os"}),
+        lambda h: h.update(leaves=None),
+    ],
+)
+def test_absurd_or_malformed_headers_are_rejected(tamper) -> None:
+    header, data = split(BLOB)
+    tamper(header)
+    with pytest.raises(ckptzip.FormatError):
+        ckptzip.loads(rebuild(header, data))
+
+
+@pytest.mark.parametrize("depth", [300, 100_000])
+def test_deep_nesting_is_rejected(depth: int) -> None:
+    header, data = split(BLOB)
+    header["tree"] = "@TREE@"
+    deep = '{"t":"list","v":[' * depth + "1" + "]}" * depth
+    raw = json.dumps(header).replace('"@TREE@"', deep).encode()
+    with pytest.raises(ckptzip.FormatError):
+        ckptzip.loads(pack_prelude(raw) + raw + data)
+
+
+def test_a_swapped_chunk_with_valid_crcs_still_fails_raw_check() -> None:
+    """Chunks moved between tensors keep their stored CRC but cannot pass the raw-data CRC."""
+    state = {"a": torch.randn(1000), "b": torch.randn(1000)}
+    header, data = split(ckptzip.dumps(state))
+    a, b = header["leaves"]
+    a["chunks"][0][2], b["chunks"][0][2] = b["chunks"][0][2], a["chunks"][0][2]
+    with pytest.raises(ckptzip.CorruptError, match="decoded bytes fail their checksum"):
+        ckptzip.loads(rebuild(header, data))
+
+
+def test_failed_save_leaves_previous_file_intact(tmp_path) -> None:
+    path = tmp_path / "ckpt.ckz"
+    ckptzip.save({"w": torch.ones(10)}, path)
+    before = path.read_bytes()
+    with pytest.raises(ckptzip.UnsupportedError, match=r"bad\.fn"):
+        ckptzip.save({"w": torch.zeros(10), "bad": {"fn": print}}, path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ckpt.ckz"]
+
+
+def test_unsupported_values_name_their_key_path() -> None:
+    with pytest.raises(ckptzip.UnsupportedError, match=r"optimizer\.state\.3\.fn"):
+        ckptzip.dumps({"optimizer": {"state": {3: {"fn": lambda: 0}}}})
+    with pytest.raises(ckptzip.UnsupportedError, match="to_dense"):
+        ckptzip.dumps({"s": torch.eye(3).to_sparse()})
+    with pytest.raises(ckptzip.UnsupportedError, match="quantized"):
+        ckptzip.dumps({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)})
+
+
+def test_unknown_mode_and_bad_threads() -> None:
+    with pytest.raises(ckptzip.ConfigError, match="lossless"):
+        ckptzip.dumps({}, mode="zip")
+    with pytest.raises(ckptzip.ConfigError):
+        ckptzip.dumps({}, threads=-1)
+
+
+def test_magic_is_documented_value() -> None:
+    assert BLOB.startswith(MAGIC) and MAGIC == b"\x89CKZ\r\n\x1a\n"
