@@ -1,0 +1,128 @@
+"""The command line, end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import ckptzip
+from ckptzip.cli import main
+
+
+@pytest.fixture()
+def model_file(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path / "model.safetensors"
+    save_file(
+        {"emb.weight": torch.randn(300, 64).bfloat16(), "norm.bias": torch.zeros(64),
+         "ids": torch.arange(12)},
+        str(path),
+        metadata={"format": "pt", "note": "kept"},
+    )
+    return path
+
+
+def test_safetensors_round_trip_is_byte_identical(model_file: Path, tmp_path: Path) -> None:
+    assert main(["compress", "-q", str(model_file)]) == 0
+    packed = tmp_path / "model.safetensors.ckz"
+    assert packed.exists()
+    original = model_file.read_bytes()
+    model_file.unlink()
+    assert main(["decompress", "-q", str(packed)]) == 0
+    assert model_file.read_bytes() == original
+
+
+def test_decompress_refuses_to_overwrite_without_force(model_file: Path, capsys) -> None:
+    main(["compress", "-q", str(model_file)])
+    assert main(["decompress", "-q", str(model_file) + ".ckz"]) == 1
+    assert "-f to overwrite" in capsys.readouterr().err
+    assert main(["decompress", "-q", "-f", str(model_file) + ".ckz"]) == 0
+
+
+def test_torch_file_and_format_conversion(tmp_path: Path) -> None:
+    state = {"model": {"w": torch.randn(10, 3)}, "step": 4}
+    src = tmp_path / "ckpt.pt"
+    torch.save(state, src)
+    assert main(["-q", str(src)]) == 0  # zstd habit: a bare FILE compresses
+    out = tmp_path / "restored.pt"
+    assert main(["-d", "-q", str(src) + ".ckz", "-o", str(out)]) == 0
+    restored = torch.load(out, weights_only=True)
+    assert torch.equal(restored["model"]["w"], state["model"]["w"]) and restored["step"] == 4
+    assert main(["decompress", "-q", str(src) + ".ckz", "--to", "safetensors",
+                 "-o", str(tmp_path / "flat.safetensors")]) == 1  # "step" is not a tensor
+
+
+def test_hf_style_directory_round_trip(tmp_path: Path, model_file: Path) -> None:
+    ckpt = tmp_path / "checkpoint-10"
+    ckpt.mkdir()
+    model_file.rename(ckpt / "model.safetensors")
+    torch.save({"state": {0: {"exp_avg": torch.randn(5)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+               ckpt / "optimizer.pt")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
+    (ckpt / "sub").mkdir()
+    (ckpt / "sub" / "notes.txt").write_bytes(b"\x00binary\xff")
+    assert main(["compress", "-q", str(ckpt)]) == 0
+    restored = tmp_path / "restored"
+    assert main(["decompress", "-q", str(tmp_path / "checkpoint-10.ckz"), "-o", str(restored)]) == 0
+    for name in ("model.safetensors", "trainer_state.json", "sub/notes.txt"):
+        assert (restored / name).read_bytes() == (ckpt / name).read_bytes(), name
+    opt = torch.load(restored / "optimizer.pt", weights_only=True)
+    assert torch.equal(opt["state"][0]["exp_avg"],
+                       torch.load(ckpt / "optimizer.pt", weights_only=True)["state"][0]["exp_avg"])
+
+
+def test_inspect_and_json(model_file: Path, capsys) -> None:
+    main(["compress", "-q", str(model_file)])
+    capsys.readouterr()
+    assert main(["inspect", str(model_file) + ".ckz"]) == 0
+    text = capsys.readouterr().out
+    assert "emb.weight" in text and "bfloat16" in text and "300x64" in text and "total" in text
+    assert main(["-l", "--json", str(model_file) + ".ckz"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["tensors"] == 3 and info["source"] == "safetensors"
+    by_name = {leaf["name"]: leaf for leaf in info["leaves"]}
+    assert by_name["emb.weight"]["codec"].startswith("byteplanes(2,1)+entropy")
+    assert by_name["norm.bias"]["ratio"] > 1
+
+
+def test_verify_exit_status(model_file: Path, tmp_path: Path, capsys) -> None:
+    main(["compress", "-q", str(model_file)])
+    packed = Path(str(model_file) + ".ckz")
+    assert main(["verify", str(packed)]) == 0
+    assert "OK" in capsys.readouterr().err
+    data = bytearray(packed.read_bytes())
+    data[-10] ^= 1
+    damaged = tmp_path / "damaged.ckz"
+    damaged.write_bytes(bytes(data))
+    assert main(["-t", str(packed), str(damaged)]) == 1
+    err = capsys.readouterr().err
+    assert "damaged.ckz" in err and "damaged" in err
+
+
+def test_errors_are_one_clear_line(tmp_path: Path, capsys) -> None:
+    assert main(["compress", str(tmp_path / "missing.pt")]) == 1
+    assert "missing.pt: no such file" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("hello")
+    assert main(["compress", str(tmp_path / "notes.txt")]) == 1
+    assert "unknown input" in capsys.readouterr().err
+
+
+def test_help_teaches() -> None:
+    result = subprocess.run([sys.executable, "-m", "ckptzip.cli", "--help"], capture_output=True,
+                            text=True, check=True)
+    for word in ("compress", "decompress", "inspect", "verify", "bench", "demo", "examples"):
+        assert word in result.stdout
+    result = subprocess.run([sys.executable, "-m", "ckptzip.cli", "compress", "--help"],
+                            capture_output=True, text=True, check=True)
+    assert "-T N" in result.stdout and "--force" in result.stdout
+
+
+def test_console_script_version() -> None:
+    result = subprocess.run([sys.executable, "-m", "ckptzip.cli", "-V"], capture_output=True, text=True)
+    assert result.stdout.strip() == f"ckptzip {ckptzip.__version__}"
