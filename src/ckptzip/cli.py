@@ -167,7 +167,7 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads) as ckpt:
             source = ckpt.header.raw.get("source") or {}
-            native_format = FORMAT_OF_SOURCE.get(source.get("kind"), "pt")
+            native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
             stem = src[: -len(SUFFIX)] if src.endswith(SUFFIX) else src + ".restored"
             if kind != native_format or not source:
@@ -198,7 +198,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads) as ckpt:
             raw = ckpt.header.raw
-            rows = [
+            rows: list[dict[str, Any]] = [
                 {
                     "name": leaf.name, "dtype": leaf.dtype.name, "shape": list(leaf.shape),
                     "codec": _codec_summary(leaf.pipeline.get_config()),
@@ -209,7 +209,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
                 for leaf in ckpt.leaves
             ]
             raw_total = sum(r["raw_bytes"] for r in rows)
-            summary = {
+            summary: dict[str, Any] = {
                 "path": src, "format": raw.get("version"), "creator": raw.get("creator"),
                 "mode": raw.get("mode"), "id": raw.get("id"), "metadata": raw.get("metadata"),
                 "source": (raw.get("source") or {}).get("kind"), "tensors": len(rows),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import _native
@@ -21,7 +22,7 @@ from .tree import KeyPath, render_path, unflatten
 #: Raw bytes decoded by one worker task.
 TASK_BYTES = 4 << 20
 
-_Job = tuple[LeafInfo, int, ChunkRef, memoryview]  # leaf, chunk index, chunk, output slice
+_Job = tuple[LeafInfo, int, ChunkRef, np.ndarray]  # leaf, chunk index, chunk, output slice
 
 
 @dataclass
@@ -160,7 +161,7 @@ class CheckpointFile:
         jobs: list[_Job] = []
         for i in indices:
             leaf = self.leaves[i]
-            out = memoryview(buffers[i].numpy())
+            out = buffers[i].numpy()
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
                 jobs.append((leaf, k, chunk, out[start : start + chunk.raw_length]))

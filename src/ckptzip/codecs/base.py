@@ -19,12 +19,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch
 
 from ..errors import ConfigError, FormatError
 
-Buffer = bytes | bytearray | memoryview | np.ndarray
+#: Anything with the buffer protocol (bytes, bytearray, memoryview, numpy arrays). Typed as Any
+#: because numpy's stubs only declare ``__buffer__`` for Python >= 3.12.
+Buffer = Any
 
 _REGISTRY: dict[str, type[Codec]] = {}
 
