@@ -52,15 +52,14 @@ def machine_info() -> dict[str, Any]:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "ckptzip": __version__,
         "commit": commit or "unknown",
         "peers": {p.name: f"{p.package} {p.version()}" for p in peers.PEERS.values()},
-        "missing_peers": {
-            p.name: p.unavailable_reason() for p in peers.PEERS.values() if not p.available()
-        },
+        "missing_peers": {p.name: p.unavailable_reason() for p in peers.PEERS.values() if not p.available()},
         "command": shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
     }
 
@@ -68,7 +67,8 @@ def machine_info() -> dict[str, Any]:
 def info_markdown(info: dict[str, Any]) -> str:
     """The header of a results file: machine, versions, command."""
     lines = [
-        f"- Machine: {info['cpu']}, {info['cores']} cores",
+        f"- Machine: {info['cpu']}, {info['cores']} cores "
+        f"(load average {info['load_average']:.2f} at the start)",
         f"- Python {info['python']}, torch {info['torch']}, numpy {info['numpy']}, "
         f"ckptzip {info['ckptzip']} (commit {info['commit']})",
         "- Peers: " + ", ".join(f"{name} ({ver})" for name, ver in info["peers"].items()),

@@ -76,18 +76,12 @@ class DataSet:
 
 SETS: dict[str, DataSet] = {
     "minilm-fp32": DataSet("all-MiniLM-L6-v2 weights, fp32", lambda q: minilm(torch.float32, q)),
-    "minilm-bf16": DataSet(
-        "all-MiniLM-L6-v2 weights, cast to bf16", lambda q: minilm(torch.bfloat16, q)
-    ),
-    "gpt-fp32": DataSet(
-        "small GPT weights, fp32", lambda q: gpt_weights(gpt_state(q), torch.float32)
-    ),
+    "minilm-bf16": DataSet("all-MiniLM-L6-v2 weights, cast to bf16", lambda q: minilm(torch.bfloat16, q)),
+    "gpt-fp32": DataSet("small GPT weights, fp32", lambda q: gpt_weights(gpt_state(q), torch.float32)),
     "gpt-bf16": DataSet(
         "small GPT weights, cast to bf16", lambda q: gpt_weights(gpt_state(q), torch.bfloat16)
     ),
-    "adam-exp-avg": DataSet(
-        "small GPT, Adam exp_avg (fp32)", lambda q: adam_moment(gpt_state(q), "exp_avg")
-    ),
+    "adam-exp-avg": DataSet("small GPT, Adam exp_avg (fp32)", lambda q: adam_moment(gpt_state(q), "exp_avg")),
     "adam-exp-avg-sq": DataSet(
         "small GPT, Adam exp_avg_sq (fp32)", lambda q: adam_moment(gpt_state(q), "exp_avg_sq")
     ),
@@ -106,9 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=thread_counts(f"1,{os.cpu_count() or 1}"),
         help="comma-separated thread counts, 'all' = every core (default: 1 and all)",
     )
-    parser.add_argument(
-        "--sets", type=csv(list(SETS)), default=list(SETS), help=f"of {', '.join(SETS)}"
-    )
+    parser.add_argument("--sets", type=csv(list(SETS)), default=list(SETS), help=f"of {', '.join(SETS)}")
     parser.add_argument(
         "--tools",
         type=csv([benchtool.CKPTZIP, *benchtool.peer_registry.PEERS]),
@@ -116,9 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="ckptzip and/or peers to measure (default: ckptzip and every installed peer)",
     )
     parser.add_argument("--repeat", type=int, default=None, help="timed passes (default 3)")
-    parser.add_argument(
-        "--out", type=Path, default=OUT_DIR, help="where to write lossless.md/.json"
-    )
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write lossless.md/.json")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
@@ -142,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += benchtool.compare(
                 state, threads=threads, repeat=args.repeat, peers=args.tools, progress=True
             )
-        title = (
-            f"**{data_set.title}** ({rows[0].raw_bytes / 1e6:.1f} MB): order-0 bound {bound:.3f}"
-        )
+        title = f"**{data_set.title}** ({rows[0].raw_bytes / 1e6:.1f} MB): order-0 bound {bound:.3f}"
         table = benchtool.format_table(rows, title)
         print(table + "\n", flush=True)
         sections.append(table)

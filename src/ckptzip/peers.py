@@ -175,7 +175,7 @@ class ZstdPlanes(Zstd):
         planes = [
             np.frombuffer(self._decompress(part, like.size), np.uint8) for part in _unpack(blob)
         ]
-        return _like(np.stack(planes, axis=1), like)
+        return _like(np.stack(planes, axis=1).data, like)
 
 
 class Blosc2(Peer):
