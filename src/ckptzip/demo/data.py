@@ -17,9 +17,7 @@ def stdlib_files() -> tuple[Path, ...]:
     """The standard library's `*.py` files (installed packages excluded), in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = [
-        p
-        for p in root.rglob("*.py")
-        if p.is_file() and _SKIP_DIRS.isdisjoint(p.relative_to(root).parts)
+        p for p in root.rglob("*.py") if p.is_file() and _SKIP_DIRS.isdisjoint(p.relative_to(root).parts)
     ]
     return tuple(sorted(files, key=lambda p: p.relative_to(root).as_posix()))
 
@@ -38,9 +36,7 @@ def load_corpus(max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=torch.uint8).to(torch.int64)
 
 
-def split_corpus(
-    data: torch.Tensor, val_fraction: float = 0.1
-) -> tuple[torch.Tensor, torch.Tensor]:
+def split_corpus(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, val): the last `val_fraction` of the tokens is the validation set."""
     n_train = int(len(data) * (1.0 - val_fraction))
     return data[:n_train], data[n_train:]

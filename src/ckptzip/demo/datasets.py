@@ -83,9 +83,7 @@ def gpt_training_run(
         raise ValueError(f"save_every must be in 1..steps, got {save_every} for {steps} steps")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     run_dir = root / _run_key(config, seed, steps, save_every)
-    paths = {
-        step: run_dir / f"step-{step:06d}.pt" for step in range(save_every, steps + 1, save_every)
-    }
+    paths = {step: run_dir / f"step-{step:06d}.pt" for step in range(save_every, steps + 1, save_every)}
     if all(p.exists() for p in paths.values()):
         return [(step, torch.load(p, weights_only=True)) for step, p in paths.items()]
 

@@ -125,9 +125,7 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def make_optimizer(
-    model: nn.Module, lr: float = 3e-4, weight_decay: float = 0.1
-) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, lr: float = 3e-4, weight_decay: float = 0.1) -> torch.optim.AdamW:
     """AdamW: group 0 (matrices, embeddings) decays, group 1 (biases, norms) does not."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [

@@ -78,7 +78,7 @@ def zstd_ratio(state: dict[str, Any]) -> float | None:
         if (t.data_ptr(), t.nbytes) in seen:
             continue
         seen.add((t.data_ptr(), t.nbytes))
-        data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data
         raw += data.nbytes
         stored += len(compressor.compress(data))
     stored += len(compressor.flush())
@@ -130,9 +130,7 @@ def format_table(rows: list[Row]) -> str:
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines
-    )
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
 
 
 def _totals(rows: list[Row]) -> Row:
@@ -215,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if target == resume_at:
             steps = min(RESUME_CHECK_STEPS, args.steps - target)
-            trainer, resume = check_resume(
-                trainer, loaded, train_data, steps, args.steps, args.seed
-            )
+            trainer, resume = check_resume(trainer, loaded, train_data, steps, args.steps, args.seed)
             losses += resume.losses
             say(f"resumed from {path.name}: {'exact' if resume.exact else 'NOT exact'}")
 
