@@ -56,13 +56,26 @@ static inline void ckz_store64(uint8_t *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
-/* CKZ_CLONES: compile a plain C loop twice, for AVX2 and for the x86-64 baseline (SSE2), and let
- * the loader pick one (GCC/Clang ifunc).  The wheel thus runs on any x86-64 and still uses 256-bit
- * vectors where present.  Elsewhere (aarch64: NEON is baseline) it expands to nothing. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(CKZ_NO_CLONES)
-#define CKZ_CLONES __attribute__((target_clones("avx2", "default")))
+/* CPU dispatch.  The wheel targets the x86-64 baseline (SSE2); hot loops are compiled a second
+ * time for "v3" CPUs (AVX2 + BMI2: 256-bit vectors, flag-free variable shifts) and picked at run
+ * time.  CKZ_VERSIONED(name, params, args) defines `name` calling the always-inline `name##_impl`
+ * through the best variant; ckz_cpu_v3 is written once by ckz_cpu_init (module init) and only
+ * read afterwards.  Elsewhere (aarch64: NEON is baseline) there is one variant. */
+extern int ckz_cpu_v3;
+void ckz_cpu_init(void);
+
+#define CKZ_INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#define CKZ_VERSIONED(name, params, args)                                                      \
+    static void name##_base params { name##_impl args; }                                       \
+    __attribute__((target("avx2,bmi2"))) static void name##_v3 params { name##_impl args; }    \
+    static void name params {                                                                  \
+        if (ckz_cpu_v3) name##_v3 args;                                                        \
+        else name##_base args;                                                                 \
+    }
 #else
-#define CKZ_CLONES
+#define CKZ_VERSIONED(name, params, args)                                                      \
+    static void name params { name##_impl args; }
 #endif
 
 #endif /* CKZ_COMMON_H */

@@ -17,7 +17,7 @@ _Static_assert(LOOKUPS_PER_PEEK * MAX_BITS <= 57, "a peek must cover every looku
 
 /* ---- histogram ------------------------------------------------------------------------------ */
 
-void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
+CKZ_INLINE void count_impl(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
     /* Two sub-histograms per stream (even and odd positions): a run of one symbol then updates a
      * given counter only every 8th increment, so increments do not wait on each other's stores. */
     uint32_t h[2 * CKZ_HUF_STREAMS][256];
@@ -40,6 +40,12 @@ void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS
         for (size_t j = common; j < m[k]; j++) h[2 * k][s[k][j]]++;
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         for (unsigned v = 0; v < 256; v++) counts[k][v] = h[2 * k][v] + h[2 * k + 1][v];
+}
+CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]),
+              (src, n, counts))
+
+void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
+    count(src, n, counts);
 }
 
 /* ---- code lengths --------------------------------------------------------------------------- */
@@ -202,38 +208,74 @@ size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]) {
 }
 
 /* Symbols still to come when the fast loop stores 8 bytes: they hold >= 64 bits (codes are >= 1
- * bit), so the 8-byte store never passes the stream's own end. */
+ * bit), so the 8-byte store never passes the stream's own end and never touches the next
+ * stream, which is being written at the same time. */
 #define ENC_FAST_MARGIN (64 + 4)
 
-size_t ckz_huf_encode_stream(const uint8_t *src, size_t n, const uint8_t len[256], uint8_t *out) {
+typedef struct {
+    uint64_t b;   /* pending bits, LSB-first */
+    unsigned c;   /* pending bit count: < 8 after a flush, < 8 + 4*MAX_BITS < 64 before */
+    uint8_t *o;
+} bitwriter;
+
+/* Appends the codes of s[0..4) and flushes whole bytes with one 8-byte store. */
+#define ENC_PUT4(w, s, enc)                                                                    \
+    do {                                                                                       \
+        for (unsigned u_ = 0; u_ < 4; u_++) {                                                  \
+            uint32_t e_ = (enc)[(s)[u_]];                                                      \
+            (w).b |= (uint64_t)(e_ & 0xffff) << (w).c;                                         \
+            (w).c += e_ >> 16;                                                                 \
+        }                                                                                      \
+        ckz_store64((w).o, (w).b);                                                             \
+        (w).o += (w).c >> 3;                                                                   \
+        (w).b >>= (w).c & ~7u;                                                                 \
+        (w).c &= 7;                                                                            \
+    } while (0)
+
+/* Codes src[i..n) into w byte-exactly, then pads the last byte with zeros. */
+CKZ_INLINE void encode_finish(bitwriter w, const uint8_t *src, size_t i, size_t n,
+                          const uint32_t enc[256]) {
+    for (; i + ENC_FAST_MARGIN <= n; i += 4) ENC_PUT4(w, src + i, enc);
+    for (; i < n; i++) {
+        uint32_t e = enc[src[i]];
+        w.b |= (uint64_t)(e & 0xffff) << w.c;
+        w.c += e >> 16;
+        for (; w.c >= 8; w.c -= 8, w.b >>= 8) *w.o++ = (uint8_t)w.b;
+    }
+    if (w.c) *w.o = (uint8_t)w.b;
+}
+
+CKZ_INLINE void encode_impl(const uint8_t *src, size_t n, const uint32_t enc[256],
+                            const size_t size[CKZ_HUF_STREAMS], uint8_t *out) {
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
+    const uint8_t *s0 = src, *s1 = src + q, *s2 = src + 2 * q, *s3 = src + 3 * q;
+    bitwriter w0 = {0, 0, out}, w1 = {0, 0, w0.o + size[0]};
+    bitwriter w2 = {0, 0, w1.o + size[1]}, w3 = {0, 0, w2.o + size[2]};
+    /* Four independent chains in lockstep over the positions every quarter has (the last
+     * quarter is the shortest); scalars, not arrays, since byte stores may alias arrays. */
+    size_t common = ckz_huf_stream_count(n, 3), i = 0;
+    for (; i + ENC_FAST_MARGIN <= common; i += 4) {
+        ENC_PUT4(w0, s0 + i, enc);
+        ENC_PUT4(w1, s1 + i, enc);
+        ENC_PUT4(w2, s2 + i, enc);
+        ENC_PUT4(w3, s3 + i, enc);
+    }
+    encode_finish(w0, s0, i, ckz_huf_stream_count(n, 0), enc);
+    encode_finish(w1, s1, i, ckz_huf_stream_count(n, 1), enc);
+    encode_finish(w2, s2, i, ckz_huf_stream_count(n, 2), enc);
+    encode_finish(w3, s3, i, common, enc);
+}
+CKZ_VERSIONED(encode, (const uint8_t *src, size_t n, const uint32_t enc[256],
+                       const size_t size[CKZ_HUF_STREAMS], uint8_t *out),
+              (src, n, enc, size, out))
+
+void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
+                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out) {
     uint16_t code[256];
     canonical_codes(len, code);
     uint32_t enc[256]; /* code | length << 16: one load per symbol */
     for (unsigned s = 0; s < 256; s++) enc[s] = code[s] | ((uint32_t)len[s] << 16);
-
-    uint64_t b = 0; /* pending bits, LSB-first */
-    unsigned c = 0; /* number of pending bits: < 8 after a flush, < 8 + 4*MAX_BITS < 64 before */
-    uint8_t *o = out;
-    size_t i = 0;
-    for (; i + ENC_FAST_MARGIN <= n; i += 4) {
-        for (unsigned u = 0; u < 4; u++) {
-            uint32_t e = enc[src[i + u]];
-            b |= (uint64_t)(e & 0xffff) << c;
-            c += e >> 16;
-        }
-        ckz_store64(o, b);
-        o += c >> 3;
-        b >>= c & ~7u;
-        c &= 7;
-    }
-    for (; i < n; i++) { /* byte-exact tail */
-        uint32_t e = enc[src[i]];
-        b |= (uint64_t)(e & 0xffff) << c;
-        c += e >> 16;
-        for (; c >= 8; c -= 8, b >>= 8) *o++ = (uint8_t)b;
-    }
-    if (c) *o++ = (uint8_t)b; /* final partial byte, zero padded */
-    return (size_t)(o - out);
+    encode(src, n, enc, size, out);
 }
 
 /* ---- decoder -------------------------------------------------------------------------------- */
@@ -285,7 +327,7 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
 }
 
 /* Bytes of a stream at byte offset `at`, zero past its end: the slow path's peek. */
-static uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
+CKZ_INLINE uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
     uint8_t tmp[8] = {0};
     if (at < size) memcpy(tmp, base + at, size - at < 8 ? size - at : 8);
     return ckz_load64(tmp);
@@ -307,15 +349,15 @@ static uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
 
 /* Fast-path precondition: the 8-byte peek lies inside the stream, and the symbols it may yield
  * (PEEK_OUT_BYTES, all real since at least that many remain) fit before oend. */
-static inline int fast_ok(size_t bitpos, size_t size, const uint8_t *o, const uint8_t *oend) {
+CKZ_INLINE int fast_ok(size_t bitpos, size_t size, const uint8_t *o, const uint8_t *oend) {
     return (bitpos >> 3) + 8 <= size && (size_t)(oend - o) >= PEEK_OUT_BYTES;
 }
 
 /* Finishes one stream: fast peeks while they are safe, then one symbol per lookup with zero-padded
- * peeks.  A corrupt stream may run past its end; that reads zeros and is caught by the caller. */
-static void decode_rest(const uint64_t *T, const uint8_t *base, size_t size, size_t *bitpos_io,
-                        uint8_t *o, uint8_t *oend) {
-    size_t bitpos = *bitpos_io;
+ * peeks.  A corrupt stream may run past its end; that reads zeros and is caught by the caller.
+ * Returns the final bit position. */
+CKZ_INLINE size_t decode_rest(const uint64_t *T, const uint8_t *base, size_t size, size_t bitpos,
+                          uint8_t *o, uint8_t *oend) {
     while (fast_ok(bitpos, size, o, oend)) DECODE_PEEK(T, base, bitpos, o);
     while (o < oend) {
         uint64_t pk = load64_safe(base, size, bitpos >> 3) >> (bitpos & 7);
@@ -327,30 +369,47 @@ static void decode_rest(const uint64_t *T, const uint8_t *base, size_t size, siz
             bitpos += l;
         }
     }
-    *bitpos_io = bitpos;
+    return bitpos;
 }
 
-int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
-                   const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
-    const uint64_t *T = t->e;
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, bitpos[CKZ_HUF_STREAMS] = {0};
+/* Decodes every stream; bitpos[k] receives stream k's final bit position. */
+CKZ_INLINE void decode_impl(const uint64_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
+                            const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
+                            size_t bitpos[CKZ_HUF_STREAMS]) {
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
     uint8_t *o[CKZ_HUF_STREAMS], *oend[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         o[k] = out + (k * q < n ? k * q : n);
         oend[k] = o[k] + ckz_huf_stream_count(n, k);
     }
-    /* Four independent chains in lockstep while every stream is far from both of its ends. */
-    while (fast_ok(bitpos[0], size[0], o[0], oend[0]) &&
-           fast_ok(bitpos[1], size[1], o[1], oend[1]) &&
-           fast_ok(bitpos[2], size[2], o[2], oend[2]) &&
-           fast_ok(bitpos[3], size[3], o[3], oend[3])) {
-        DECODE_PEEK(T, in[0], bitpos[0], o[0]);
-        DECODE_PEEK(T, in[1], bitpos[1], o[1]);
-        DECODE_PEEK(T, in[2], bitpos[2], o[2]);
-        DECODE_PEEK(T, in[3], bitpos[3], o[3]);
+    /* Four independent chains in lockstep while every stream is far from both of its ends.  The
+     * state lives in scalars: the symbol stores are byte stores, which may alias any array, so
+     * array-held state would be reloaded after every store. */
+    const uint8_t *in0 = in[0], *in1 = in[1], *in2 = in[2], *in3 = in[3];
+    size_t bp0 = 0, bp1 = 0, bp2 = 0, bp3 = 0;
+    uint8_t *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    while (fast_ok(bp0, size[0], o0, oend[0]) && fast_ok(bp1, size[1], o1, oend[1]) &&
+           fast_ok(bp2, size[2], o2, oend[2]) && fast_ok(bp3, size[3], o3, oend[3])) {
+        DECODE_PEEK(T, in0, bp0, o0);
+        DECODE_PEEK(T, in1, bp1, o1);
+        DECODE_PEEK(T, in2, bp2, o2);
+        DECODE_PEEK(T, in3, bp3, o3);
     }
+    bitpos[0] = decode_rest(T, in0, size[0], bp0, o0, oend[0]);
+    bitpos[1] = decode_rest(T, in1, size[1], bp1, o1, oend[1]);
+    bitpos[2] = decode_rest(T, in2, size[2], bp2, o2, oend[2]);
+    bitpos[3] = decode_rest(T, in3, size[3], bp3, o3, oend[3]);
+}
+CKZ_VERSIONED(decode, (const uint64_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
+                       const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
+                       size_t bitpos[CKZ_HUF_STREAMS]),
+              (T, in, size, out, n, bitpos))
+
+int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
+                   const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
+    size_t bitpos[CKZ_HUF_STREAMS];
+    decode(t->e, in, size, out, n, bitpos);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-        decode_rest(T, in[k], size[k], &bitpos[k], o[k], oend[k]);
         /* Every stream must end in its last byte: its final code ends there, and no byte is
          * left over.  (bitpos <= 11 bits per symbol, far from overflow.) */
         if ((bitpos[k] + 7) / 8 != size[k])

@@ -43,10 +43,14 @@ size_t ckz_huf_write_table(const uint8_t len[256], uint8_t *out);
  * used symbols, Kraft sum exactly 1.  Returns bytes consumed, or 0 with err set. */
 size_t ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], ckz_err *err);
 
-/* Encodes src[0..n) (every symbol must have len > 0) as one bitstream; returns its byte length,
- * which equals ckz_huf_stream_bytes.  Writes exactly that many bytes. */
-size_t ckz_huf_encode_stream(const uint8_t *src, size_t n, const uint8_t len[256], uint8_t *out);
+/* Exact byte size of one stream holding `count` symbols (the sizes ckz_huf_encode needs). */
 size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]);
+
+/* Encodes src[0..n) (every symbol must have len > 0) as CKZ_HUF_STREAMS streams laid end to end
+ * at out, stream k being size[k] bytes (from ckz_huf_stream_bytes over quarter k).  Writes
+ * exactly the sum of size[] bytes. */
+void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
+                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out);
 
 /* Decode table: CKZ_HUF_TABLE_SIZE entries, each packing
  *   bits  0..7   bits consumed by all symbols of the entry

@@ -3,6 +3,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "common.h"
 #include "crc32c.h"
 #include "planes.h"
 #include "stream.h"
@@ -263,6 +264,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    ckz_cpu_init();
     ckz_crc32c_init();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

@@ -1,8 +1,8 @@
 /* planes.c - byte-plane split/merge (see planes.h for the layout).
  *
  * The loops for 1, 2, 4 and 8 byte elements are plain C over byte loads and stores, written so
- * that GCC and Clang vectorize them (shift, or, pack/unpack); CKZ_CLONES builds them for AVX2 and
- * for the baseline and picks one at load time.  Other sizes take the generic byte loop.
+ * that GCC and Clang vectorize them (shift, or, pack/unpack); CKZ_VERSIONED builds them for AVX2
+ * and for the baseline and picks one at run time.  Other sizes take the generic byte loop.
  */
 #include "planes.h"
 
@@ -12,17 +12,19 @@
 #define ROTL(type, bits, x, r) ((type)(((x) << (r)) | ((x) >> ((bits - (r)) & (bits - 1)))))
 #define ROTR(type, bits, x, r) ((type)(((x) >> (r)) | ((x) << ((bits - (r)) & (bits - 1)))))
 
-CKZ_CLONES static void split1(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
+CKZ_INLINE void split1_impl(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
                               unsigned r) {
     for (size_t i = 0; i < n; i++) dst[i] = ROTL(uint8_t, 8, src[i], r);
 }
+CKZ_VERSIONED(split1, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r), (src, dst, n, r))
 
-CKZ_CLONES static void merge1(const uint8_t *restrict p0, uint8_t *restrict dst, size_t n,
+CKZ_INLINE void merge1_impl(const uint8_t *restrict p0, uint8_t *restrict dst, size_t n,
                               unsigned r) {
     for (size_t i = 0; i < n; i++) dst[i] = ROTR(uint8_t, 8, p0[i], r);
 }
+CKZ_VERSIONED(merge1, (const uint8_t *restrict p0, uint8_t *restrict dst, size_t n, unsigned r), (p0, dst, n, r))
 
-CKZ_CLONES static void split2(const uint8_t *restrict src, uint8_t *restrict p0,
+CKZ_INLINE void split2_impl(const uint8_t *restrict src, uint8_t *restrict p0,
                               uint8_t *restrict p1, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint16_t w = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
@@ -31,8 +33,9 @@ CKZ_CLONES static void split2(const uint8_t *restrict src, uint8_t *restrict p0,
         p1[i] = (uint8_t)(w >> 8);
     }
 }
+CKZ_VERSIONED(split2, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1, size_t n, unsigned r), (src, p0, p1, n, r))
 
-CKZ_CLONES static void merge2(const uint8_t *restrict p0, const uint8_t *restrict p1,
+CKZ_INLINE void merge2_impl(const uint8_t *restrict p0, const uint8_t *restrict p1,
                               uint8_t *restrict dst, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint16_t w = (uint16_t)(p0[i] | (p1[i] << 8));
@@ -41,8 +44,9 @@ CKZ_CLONES static void merge2(const uint8_t *restrict p0, const uint8_t *restric
         dst[2 * i + 1] = (uint8_t)(w >> 8);
     }
 }
+CKZ_VERSIONED(merge2, (const uint8_t *restrict p0, const uint8_t *restrict p1, uint8_t *restrict dst, size_t n, unsigned r), (p0, p1, dst, n, r))
 
-CKZ_CLONES static void split4(const uint8_t *restrict src, uint8_t *restrict p0,
+CKZ_INLINE void split4_impl(const uint8_t *restrict src, uint8_t *restrict p0,
                               uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3,
                               size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
@@ -55,8 +59,9 @@ CKZ_CLONES static void split4(const uint8_t *restrict src, uint8_t *restrict p0,
         p3[i] = (uint8_t)(w >> 24);
     }
 }
+CKZ_VERSIONED(split4, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3, size_t n, unsigned r), (src, p0, p1, p2, p3, n, r))
 
-CKZ_CLONES static void merge4(const uint8_t *restrict p0, const uint8_t *restrict p1,
+CKZ_INLINE void merge4_impl(const uint8_t *restrict p0, const uint8_t *restrict p1,
                               const uint8_t *restrict p2, const uint8_t *restrict p3,
                               uint8_t *restrict dst, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
@@ -69,8 +74,9 @@ CKZ_CLONES static void merge4(const uint8_t *restrict p0, const uint8_t *restric
         dst[4 * i + 3] = (uint8_t)(w >> 24);
     }
 }
+CKZ_VERSIONED(merge4, (const uint8_t *restrict p0, const uint8_t *restrict p1, const uint8_t *restrict p2, const uint8_t *restrict p3, uint8_t *restrict dst, size_t n, unsigned r), (p0, p1, p2, p3, dst, n, r))
 
-CKZ_CLONES static void split8(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
+CKZ_INLINE void split8_impl(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
                               unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint64_t w = ckz_load64(src + 8 * i);
@@ -78,8 +84,9 @@ CKZ_CLONES static void split8(const uint8_t *restrict src, uint8_t *restrict dst
         for (unsigned p = 0; p < 8; p++) dst[p * n + i] = (uint8_t)(w >> (8 * p));
     }
 }
+CKZ_VERSIONED(split8, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r), (src, dst, n, r))
 
-CKZ_CLONES static void merge8(const uint8_t *const *planes, uint8_t *restrict dst, size_t n,
+CKZ_INLINE void merge8_impl(const uint8_t *const *planes, uint8_t *restrict dst, size_t n,
                               unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint64_t w = 0;
@@ -87,6 +94,7 @@ CKZ_CLONES static void merge8(const uint8_t *const *planes, uint8_t *restrict ds
         ckz_store64(dst + 8 * i, ROTR(uint64_t, 64, w, r));
     }
 }
+CKZ_VERSIONED(merge8, (const uint8_t *const *planes, uint8_t *restrict dst, size_t n, unsigned r), (planes, dst, n, r))
 
 /* Generic element size k: a left rotation by r = 8*q + b bits moves source byte j to byte
  * (j + q) mod k, shifted left by b, with the spill of byte j-1 filling its low bits:

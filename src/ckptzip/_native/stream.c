@@ -19,6 +19,16 @@
 #define CODED_DEN 20
 _Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CODED_DEN, "size * CODED_DEN must not overflow");
 
+/* Noise screen: a segment of at least SCREEN_MIN bytes is first sampled at SCREEN_SAMPLES evenly
+ * spaced positions.  If the sample's collision entropy (unbiased estimate) is at least
+ * SCREEN_BITS bits per byte, the segment is stored RAW without a full histogram: coding pays only
+ * below CODED_NUM/CODED_DEN * 8 = 7.6 bits, and the Shannon entropy is >= the collision entropy.
+ * Mantissa planes (7.97 bits) take this path; the cost of a wrong call is only a segment kept
+ * RAW that coding would have shrunk (the decision is deterministic, so output is still stable). */
+#define SCREEN_MIN 65536
+#define SCREEN_SAMPLES 8192
+#define SCREEN_BITS 7.8
+
 #define HEADER_FIXED (1 + 2 * CKZ_MAX_VARINT)     /* format, n, segments */
 #define HEADER_PER_SEGMENT (1 + CKZ_MAX_VARINT)   /* mode, then a value byte or a body length */
 
@@ -66,10 +76,20 @@ size_t ckz_encode_bound(size_t n, unsigned segments) {
     return HEADER_FIXED + (size_t)segments * HEADER_PER_SEGMENT + n;
 }
 
+static int looks_like_noise(const uint8_t *s, size_t m) {
+    uint32_t h[256] = {0};
+    size_t stride = m / SCREEN_SAMPLES;
+    for (size_t i = 0; i < SCREEN_SAMPLES; i++) h[s[i * stride]]++;
+    double pairs = 0; /* sum c(c-1) / (N(N-1)) estimates sum p^2 without bias */
+    for (unsigned v = 0; v < 256; v++) pairs += (double)h[v] * (h[v] - (h[v] > 0));
+    double collide = pairs / ((double)SCREEN_SAMPLES * (SCREEN_SAMPLES - 1));
+    return collide > 0 && -log2(collide) >= SCREEN_BITS;
+}
+
 static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
     p->mode = CKZ_MODE_RAW;
     p->body = m;
-    if (!m) return;
+    if (!m || (m >= SCREEN_MIN && looks_like_noise(s, m))) return;
     uint32_t counts[CKZ_HUF_STREAMS][256];
     ckz_huf_count(s, m, counts);
     uint64_t total[256];
@@ -126,9 +146,8 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
         } else if (p->mode == CKZ_MODE_HUFF) {
             o += ckz_huf_write_table(p->len, o);
             for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
-            size_t q = (m + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
-            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
-                o += ckz_huf_encode_stream(s + k * q, ckz_huf_stream_count(m, k), p->len, o);
+            ckz_huf_encode(s, m, p->len, p->size, o);
+            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
         }
     }
     return (size_t)(o - out);
