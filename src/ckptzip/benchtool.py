@@ -203,8 +203,8 @@ def entropy_bound(state: Any, *, chunk: int = BOUND_CHUNK) -> float:
 
     Floats are first rotated left by one bit (the sign to the low bit, so the whole exponent of
     bf16/fp32 is one byte), then split in byte planes; each plane of each run of ``chunk``
-    elements gets its own histogram. The bound is raw bits / the sum of those entropies (tables
-    are free, so no real coder of this kind reaches it).
+    elements gets its own histogram (runs restart at every tensor). The bound is raw bits / the
+    sum of those entropies (tables are free, so no real coder of this kind reaches it).
     """
     raw_bits = 0
     entropy_bits = 0.0
