@@ -131,8 +131,10 @@ def test_checkpoint_schedule() -> None:
 
 @pytest.mark.skipif(not hasattr(ckptzip, "save"), reason="ckptzip.save is not implemented yet")
 def test_job_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--config", "tiny", "--steps", "20", "--every", "10", "--out", str(tmp_path), "-q"]
+    argv = ["--config", "tiny", "--steps", "12", "--every", "4", "--out", str(tmp_path), "-q"]
     assert job.main(argv) == 0
     out = capsys.readouterr().out
-    assert "resume from step 10 via ckptzip.load: exact" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000010.ckz", "step-000020.ckz"]
+    assert "resume from step 4 via ckptzip.load: exact (next 4 losses" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step-{s:06d}.ckz" for s in (4, 8, 12)]
+    restored = ckptzip.load(tmp_path / "step-000012.ckz")
+    assert restored["step"] == 12 and isinstance(restored["optimizer"]["param_groups"][0]["betas"], tuple)

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     losses: list[float] = []
     resume: ResumeCheck | None = None
-    for target in checkpoints:
+    for i, target in enumerate(checkpoints):
         losses += trainer.train(train_data, target - trainer.step)
         state = trainer.state()
         path = out / f"step-{target:06d}.ckz"
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[{time.perf_counter() - start:.0f}s]"
         )
         if target == resume_at:
-            steps = min(RESUME_CHECK_STEPS, args.steps - target)
+            steps = min(RESUME_CHECK_STEPS, checkpoints[i + 1] - target)  # stay before the next save
             trainer, resume = check_resume(trainer, loaded, train_data, steps, args.steps, args.seed)
             losses += resume.losses
             say(f"resumed from {path.name}: {'exact' if resume.exact else 'NOT exact'}")
