@@ -3,8 +3,8 @@
  * Stream = header, then the segments' bodies in order (docs/STREAMS.md):
  *   u8 format | varint n | varint segments | per segment: u8 mode, then
  *     RAW: nothing (body = the n/segments bytes)   CONST: u8 value (no body)
- *     HUFF: varint body length
- * HUFF body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
+ *     HUFF, RANS: varint body length
+ * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
  * The decoder checks every field against the bytes actually present before using it.
  */
 #include "stream.h"
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "huff.h"
+#include "rans.h"
 
 /* A segment is HUFF coded only if its body is below CODED_NUM/CODED_DEN of its raw size. */
 #define CODED_NUM 19
@@ -28,6 +29,13 @@ _Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CODED_DEN, "size * CODED_DEN must
 #define SCREEN_MIN 65536
 #define SCREEN_SAMPLES 8192
 #define SCREEN_BITS 7.8
+
+/* rANS is tried only when the Huffman payload exceeds the order-0 entropy by more than
+ * RANS_TRY_PCT percent, and kept only when its body is RANS_KEEP_PCT percent smaller than the
+ * Huffman body: it decodes slower, so it must buy real ratio (low-entropy planes, e.g. Adam
+ * exp_avg_sq exponents at 1.35 bits/byte where Huffman spends 15% more than the entropy). */
+#define RANS_TRY_PCT 3
+#define RANS_KEEP_PCT 2
 
 #define HEADER_FIXED (1 + 2 * CKZ_MAX_VARINT)     /* format, n, segments */
 #define HEADER_PER_SEGMENT (1 + CKZ_MAX_VARINT)   /* mode, then a value byte or a body length */
@@ -68,7 +76,10 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, const 
 typedef struct {
     uint8_t mode, value;
     uint8_t len[256];                /* HUFF: code lengths */
-    size_t size[CKZ_HUF_STREAMS];    /* HUFF: bytes of each bitstream */
+    uint16_t freq[256];              /* RANS: normalized frequencies */
+    size_t size[CKZ_HUF_STREAMS];    /* HUFF, RANS: bytes of each stream */
+    const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS: the streams, inside scratch */
+    uint8_t *scratch;                /* RANS: owned buffer holding the coded streams */
     size_t body;                     /* bytes this segment contributes after the header */
 } seg_plan;
 
@@ -86,9 +97,47 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
+static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
+    size_t body = table;
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+        body += size[k] + (k + 1 < CKZ_HUF_STREAMS ? varint_size(size[k]) : 0);
+    return body;
+}
+
+/* Replaces a HUFF plan by RANS when that pays (see RANS_TRY_PCT).  On allocation failure the
+ * segment simply stays HUFF. */
+static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p) {
+    double entropy_bits = 0, huff_bits = 0;
+    for (unsigned v = 0; v < 256; v++) {
+        if (!total[v]) continue;
+        entropy_bits += (double)total[v] * log2((double)m / (double)total[v]);
+        huff_bits += (double)total[v] * p->len[v];
+    }
+    if (huff_bits * 100 <= entropy_bits * (100 + RANS_TRY_PCT)) return;
+    uint8_t *scratch = malloc(ckz_rans_scratch_size(m));
+    if (!scratch) return;
+    uint16_t freq[256];
+    const uint8_t *start[CKZ_HUF_STREAMS];
+    size_t size[CKZ_HUF_STREAMS];
+    ckz_rans_normalize(total, m, freq);
+    ckz_rans_encode(s, m, freq, scratch, start, size);
+    size_t body = streams_body(ckz_rans_table_size(freq), size);
+    if ((uint64_t)body * 100 >= (uint64_t)p->body * (100 - RANS_KEEP_PCT)) {
+        free(scratch);
+        return;
+    }
+    p->mode = CKZ_MODE_RANS;
+    p->body = body;
+    p->scratch = scratch;
+    memcpy(p->freq, freq, sizeof freq);
+    memcpy(p->start, start, sizeof start);
+    memcpy(p->size, size, sizeof size);
+}
+
 static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
     p->mode = CKZ_MODE_RAW;
     p->body = m;
+    p->scratch = NULL;
     if (!m || (m >= SCREEN_MIN && looks_like_noise(s, m))) return;
     uint32_t counts[CKZ_HUF_STREAMS][256];
     ckz_huf_count(s, m, counts);
@@ -112,14 +161,13 @@ static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
     if ((double)m * log2((double)m * (double)m / sumsq) / 8 > limit * (1 + 1e-9) + 1) return;
 
     ckz_huf_build_lengths(total, p->len);
-    size_t body = ckz_huf_table_size(p->len);
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         p->size[k] = ckz_huf_stream_bytes(counts[k], p->len);
-        body += p->size[k] + (k + 1 < CKZ_HUF_STREAMS ? varint_size(p->size[k]) : 0);
-    }
+    size_t body = streams_body(ckz_huf_table_size(p->len), p->size);
     if ((uint64_t)body * CODED_DEN < (uint64_t)m * CODED_NUM) {
         p->mode = CKZ_MODE_HUFF;
         p->body = body;
+        try_rans(s, m, total, p);
     }
 }
 
@@ -135,7 +183,7 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
     for (unsigned j = 0; j < segments; j++) {
         *o++ = plan[j].mode;
         if (plan[j].mode == CKZ_MODE_CONST) *o++ = plan[j].value;
-        if (plan[j].mode == CKZ_MODE_HUFF) o += put_varint(o, plan[j].body);
+        if (plan[j].mode >= CKZ_MODE_HUFF) o += put_varint(o, plan[j].body);
     }
     for (unsigned j = 0; j < segments; j++) {
         const uint8_t *s = src + j * m;
@@ -148,6 +196,14 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
             for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
             ckz_huf_encode(s, m, p->len, p->size, o);
             for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
+        } else if (p->mode == CKZ_MODE_RANS) {
+            o += ckz_rans_write_table(p->freq, o);
+            for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
+            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+                memcpy(o, p->start[k], p->size[k]);
+                o += p->size[k];
+            }
+            free(p->scratch);
         }
     }
     return (size_t)(o - out);
@@ -207,6 +263,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
             h->value[j] = *p++;
             break;
         case CKZ_MODE_HUFF:
+        case CKZ_MODE_RANS:
             if (get_varint(&p, end, &v, "a segment's body length", err)) return -1;
             if (v > (uint64_t)(end - p))
                 return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", j,
@@ -229,32 +286,35 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
     return 0;
 }
 
-static int decode_huff(const uint8_t *body, size_t len, uint8_t *out, size_t m, unsigned seg,
-                       ckz_err *err) {
+/* HUFF and RANS bodies: table, three stream sizes, four streams. */
+static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t *out, size_t m,
+                        unsigned seg, ckz_err *err) {
     uint8_t lens[256];
-    size_t used = ckz_huf_read_table(body, len, lens, err);
+    uint16_t freq[256];
+    size_t used = mode == CKZ_MODE_HUFF ? ckz_huf_read_table(body, len, lens, err)
+                                        : ckz_rans_read_table(body, len, freq, err);
     if (!used) return -1;
     const uint8_t *p = body + used, *end = body + len;
     const uint8_t *in[CKZ_HUF_STREAMS];
     size_t size[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) {
         uint64_t v = 0;
-        if (get_varint(&p, end, &v, "a huffman stream size", err)) return -1;
+        if (get_varint(&p, end, &v, "a stream size", err)) return -1;
         size[k] = (size_t)v;
     }
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         size_t left = (size_t)(end - p);
         if (k + 1 == CKZ_HUF_STREAMS) size[k] = left;
         if (size[k] > left)
-            return ckz_fail(err, "segment %u: huffman stream %u needs %zu bytes, %zu left", seg,
-                            k, size[k], left);
+            return ckz_fail(err, "segment %u: stream %u needs %zu bytes, %zu left", seg, k,
+                            size[k], left);
         in[k] = p;
         p += size[k];
     }
+    if (mode == CKZ_MODE_RANS) return ckz_rans_decode(freq, in, size, out, m, err);
     ckz_huf_dtable t;
     ckz_huf_build_dtable(lens, &t);
-    if (ckz_huf_decode(&t, in, size, out, m, err)) return -1;
-    return 0;
+    return ckz_huf_decode(&t, in, size, out, m, err);
 }
 
 int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
@@ -279,7 +339,7 @@ int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz
         uint8_t *out = dst + j * m;
         if (h.mode[j] == CKZ_MODE_RAW) memcpy(out, h.body[j], m);
         else if (h.mode[j] == CKZ_MODE_CONST) memset(out, h.value[j], m);
-        else if (decode_huff(h.body[j], h.body_len[j], out, m, j, err)) return -1;
+        else if (decode_coded(h.mode[j], h.body[j], h.body_len[j], out, m, j, err)) return -1;
     }
     return 0;
 }
@@ -314,7 +374,7 @@ int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_l
         if (h.mode[j] == CKZ_MODE_CONST) {
             memset(next, h.value[j], m);
         } else {
-            rc = decode_huff(h.body[j], h.body_len[j], next, m, j, err);
+            rc = decode_coded(h.mode[j], h.body[j], h.body_len[j], next, m, j, err);
         }
         next += m;
     }

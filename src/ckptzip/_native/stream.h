@@ -1,7 +1,8 @@
 /* stream.h - the entropy stage's self-describing stream (docs/STREAMS.md has the byte layout).
  *
  * A stream carries n bytes cut into `segments` equal slices (the byte planes of one chunk); each
- * slice is stored RAW, as one CONST byte, or HUFF coded with its own table.
+ * slice is stored RAW, as one CONST byte, or coded with its own table: HUFF (Huffman, fast) or
+ * RANS (rANS, for low-entropy slices where Huffman's whole-bit codes lose too much).
  */
 #ifndef CKZ_STREAM_H
 #define CKZ_STREAM_H
@@ -17,7 +18,7 @@
 #define CKZ_MAX_VARINT 9         /* LEB128 bytes for values < 2^63 */
 #define CKZ_MAX_DECODED ((uint64_t)1 << 56) /* declared lengths beyond this are rejected */
 
-enum { CKZ_MODE_RAW = 0, CKZ_MODE_CONST = 1, CKZ_MODE_HUFF = 2 };
+enum { CKZ_MODE_RAW = 0, CKZ_MODE_CONST = 1, CKZ_MODE_HUFF = 2, CKZ_MODE_RANS = 3 };
 
 /* Largest stream ckz_encode can produce for n bytes in `segments` segments: coded segments are
  * never larger than raw ones, so it is n plus the largest header. */

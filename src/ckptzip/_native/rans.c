@@ -1,0 +1,272 @@
+/* rans.c - static rANS with 32-bit states and byte-wise renormalization (after Fabian Giesen's
+ * rans_byte.h).  See rans.h for the contracts.
+ *
+ * Invariants: a state x lies in [L, 256 L) between symbols.  Coding symbol s (frequency f,
+ * cumulative start c) maps x to (x / f) * SCALE + x % f + c; the encoder first shifts out bytes
+ * while x >= (L >> PROB_BITS << 8) * f, which keeps the result below 256 L.  The decoder inverts:
+ * slot = x % SCALE, x = f * (x / SCALE) + slot - c, then shifts bytes in while x < L.
+ */
+#include "rans.h"
+
+#define PROB_BITS CKZ_RANS_PROB_BITS
+#define SCALE CKZ_RANS_PROB_SCALE
+#define L CKZ_RANS_L
+
+void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]) {
+    uint32_t sum = 0;
+    unsigned top = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        uint64_t f = total[s] ? total[s] * SCALE / n : 0; /* n <= 2^56: no overflow */
+        if (total[s] && !f) f = 1;
+        freq[s] = (uint16_t)f;
+        sum += (uint32_t)f;
+        if (total[s] > total[top]) top = s;
+    }
+    /* Rounding moved the sum off SCALE: the difference goes to or comes from the largest
+     * frequencies, never taking one below 1 (>= 2 used symbols, each >= 1, so this ends). */
+    while (sum > SCALE) {
+        unsigned big = 0;
+        for (unsigned s = 1; s < 256; s++)
+            if (freq[s] > freq[big]) big = s;
+        uint32_t cut = sum - SCALE < freq[big] - 1u ? sum - SCALE : freq[big] - 1u;
+        freq[big] = (uint16_t)(freq[big] - cut);
+        sum -= cut;
+    }
+    freq[top] = (uint16_t)(freq[top] + (SCALE - sum));
+}
+
+/* ---- table ---------------------------------------------------------------------------------- */
+
+static void used_range(const uint16_t freq[256], unsigned *first, unsigned *count) {
+    unsigned lo = 0, hi = 255;
+    while (lo < 255 && !freq[lo]) lo++;
+    while (hi > lo && !freq[hi]) hi--;
+    *first = lo;
+    *count = hi - lo + 1;
+}
+
+size_t ckz_rans_table_size(const uint16_t freq[256]) {
+    unsigned first, count;
+    used_range(freq, &first, &count);
+    size_t size = 2;
+    for (unsigned j = 0; j < count; j++) size += freq[first + j] < 0x80 ? 1 : 2;
+    return size;
+}
+
+size_t ckz_rans_write_table(const uint16_t freq[256], uint8_t *out) {
+    unsigned first, count;
+    used_range(freq, &first, &count);
+    uint8_t *o = out;
+    *o++ = (uint8_t)first;
+    *o++ = (uint8_t)(count - 1);
+    for (unsigned j = 0; j < count; j++) {
+        unsigned f = freq[first + j]; /* < SCALE = 2^12: at most two LEB128 bytes */
+        if (f >= 0x80) *o++ = (uint8_t)(f | 0x80), f >>= 7;
+        *o++ = (uint8_t)f;
+    }
+    return (size_t)(o - out);
+}
+
+size_t ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], ckz_err *err) {
+    if (avail < 2) return (size_t)ckz_fail(err, "rans table: %zu bytes left, need 2", avail), 0;
+    unsigned first = in[0], count = (unsigned)in[1] + 1;
+    if (first + count > 256)
+        return (size_t)ckz_fail(err, "rans table: symbols %u..%u exceed 255", first,
+                                first + count - 1), 0;
+    memset(freq, 0, 256 * sizeof freq[0]);
+    size_t pos = 2;
+    uint32_t sum = 0; /* <= 256 * (2^14 - 1): no overflow */
+    unsigned used = 0;
+    for (unsigned j = 0; j < count; j++) {
+        if (pos >= avail) return (size_t)ckz_fail(err, "rans table truncated"), 0;
+        unsigned f = in[pos++];
+        if (f & 0x80) {
+            if (pos >= avail) return (size_t)ckz_fail(err, "rans table truncated"), 0;
+            if (!in[pos]) return (size_t)ckz_fail(err, "rans table: non-minimal frequency"), 0;
+            f = (f & 0x7f) | ((unsigned)in[pos++] << 7);
+        }
+        if (f >= SCALE)
+            return (size_t)ckz_fail(err, "rans table: symbol %u has frequency %u >= %u",
+                                    first + j, f, SCALE), 0;
+        freq[first + j] = (uint16_t)f;
+        sum += f;
+        used += f > 0;
+    }
+    if (!freq[first] || !freq[first + count - 1])
+        return (size_t)ckz_fail(err, "rans table: not in canonical form"), 0;
+    if (used < 2 || sum != SCALE)
+        return (size_t)ckz_fail(err, "rans table: %u symbols with frequency sum %u, need >= 2 "
+                                "summing to %u", used, sum, SCALE), 0;
+    return pos;
+}
+
+/* ---- encoder -------------------------------------------------------------------------------- */
+
+/* Per-symbol encoder constants (rans_byte.h's RansEncSymbol): x / f is computed as a multiply
+ * by a fixed-point reciprocal, exact for every x < 2^31 (Alverson, "Integer division using
+ * reciprocals"). */
+typedef struct {
+    uint32_t x_max;     /* renormalize while x >= x_max */
+    uint32_t rcp_freq;  /* fixed-point reciprocal of f */
+    uint32_t bias;      /* c, or c + SCALE - 1 when f == 1 */
+    uint16_t cmpl_freq; /* SCALE - f */
+    uint16_t rcp_shift;
+} enc_sym;
+
+static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
+    e->x_max = ((L >> PROB_BITS) << 8) * f;
+    e->cmpl_freq = (uint16_t)(SCALE - f);
+    if (f < 2) {
+        /* f == 1: x / 1 = x; rcp = ~0 with shift 0 yields x - 1, which bias compensates. */
+        e->rcp_freq = ~0u;
+        e->rcp_shift = 0;
+        e->bias = start + SCALE - 1;
+    } else {
+        uint32_t shift = 0;
+        while (f > (1u << shift)) shift++;
+        e->rcp_freq = (uint32_t)(((1ull << (shift + 31)) + f - 1) / f);
+        e->rcp_shift = (uint16_t)(shift - 1);
+        e->bias = start;
+    }
+}
+
+/* Encoder step: flush bytes while x >= x_max, then map x.  x < 2^31 and x_max >= 2^19, so at
+ * most two bytes leave; both are written unconditionally one below the cursor (the region below
+ * the cursor is free, RANS_ENC_SLACK keeps that true at its start) and the cursor moves only
+ * by the bytes really flushed. */
+#define RANS_ENC_FLUSH1(x, p, e)                                                               \
+    do {                                                                                       \
+        unsigned r_ = (x) >= (e)->x_max;                                                       \
+        (p)[-1] = (uint8_t)(x);                                                                \
+        (p) -= r_;                                                                             \
+        (x) = r_ ? (x) >> 8 : (x);                                                             \
+    } while (0)
+#define RANS_ENC_PUT(x, p, e)                                                                  \
+    do {                                                                                       \
+        RANS_ENC_FLUSH1(x, p, e);                                                              \
+        RANS_ENC_FLUSH1(x, p, e);                                                              \
+        uint32_t q_ = (uint32_t)(((uint64_t)(x) * (e)->rcp_freq) >> 32) >> (e)->rcp_shift;    \
+        (x) = (x) + (e)->bias + q_ * (e)->cmpl_freq; /* (x / f) * SCALE + x % f + start */    \
+    } while (0)
+#define RANS_ENC_SLACK 2
+
+/* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits = 1.5
+ * bytes (2 reserved), plus the 4 state bytes and the encoder's write slack. */
+static size_t region_size(size_t n) {
+    return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4 + RANS_ENC_SLACK;
+}
+
+size_t ckz_rans_scratch_size(size_t n) { return CKZ_HUF_STREAMS * region_size(n); }
+
+void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
+                     const uint8_t *start[CKZ_HUF_STREAMS], size_t size[CKZ_HUF_STREAMS]) {
+    enc_sym es[256];
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
+        cum += freq[s];
+    }
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, region = region_size(n);
+    /* rANS is last-in first-out: each quarter is coded backwards, its bytes written backwards
+     * from the end of its region, so the decoder reads forwards.  The four quarters run in
+     * lockstep (independent chains) over the positions all of them have. */
+    const uint8_t *s0 = src, *s1 = src + q, *s2 = src + 2 * q, *s3 = src + 3 * q;
+    uint8_t *p0 = scratch + region, *p1 = p0 + region, *p2 = p1 + region, *p3 = p2 + region;
+    uint32_t x0 = L, x1 = L, x2 = L, x3 = L;
+    size_t common = ckz_huf_stream_count(n, 3);
+    for (size_t i = ckz_huf_stream_count(n, 0); i-- > common;) {
+        RANS_ENC_PUT(x0, p0, &es[s0[i]]);
+        if (i < ckz_huf_stream_count(n, 1)) RANS_ENC_PUT(x1, p1, &es[s1[i]]);
+        if (i < ckz_huf_stream_count(n, 2)) RANS_ENC_PUT(x2, p2, &es[s2[i]]);
+    }
+    for (size_t i = common; i-- > 0;) {
+        RANS_ENC_PUT(x0, p0, &es[s0[i]]);
+        RANS_ENC_PUT(x1, p1, &es[s1[i]]);
+        RANS_ENC_PUT(x2, p2, &es[s2[i]]);
+        RANS_ENC_PUT(x3, p3, &es[s3[i]]);
+    }
+    uint32_t xs[CKZ_HUF_STREAMS] = {x0, x1, x2, x3};
+    uint8_t *ps[CKZ_HUF_STREAMS] = {p0, p1, p2, p3};
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        uint8_t *p = ps[k] - 4;
+        ckz_store32(p, xs[k]);
+        start[k] = p;
+        size[k] = (size_t)(scratch + (k + 1) * region - p);
+    }
+}
+
+/* ---- decoder -------------------------------------------------------------------------------- */
+
+/* One decode step: emit the symbol of x's slot, advance the state, refill bytes while x < L.
+ * After the advance x >= f * (x_old >> PROB_BITS) >= 2^(23-12) = 2^11, so at most two bytes are
+ * read: the fast loop needs two bytes in hand per step, and refills without branches (the
+ * refill pattern of a low-entropy stream is unpredictable). */
+#define RANS_REFILL1(x, p, pos)                                                                \
+    do {                                                                                       \
+        unsigned r_ = (x) < L;                                                                 \
+        uint32_t y_ = ((x) << 8) | (p)[(pos)];                                                 \
+        (x) = r_ ? y_ : (x);                                                                   \
+        (pos) += r_;                                                                           \
+    } while (0)
+#define RANS_STEP(T, x, p, pos, out)                                                           \
+    do {                                                                                       \
+        uint32_t e_ = (T)[(x) & (SCALE - 1)];                                                  \
+        *(out) = (uint8_t)e_;                                                                  \
+        (x) = ((e_ >> 8) & 0xfff) * ((x) >> PROB_BITS) + ((x) & (SCALE - 1)) - (e_ >> 20);     \
+        RANS_REFILL1(x, p, pos);                                                               \
+        RANS_REFILL1(x, p, pos);                                                               \
+    } while (0)
+#define RANS_MAX_REFILL 2
+
+int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
+                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
+    uint32_t T[SCALE]; /* slot -> symbol | freq << 8 | start << 20; freq, start < 2^12 */
+    uint32_t cum = 0;  /* every slot is written once: the table reader checked the sum */
+    for (unsigned s = 0; s < 256; s++) {
+        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | ((uint32_t)freq[s] << 8) | (cum << 20);
+        cum += freq[s];
+    }
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+        if (size[k] < 4)
+            return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
+                            size[k]);
+    /* Four state chains in lockstep while every stream has RANS_MAX_REFILL bytes in hand;
+     * scalars, since the byte stores may alias arrays. */
+    const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
+    uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
+    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
+    uint8_t *o0 = out, *o1 = out + q, *o2 = out + 2 * q, *o3 = out + 3 * q;
+    for (; i < common && s0 + RANS_MAX_REFILL <= size[0] && s1 + RANS_MAX_REFILL <= size[1] &&
+           s2 + RANS_MAX_REFILL <= size[2] && s3 + RANS_MAX_REFILL <= size[3];
+         i++) {
+        RANS_STEP(T, x0, p0, s0, o0 + i);
+        RANS_STEP(T, x1, p1, s1, o1 + i);
+        RANS_STEP(T, x2, p2, s2, o2 + i);
+        RANS_STEP(T, x3, p3, s3, o3 + i);
+    }
+    uint32_t xs[CKZ_HUF_STREAMS] = {x0, x1, x2, x3};
+    size_t pos[CKZ_HUF_STREAMS] = {s0, s1, s2, s3};
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        /* The rest of each stream, one bounds-checked byte at a time. */
+        size_t count = ckz_huf_stream_count(n, k), ps = pos[k];
+        uint32_t x = xs[k];
+        const uint8_t *p = in[k];
+        uint8_t *o = out + k * q;
+        for (size_t j = i; j < count; j++) {
+            uint32_t e = T[x & (SCALE - 1)];
+            o[j] = (uint8_t)e;
+            x = ((e >> 8) & 0xfff) * (x >> PROB_BITS) + (x & (SCALE - 1)) - (e >> 20);
+            while (x < L) {
+                if (ps == size[k])
+                    return ckz_fail(err, "rans stream %u ends after %zu of %zu symbols", k, j,
+                                    count);
+                x = (x << 8) | p[ps++];
+            }
+        }
+        if (x != L || ps != size[k])
+            return ckz_fail(err, "rans stream %u: final state 0x%08x (expected 0x%08x), %zu of "
+                            "%zu bytes used", k, x, L, ps, size[k]);
+    }
+    return 0;
+}
