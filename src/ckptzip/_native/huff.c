@@ -153,34 +153,36 @@ size_t ckz_huf_write_table(const uint8_t len[256], uint8_t *out) {
     return 2 + (count + 1) / 2;
 }
 
-size_t ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], ckz_err *err) {
-    if (avail < 2) return (size_t)ckz_fail(err, "huffman table: %zu bytes left, need 2", avail), 0;
+int ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], size_t *used_bytes,
+                       ckz_err *err) {
+    if (avail < 2) return ckz_fail(err, "huffman table: %zu bytes left, need 2", avail);
     unsigned first = in[0], count = (unsigned)in[1] + 1;
     if (first + count > 256)
-        return (size_t)ckz_fail(err, "huffman table: symbols %u..%u exceed 255", first,
-                                first + count - 1), 0;
+        return ckz_fail(err, "huffman table: symbols %u..%u exceed 255", first,
+                                first + count - 1);
     size_t size = 2 + (count + 1) / 2;
     if (avail < size)
-        return (size_t)ckz_fail(err, "huffman table: %zu bytes left, need %zu", avail, size), 0;
+        return ckz_fail(err, "huffman table: %zu bytes left, need %zu", avail, size);
     memset(len, 0, 256);
     uint32_t kraft = 0; /* in units of 2^-MAX_BITS; at most 256 * 2^(MAX_BITS-1): no overflow */
     unsigned used = 0;
     for (unsigned j = 0; j < count; j++) {
         unsigned l = (in[2 + j / 2] >> (4 * (j & 1))) & 15;
         if (l > MAX_BITS)
-            return (size_t)ckz_fail(err, "huffman table: symbol %u has length %u > %u",
-                                    first + j, l, MAX_BITS), 0;
+            return ckz_fail(err, "huffman table: symbol %u has length %u > %u",
+                                    first + j, l, MAX_BITS);
         len[first + j] = (uint8_t)l;
         if (l) { kraft += 1u << (MAX_BITS - l); used++; }
     }
     /* The canonical form the encoder writes: range ends used, spare nibble zero. */
     if (!len[first] || !len[first + count - 1] || ((count & 1) && (in[size - 1] >> 4)))
-        return (size_t)ckz_fail(err, "huffman table: not in canonical form"), 0;
+        return ckz_fail(err, "huffman table: not in canonical form");
     if (used < 2 || kraft != (1u << MAX_BITS))
-        return (size_t)ckz_fail(err, "huffman table: %u symbols with Kraft sum %u/%u, need a "
+        return ckz_fail(err, "huffman table: %u symbols with Kraft sum %u/%u, need a "
                                 "complete code of >= 2 symbols", used, kraft,
-                                1u << MAX_BITS), 0;
-    return size;
+                                1u << MAX_BITS);
+    *used_bytes = size;
+    return 0;
 }
 
 /* ---- canonical codes ------------------------------------------------------------------------ */

@@ -40,8 +40,9 @@ size_t ckz_huf_table_size(const uint8_t len[256]);
 size_t ckz_huf_write_table(const uint8_t len[256], uint8_t *out);
 
 /* Parses and validates a table from in[0..avail): every length <= CKZ_HUF_MAX_BITS, at least two
- * used symbols, Kraft sum exactly 1.  Returns bytes consumed, or 0 with err set. */
-size_t ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], ckz_err *err);
+ * used symbols, Kraft sum exactly 1.  Sets *used_bytes and returns 0, or returns -1. */
+int ckz_huf_read_table(const uint8_t *in, size_t avail, uint8_t len[256], size_t *used_bytes,
+                       ckz_err *err);
 
 /* Exact byte size of one stream holding `count` symbols (the sizes ckz_huf_encode needs). */
 size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]);

@@ -129,13 +129,16 @@ static PyObject *encode_common(Py_buffer *s, long segments, long elem_size, long
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
     if (!out) return NULL;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    size_t len;
+    size_t len = 0;
+    int rc = 0;
     ckz_err err;
     Py_BEGIN_ALLOW_THREADS
-    if (elem_size) len = ckz_encode_planes(s->buf, n, (unsigned)elem_size, (unsigned)rotate, o, &err);
-    else len = ckz_encode(s->buf, n, (unsigned)segments, o);
+    if (elem_size)
+        rc = ckz_encode_planes(s->buf, n, (unsigned)elem_size, (unsigned)rotate, o, &len, &err);
+    else
+        len = ckz_encode(s->buf, n, (unsigned)segments, o);
     Py_END_ALLOW_THREADS
-    if (!len) {
+    if (rc) {
         Py_DECREF(out);
         return PyErr_NoMemory();
     }

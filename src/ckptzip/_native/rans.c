@@ -67,37 +67,39 @@ size_t ckz_rans_write_table(const uint16_t freq[256], uint8_t *out) {
     return (size_t)(o - out);
 }
 
-size_t ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], ckz_err *err) {
-    if (avail < 2) return (size_t)ckz_fail(err, "rans table: %zu bytes left, need 2", avail), 0;
+int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], size_t *used_bytes,
+                        ckz_err *err) {
+    if (avail < 2) return ckz_fail(err, "rans table: %zu bytes left, need 2", avail);
     unsigned first = in[0], count = (unsigned)in[1] + 1;
     if (first + count > 256)
-        return (size_t)ckz_fail(err, "rans table: symbols %u..%u exceed 255", first,
-                                first + count - 1), 0;
+        return ckz_fail(err, "rans table: symbols %u..%u exceed 255", first,
+                                first + count - 1);
     memset(freq, 0, 256 * sizeof freq[0]);
     size_t pos = 2;
     uint32_t sum = 0; /* <= 256 * (2^14 - 1): no overflow */
     unsigned used = 0;
     for (unsigned j = 0; j < count; j++) {
-        if (pos >= avail) return (size_t)ckz_fail(err, "rans table truncated"), 0;
+        if (pos >= avail) return ckz_fail(err, "rans table truncated");
         unsigned f = in[pos++];
         if (f & 0x80) {
-            if (pos >= avail) return (size_t)ckz_fail(err, "rans table truncated"), 0;
-            if (!in[pos]) return (size_t)ckz_fail(err, "rans table: non-minimal frequency"), 0;
+            if (pos >= avail) return ckz_fail(err, "rans table truncated");
+            if (!in[pos]) return ckz_fail(err, "rans table: non-minimal frequency");
             f = (f & 0x7f) | ((unsigned)in[pos++] << 7);
         }
         if (f >= SCALE)
-            return (size_t)ckz_fail(err, "rans table: symbol %u has frequency %u >= %u",
-                                    first + j, f, SCALE), 0;
+            return ckz_fail(err, "rans table: symbol %u has frequency %u >= %u",
+                                    first + j, f, SCALE);
         freq[first + j] = (uint16_t)f;
         sum += f;
         used += f > 0;
     }
     if (!freq[first] || !freq[first + count - 1])
-        return (size_t)ckz_fail(err, "rans table: not in canonical form"), 0;
+        return ckz_fail(err, "rans table: not in canonical form");
     if (used < 2 || sum != SCALE)
-        return (size_t)ckz_fail(err, "rans table: %u symbols with frequency sum %u, need >= 2 "
-                                "summing to %u", used, sum, SCALE), 0;
-    return pos;
+        return ckz_fail(err, "rans table: %u symbols with frequency sum %u, need >= 2 "
+                                "summing to %u", used, sum, SCALE);
+    *used_bytes = pos;
+    return 0;
 }
 
 /* ---- encoder -------------------------------------------------------------------------------- */

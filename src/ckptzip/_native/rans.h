@@ -23,11 +23,12 @@
 void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]);
 
 /* Serialized table: byte `first`, byte `count - 1`, then a LEB128 frequency per symbol of
- * first..first+count-1 (0 = unused).  Size, writer, validating reader (returns bytes consumed,
- * or 0 with err set; checks every frequency, the range and the exact sum). */
+ * first..first+count-1 (0 = unused).  Size, writer, validating reader (sets *used_bytes and
+ * returns 0, or returns -1; checks every frequency, the range and the exact sum). */
 size_t ckz_rans_table_size(const uint16_t freq[256]);
 size_t ckz_rans_write_table(const uint16_t freq[256], uint8_t *out);
-size_t ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], ckz_err *err);
+int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], size_t *used_bytes,
+                        ckz_err *err);
 
 /* Worst-case bytes ckz_rans_encode needs in `scratch` for n symbols. */
 size_t ckz_rans_scratch_size(size_t n);

@@ -209,14 +209,14 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
     return (size_t)(o - out);
 }
 
-size_t ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
-                         uint8_t *out, ckz_err *err) {
+int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
+                      uint8_t *out, size_t *out_len, ckz_err *err) {
     uint8_t *planes = malloc(n ? n : 1);
-    if (!planes) return (size_t)ckz_fail(err, "out of memory for %zu bytes of planes", n), 0;
+    if (!planes) return ckz_fail(err, "out of memory for %zu bytes of planes", n);
     ckz_split_planes(src, planes, n / elem_size, elem_size, rotate);
-    size_t len = ckz_encode(planes, n, elem_size, out);
+    *out_len = ckz_encode(planes, n, elem_size, out);
     free(planes);
-    return len;
+    return 0;
 }
 
 /* ---- decoder --------------------------------------------------------------------------------- */
@@ -291,9 +291,10 @@ static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t 
                         unsigned seg, ckz_err *err) {
     uint8_t lens[256];
     uint16_t freq[256];
-    size_t used = mode == CKZ_MODE_HUFF ? ckz_huf_read_table(body, len, lens, err)
-                                        : ckz_rans_read_table(body, len, freq, err);
-    if (!used) return -1;
+    size_t used = 0;
+    if (mode == CKZ_MODE_HUFF ? ckz_huf_read_table(body, len, lens, &used, err)
+                              : ckz_rans_read_table(body, len, freq, &used, err))
+        return -1;
     const uint8_t *p = body + used, *end = body + len;
     const uint8_t *in[CKZ_HUF_STREAMS];
     size_t size[CKZ_HUF_STREAMS];

@@ -28,10 +28,10 @@ size_t ckz_encode_bound(size_t n, unsigned segments);
  * room for ckz_encode_bound bytes.  Returns the stream's length.  Never fails. */
 size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out);
 
-/* Same stream as ckz_encode(split_planes(src)), built from the elements directly.  Returns 0 and
- * sets err only when the scratch allocation fails. */
-size_t ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
-                         uint8_t *out, ckz_err *err);
+/* Same stream as ckz_encode(split_planes(src)), built from the elements directly; sets *out_len.
+ * Fails (-1, err set) only when the scratch allocation fails. */
+int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
+                      uint8_t *out, size_t *out_len, ckz_err *err);
 
 /* Validates the header and returns the declared decoded length through *n. */
 int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
