@@ -7,7 +7,7 @@ to some output, never crash.  The libFuzzer smoke run is skipped where clang is 
 
 from __future__ import annotations
 
-import os
+import contextlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -187,9 +187,8 @@ def test_fused_equals_composed(k: int, r: int) -> None:
             data = bf16_like(n_elems, seed=r)
         else:
             data = rng.integers(0, 256, n_bytes, dtype=np.uint8).tobytes()
-            data = bytes(b & 0x0F if i % k == k - 1 else b for i, b in enumerate(data[:4000])) + (
-                data[4000:]
-            )
+            head = bytes(b & 0x0F if i % k == k - 1 else b for i, b in enumerate(data[:4000]))
+            data = head + data[4000:]
         fused = N.encode_planes(data, k, r)
         assert fused == N.encode(split(data, k, r), k)
         out = np.empty(n_bytes, np.uint8)
@@ -238,10 +237,8 @@ def try_decode(stream: bytes, k: int) -> None:
         return
     for fn in (lambda out: N.decode(stream, out), lambda out: N.decode_planes(stream, out, k, 1)):
         out = bytearray(n)
-        try:
+        with contextlib.suppress(ValueError):
             fn(out)
-        except ValueError:
-            pass
 
 
 def test_every_truncation_raises() -> None:
@@ -291,13 +288,10 @@ def test_header_validation_messages() -> None:
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang (libFuzzer) not installed")
 def test_fuzz_smoke(tmp_path: Path) -> None:
-    env = dict(os.environ, FUZZ_SECONDS="5", BUILD=str(tmp_path / "build"))
     res = subprocess.run(
         ["make", "-C", str(ROOT / "fuzz"), "smoke", f"BUILD={tmp_path / 'build'}"],
-        env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-
