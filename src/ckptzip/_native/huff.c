@@ -12,8 +12,11 @@
  * consumes at most MAX_BITS of them, so one peek serves LOOKUPS_PER_PEEK lookups. */
 #define LOOKUPS_PER_PEEK 5
 _Static_assert(LOOKUPS_PER_PEEK * MAX_BITS <= 57, "a peek must cover every lookup it serves");
-/* The most bytes one peek's lookups store: each lookup writes a full 32-bit word. */
+/* The most bytes one peek's lookups store: a multi-symbol lookup writes a full 32-bit word. */
 #define PEEK_OUT_BYTES (LOOKUPS_PER_PEEK * CKZ_HUF_MULTI)
+/* The multi-symbol table is used when the average code length implied by the lengths
+ * (sum of len * 2^-len) is at most MULTI_MAX_AVG_BITS: then an 11-bit entry holds >= 2 codes. */
+#define MULTI_MAX_AVG_BITS 5
 
 /* ---- histogram ------------------------------------------------------------------------------ */
 
@@ -292,8 +295,12 @@ static uint64_t make_entry(unsigned nbits, unsigned nsym, unsigned cums, uint32_
 }
 
 void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
-    uint16_t code[256], single[CKZ_HUF_TABLE_SIZE]; /* symbol | length << 8 */
+    uint16_t code[256], *single = t->single;
     canonical_codes(len, code);
+    uint32_t avg = 0; /* sum of len * 2^(MAX_BITS - len): the implied mean, in 2^-MAX_BITS units */
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s]) avg += (uint32_t)len[s] << (MAX_BITS - len[s]);
+    t->use_multi = avg <= (uint32_t)MULTI_MAX_AVG_BITS << MAX_BITS;
     /* A complete code (validated by ckz_huf_read_table) fills every slot exactly once. */
     for (unsigned s = 0; s < 256; s++) {
         unsigned l = len[s];
@@ -305,6 +312,7 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
      * After its first code (length l1) the remaining MAX_BITS - l1 known bits are i >> l1, an
      * index below i, whose entry (computed with zero bits above) is valid for exactly those of
      * its codes that end within the known bits: a prefix code decodes the same on any suffix. */
+    if (!t->use_multi) return;
     {
         unsigned s = single[0] & 0xff, l = single[0] >> 8, nsym = 0, cum = 0, cums = 0;
         uint32_t syms = 0;
@@ -314,17 +322,17 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
             cums |= cum << (4 * nsym);
             nsym++;
         }
-        t->e[0] = make_entry(cum, nsym, cums, syms);
+        t->multi[0] = make_entry(cum, nsym, cums, syms);
     }
     for (unsigned i = 1; i < CKZ_HUF_TABLE_SIZE; i++) {
         unsigned s1 = single[i] & 0xff, l1 = single[i] >> 8, rem = MAX_BITS - l1;
-        uint64_t r = t->e[i >> l1]; /* i >> l1 < i since l1 >= 1 */
+        uint64_t r = t->multi[i >> l1]; /* i >> l1 < i since l1 >= 1 */
         unsigned k = 0, nr = E_NSYM(r);
         while (k < CKZ_HUF_MULTI - 1 && k < nr && E_CUM(r, k) <= rem) k++;
         unsigned cums = l1;
         for (unsigned u = 0; u < k; u++) cums |= (l1 + E_CUM(r, u)) << (4 * (u + 1));
         unsigned nbits = l1 + (k ? E_CUM(r, k - 1) : 0);
-        t->e[i] = make_entry(nbits, 1 + k, cums, s1 | (E_SYMS(r) << 8));
+        t->multi[i] = make_entry(nbits, 1 + k, cums, s1 | (E_SYMS(r) << 8));
     }
 }
 
@@ -335,18 +343,29 @@ CKZ_INLINE uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
     return ckz_load64(tmp);
 }
 
-/* One peek's worth of lookups for one stream: LOOKUPS_PER_PEEK table entries, each storing a
- * 32-bit word of symbols (only E_NSYM of them real) and advancing by E_NSYM. */
-#define DECODE_PEEK(T, base, bitpos, o)                                                        \
+/* One table lookup for one stream: symbols to o, code bits consumed from the peek.  Multi: a
+ * 32-bit word of symbols is stored (only E_NSYM of them real); single: one symbol. */
+#define LOOKUP(multi, T, pk, o, bitpos)                                                        \
     do {                                                                                       \
-        uint64_t pk_ = ckz_load64((base) + ((bitpos) >> 3)) >> ((bitpos) & 7);                 \
-        for (unsigned u_ = 0; u_ < LOOKUPS_PER_PEEK; u_++) {                                   \
-            uint64_t e_ = (T)[pk_ & TMASK];                                                    \
+        if (multi) {                                                                           \
+            uint64_t e_ = ((const uint64_t *)(T))[(pk) & TMASK];                               \
             ckz_store32((o), E_SYMS(e_));                                                      \
             (o) += E_NSYM(e_);                                                                 \
-            pk_ >>= E_NBITS(e_);                                                               \
+            (pk) >>= E_NBITS(e_);                                                              \
             (bitpos) += E_NBITS(e_);                                                           \
+        } else {                                                                               \
+            unsigned e_ = ((const uint16_t *)(T))[(pk) & TMASK];                               \
+            *(o)++ = (uint8_t)e_;                                                              \
+            (pk) >>= e_ >> 8;                                                                  \
+            (bitpos) += e_ >> 8;                                                               \
         }                                                                                      \
+    } while (0)
+
+/* One peek's worth of lookups for one stream. */
+#define DECODE_PEEK(multi, T, base, bitpos, o)                                                 \
+    do {                                                                                       \
+        uint64_t pk_ = ckz_load64((base) + ((bitpos) >> 3)) >> ((bitpos) & 7);                 \
+        for (unsigned u_ = 0; u_ < LOOKUPS_PER_PEEK; u_++) LOOKUP(multi, T, pk_, o, bitpos);   \
     } while (0)
 
 /* Fast-path precondition: the 8-byte peek lies inside the stream, and the symbols it may yield
@@ -355,29 +374,27 @@ CKZ_INLINE int fast_ok(size_t bitpos, size_t size, const uint8_t *o, const uint8
     return (bitpos >> 3) + 8 <= size && (size_t)(oend - o) >= PEEK_OUT_BYTES;
 }
 
-/* Finishes one stream: fast peeks while they are safe, then one symbol per lookup with zero-padded
- * peeks.  A corrupt stream may run past its end; that reads zeros and is caught by the caller.
- * Returns the final bit position. */
-CKZ_INLINE size_t decode_rest(const uint64_t *T, const uint8_t *base, size_t size, size_t bitpos,
-                          uint8_t *o, uint8_t *oend) {
-    while (fast_ok(bitpos, size, o, oend)) DECODE_PEEK(T, base, bitpos, o);
+/* Finishes one stream: fast peeks while they are safe, then one symbol per lookup (single table)
+ * with zero-padded peeks.  A corrupt stream may run past its end; that reads zeros and is caught
+ * by the caller.  Returns the final bit position. */
+CKZ_INLINE size_t decode_rest(int multi, const void *T, const uint16_t *single,
+                              const uint8_t *base, size_t size, size_t bitpos, uint8_t *o,
+                              uint8_t *oend) {
+    while (fast_ok(bitpos, size, o, oend)) DECODE_PEEK(multi, T, base, bitpos, o);
     while (o < oend) {
         uint64_t pk = load64_safe(base, size, bitpos >> 3) >> (bitpos & 7);
-        for (unsigned u = 0; u < LOOKUPS_PER_PEEK && o < oend; u++) {
-            uint64_t e = T[pk & TMASK];
-            unsigned l = E_CUM(e, 0);
-            *o++ = (uint8_t)E_SYMS(e);
-            pk >>= l;
-            bitpos += l;
-        }
+        for (unsigned u = 0; u < LOOKUPS_PER_PEEK && o < oend; u++) LOOKUP(0, single, pk, o, bitpos);
     }
     return bitpos;
 }
 
-/* Decodes every stream; bitpos[k] receives stream k's final bit position. */
-CKZ_INLINE void decode_impl(const uint64_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
+/* Decodes every stream; bitpos[k] receives stream k's final bit position.  `multi` is a
+ * constant at each call site, so each variant compiles to its own loop. */
+CKZ_INLINE void decode_impl(int multi, const ckz_huf_dtable *t,
+                            const uint8_t *const in[CKZ_HUF_STREAMS],
                             const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
                             size_t bitpos[CKZ_HUF_STREAMS]) {
+    const void *T = multi ? (const void *)t->multi : (const void *)t->single;
     size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
     uint8_t *o[CKZ_HUF_STREAMS], *oend[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
@@ -392,25 +409,30 @@ CKZ_INLINE void decode_impl(const uint64_t *T, const uint8_t *const in[CKZ_HUF_S
     uint8_t *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
     while (fast_ok(bp0, size[0], o0, oend[0]) && fast_ok(bp1, size[1], o1, oend[1]) &&
            fast_ok(bp2, size[2], o2, oend[2]) && fast_ok(bp3, size[3], o3, oend[3])) {
-        DECODE_PEEK(T, in0, bp0, o0);
-        DECODE_PEEK(T, in1, bp1, o1);
-        DECODE_PEEK(T, in2, bp2, o2);
-        DECODE_PEEK(T, in3, bp3, o3);
+        DECODE_PEEK(multi, T, in0, bp0, o0);
+        DECODE_PEEK(multi, T, in1, bp1, o1);
+        DECODE_PEEK(multi, T, in2, bp2, o2);
+        DECODE_PEEK(multi, T, in3, bp3, o3);
     }
-    bitpos[0] = decode_rest(T, in0, size[0], bp0, o0, oend[0]);
-    bitpos[1] = decode_rest(T, in1, size[1], bp1, o1, oend[1]);
-    bitpos[2] = decode_rest(T, in2, size[2], bp2, o2, oend[2]);
-    bitpos[3] = decode_rest(T, in3, size[3], bp3, o3, oend[3]);
+    bitpos[0] = decode_rest(multi, T, t->single, in0, size[0], bp0, o0, oend[0]);
+    bitpos[1] = decode_rest(multi, T, t->single, in1, size[1], bp1, o1, oend[1]);
+    bitpos[2] = decode_rest(multi, T, t->single, in2, size[2], bp2, o2, oend[2]);
+    bitpos[3] = decode_rest(multi, T, t->single, in3, size[3], bp3, o3, oend[3]);
 }
-CKZ_VERSIONED(decode, (const uint64_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
-                       const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
-                       size_t bitpos[CKZ_HUF_STREAMS]),
-              (T, in, size, out, n, bitpos))
+
+#define DECODE_PARAMS                                                                          \
+    (const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],                        \
+     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, size_t bitpos[CKZ_HUF_STREAMS])
+CKZ_INLINE void decode_multi_impl DECODE_PARAMS { decode_impl(1, t, in, size, out, n, bitpos); }
+CKZ_INLINE void decode_single_impl DECODE_PARAMS { decode_impl(0, t, in, size, out, n, bitpos); }
+CKZ_VERSIONED(decode_multi, DECODE_PARAMS, (t, in, size, out, n, bitpos))
+CKZ_VERSIONED(decode_single, DECODE_PARAMS, (t, in, size, out, n, bitpos))
 
 int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
     size_t bitpos[CKZ_HUF_STREAMS];
-    decode(t->e, in, size, out, n, bitpos);
+    if (t->use_multi) decode_multi(t, in, size, out, n, bitpos);
+    else decode_single(t, in, size, out, n, bitpos);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         /* Every stream must end in its last byte: its final code ends there, and no byte is
          * left over.  (bitpos <= 11 bits per symbol, far from overflow.) */

@@ -53,13 +53,20 @@ size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]);
 void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out);
 
-/* Decode table: CKZ_HUF_TABLE_SIZE entries, each packing
+/* Decode tables, indexed by the next CKZ_HUF_MAX_BITS bits of a stream.
+ * single[i]: symbol | code length << 8.
+ * multi[i] (built only when `use_multi`): up to CKZ_HUF_MULTI whole codes, packing
  *   bits  0..7   bits consumed by all symbols of the entry
  *   bits  8..15  number of symbols (1..CKZ_HUF_MULTI)
  *   bits 16..31  cumulative code length after symbol t, 4 bits each (t = 0..3)
- *   bits 32..63  the symbols, byte t = symbol t                                                */
+ *   bits 32..63  the symbols, byte t = symbol t
+ * The multi-symbol table pays for short codes (exponent planes, ~2.6 bits); for long ones
+ * (mantissa-like planes, ~7 bits) an entry rarely holds two codes and the single table is
+ * cheaper per symbol. */
 typedef struct {
-    uint64_t e[CKZ_HUF_TABLE_SIZE];
+    int use_multi;
+    uint16_t single[CKZ_HUF_TABLE_SIZE];
+    uint64_t multi[CKZ_HUF_TABLE_SIZE];
 } ckz_huf_dtable;
 
 void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t);

@@ -6,6 +6,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "planes.h"
+#include "residual.h"
 #include "stream.h"
 
 /* A contiguous buffer held for the duration of a call. */
@@ -247,6 +248,59 @@ static PyObject *py_decoded_size(PyObject *self, PyObject *obj) {
     return PyLong_FromUnsignedLongLong(n);
 }
 
+/* residual_encode and residual_decode share argument handling; dst may alias src (in place), but
+ * must not partly overlap either input. */
+static PyObject *residual_common(PyObject *args, PyObject *kw, int encode) {
+    static char *kwlist[] = {"src", "base", "dst", "width", "kind", NULL};
+    PyObject *so, *bo, *dobj;
+    long width, kind;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, encode ? "OOOll:residual_encode" : "OOOll:residual_decode",
+                                     kwlist, &so, &bo, &dobj, &width, &kind))
+        return NULL;
+    if (width != 1 && width != 2 && width != 4 && width != 8)
+        return PyErr_Format(PyExc_ValueError, "width %ld is not 1, 2, 4 or 8", width);
+    if (kind < 0 || kind >= CKZ_RESIDUAL_KINDS)
+        return PyErr_Format(PyExc_ValueError, "kind %ld is outside 0..%d", kind, CKZ_RESIDUAL_KINDS - 1);
+    Py_buffer s, b, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(bo, &b, 0, "base")) { PyBuffer_Release(&s); return NULL; }
+    if (get_buffer(dobj, &d, 1, "dst")) { PyBuffer_Release(&b); PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    if (s.len != b.len || s.len != d.len) {
+        PyErr_Format(PyExc_ValueError, "src, base and dst lengths differ (%zd, %zd, %zd)", s.len,
+                     b.len, d.len);
+    } else if (s.len % width) {
+        PyErr_Format(PyExc_ValueError, "length %zd is not a multiple of width %ld", s.len, width);
+    } else if ((overlaps(&s, &d) && s.buf != d.buf) || overlaps(&b, &d)) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps an input (only dst is src is allowed)");
+    } else {
+        size_t n = (size_t)s.len / (size_t)width;
+        Py_BEGIN_ALLOW_THREADS
+        if (encode) ckz_residual_encode(s.buf, b.buf, d.buf, n, (unsigned)width, (unsigned)kind);
+        else ckz_residual_decode(s.buf, b.buf, d.buf, n, (unsigned)width, (unsigned)kind);
+        Py_END_ALLOW_THREADS
+        ret = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+PyDoc_STRVAR(residual_encode_doc, "residual_encode(src, base, dst, width, kind) -> None\n\n"
+             "dst = the exact residual of src against base (kind 0 xor, 1 float-diff, 2 int-diff).");
+static PyObject *py_residual_encode(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    return residual_common(args, kw, 1);
+}
+
+PyDoc_STRVAR(residual_decode_doc, "residual_decode(delta, base, dst, width, kind) -> None\n\n"
+             "Inverse of residual_encode; dst may be delta itself.");
+static PyObject *py_residual_decode(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    return residual_common(args, kw, 0);
+}
+
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
@@ -256,6 +310,8 @@ static PyMethodDef methods[] = {
     KW("decode", py_decode, decode_doc),
     KW("encode_planes", py_encode_planes, encode_planes_doc),
     KW("decode_planes", py_decode_planes, decode_planes_doc),
+    KW("residual_encode", py_residual_encode, residual_encode_doc),
+    KW("residual_decode", py_residual_decode, residual_decode_doc),
     {"decoded_size", py_decoded_size, METH_O, decoded_size_doc},
     {NULL, NULL, 0, NULL},
 };

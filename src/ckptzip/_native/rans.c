@@ -1,10 +1,12 @@
-/* rans.c - static rANS with 32-bit states and byte-wise renormalization (after Fabian Giesen's
- * rans_byte.h).  See rans.h for the contracts.
+/* rans.c - static rANS with 32-bit states and 16-bit renormalization (after Fabian Giesen's
+ * rans_byte.h and rans64.h).  See rans.h for the contracts.
  *
- * Invariants: a state x lies in [L, 256 L) between symbols.  Coding symbol s (frequency f,
- * cumulative start c) maps x to (x / f) * SCALE + x % f + c; the encoder first shifts out bytes
- * while x >= (L >> PROB_BITS << 8) * f, which keeps the result below 256 L.  The decoder inverts:
- * slot = x % SCALE, x = f * (x / SCALE) + slot - c, then shifts bytes in while x < L.
+ * Invariants: a state x lies in [L, 2^32) between symbols, L = 2^16.  Coding symbol s (frequency
+ * f, cumulative start c) maps x to (x / f) * SCALE + x % f + c; the encoder first shifts out one
+ * 16-bit word if x >= x_max = (L >> PROB_BITS << 16) * f, which keeps the result below 2^32, and
+ * one word always suffices (x < 2^32 gives x >> 16 < 2^16 <= x_max).  The decoder inverts:
+ * slot = x % SCALE, x = f * (x / SCALE) + slot - c, then shifts one word in if x < L; one is
+ * enough since the step leaves x >= f * (L >> PROB_BITS) >= 2^4, and 2^4 << 16 >= L.
  */
 #include "rans.h"
 
@@ -104,56 +106,52 @@ int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], siz
 
 /* ---- encoder -------------------------------------------------------------------------------- */
 
-/* Per-symbol encoder constants (rans_byte.h's RansEncSymbol): x / f is computed as a multiply
- * by a fixed-point reciprocal, exact for every x < 2^31 (Alverson, "Integer division using
- * reciprocals"). */
+/* Per-symbol encoder constants: x / f is a multiply by a 64-bit fixed-point reciprocal, exact for
+ * every x < 2^32 (rans64.h's Alverson construction, with 32 bits to spare). */
 typedef struct {
-    uint32_t x_max;     /* renormalize while x >= x_max */
-    uint32_t rcp_freq;  /* fixed-point reciprocal of f */
+    uint64_t rcp_freq;  /* ceil(2^(shift + 63) / f), shift = ceil(log2 f) */
+    uint32_t x_max;     /* flush a word when x >= x_max */
     uint32_t bias;      /* c, or c + SCALE - 1 when f == 1 */
-    uint16_t cmpl_freq; /* SCALE - f */
-    uint16_t rcp_shift;
+    uint32_t cmpl_freq; /* SCALE - f */
+    uint32_t rcp_shift;
 } enc_sym;
 
 static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
-    e->x_max = ((L >> PROB_BITS) << 8) * f;
-    e->cmpl_freq = (uint16_t)(SCALE - f);
+    e->x_max = ((L >> PROB_BITS) << 16) * f; /* <= 2^4 * 2^16 * (2^12 - 1) < 2^32 */
+    e->cmpl_freq = SCALE - f;
     if (f < 2) {
-        /* f == 1: x / 1 = x; rcp = ~0 with shift 0 yields x - 1, which bias compensates. */
-        e->rcp_freq = ~0u;
+        /* f == 1: x / 1 = x; rcp = 2^64 - 1 with shift 0 yields x - 1, which bias compensates. */
+        e->rcp_freq = ~0ull;
         e->rcp_shift = 0;
         e->bias = start + SCALE - 1;
     } else {
         uint32_t shift = 0;
         while (f > (1u << shift)) shift++;
-        e->rcp_freq = (uint32_t)(((1ull << (shift + 31)) + f - 1) / f);
-        e->rcp_shift = (uint16_t)(shift - 1);
+        e->rcp_freq = (uint64_t)((((unsigned __int128)1 << (shift + 63)) + f - 1) / f);
+        e->rcp_shift = shift - 1;
         e->bias = start;
     }
 }
 
-/* Encoder step: flush bytes while x >= x_max, then map x.  x < 2^31 and x_max >= 2^19, so at
- * most two bytes leave; both are written unconditionally one below the cursor (the region below
- * the cursor is free, RANS_ENC_SLACK keeps that true at its start) and the cursor moves only
- * by the bytes really flushed. */
-#define RANS_ENC_FLUSH1(x, p, e)                                                               \
-    do {                                                                                       \
-        unsigned r_ = (x) >= (e)->x_max;                                                       \
-        (p)[-1] = (uint8_t)(x);                                                                \
-        (p) -= r_;                                                                             \
-        (x) = r_ ? (x) >> 8 : (x);                                                             \
-    } while (0)
+/* Encoder step: flush one 16-bit word if x >= x_max, then map x.  The word is written
+ * unconditionally just below the cursor (free space: RANS_ENC_SLACK keeps that true at a
+ * region's start) and the cursor moves only when it was really flushed: no branch to mispredict
+ * on low-entropy data. */
 #define RANS_ENC_PUT(x, p, e)                                                                  \
     do {                                                                                       \
-        RANS_ENC_FLUSH1(x, p, e);                                                              \
-        RANS_ENC_FLUSH1(x, p, e);                                                              \
-        uint32_t q_ = (uint32_t)(((uint64_t)(x) * (e)->rcp_freq) >> 32) >> (e)->rcp_shift;    \
+        unsigned r_ = (x) >= (e)->x_max;                                                       \
+        (p)[-2] = (uint8_t)(x);                                                                \
+        (p)[-1] = (uint8_t)((x) >> 8);                                                         \
+        (p) -= 2 * r_;                                                                         \
+        (x) = r_ ? (x) >> 16 : (x);                                                            \
+        uint32_t q_ = (uint32_t)(((unsigned __int128)(x) * (e)->rcp_freq) >> 64 >>            \
+                                 (e)->rcp_shift);                                              \
         (x) = (x) + (e)->bias + q_ * (e)->cmpl_freq; /* (x / f) * SCALE + x % f + start */    \
     } while (0)
 #define RANS_ENC_SLACK 2
 
-/* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits = 1.5
- * bytes (2 reserved), plus the 4 state bytes and the encoder's write slack. */
+/* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits on average
+ * (2 bytes reserved, the most one step can flush), plus the 4 state bytes and the write slack. */
 static size_t region_size(size_t n) {
     return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4 + RANS_ENC_SLACK;
 }
@@ -199,33 +197,27 @@ void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uin
 
 /* ---- decoder -------------------------------------------------------------------------------- */
 
-/* One decode step: emit the symbol of x's slot, advance the state, refill bytes while x < L.
- * After the advance x >= f * (x_old >> PROB_BITS) >= 2^(23-12) = 2^11, so at most two bytes are
- * read: the fast loop needs two bytes in hand per step, and refills without branches (the
- * refill pattern of a low-entropy stream is unpredictable). */
-#define RANS_REFILL1(x, p, pos)                                                                \
-    do {                                                                                       \
-        unsigned r_ = (x) < L;                                                                 \
-        uint32_t y_ = ((x) << 8) | (p)[(pos)];                                                 \
-        (x) = r_ ? y_ : (x);                                                                   \
-        (pos) += r_;                                                                           \
-    } while (0)
+/* One decode step: emit the symbol of x's slot, advance the state, refill one 16-bit word if
+ * x < L (without a branch: the refill pattern of a low-entropy stream is unpredictable).  The
+ * table entry holds the symbol, f and slot - c, so the step is one multiply-add. */
 #define RANS_STEP(T, x, p, pos, out)                                                           \
     do {                                                                                       \
         uint32_t e_ = (T)[(x) & (SCALE - 1)];                                                  \
         *(out) = (uint8_t)e_;                                                                  \
-        (x) = ((e_ >> 8) & 0xfff) * ((x) >> PROB_BITS) + ((x) & (SCALE - 1)) - (e_ >> 20);     \
-        RANS_REFILL1(x, p, pos);                                                               \
-        RANS_REFILL1(x, p, pos);                                                               \
+        (x) = ((e_ >> 8) & 0xfff) * ((x) >> PROB_BITS) + (e_ >> 20);                           \
+        unsigned r_ = (x) < L;                                                                 \
+        uint32_t y_ = ((x) << 16) | (uint32_t)((p)[(pos)] | ((p)[(pos) + 1] << 8));            \
+        (x) = r_ ? y_ : (x);                                                                   \
+        (pos) += 2 * r_;                                                                       \
     } while (0)
-#define RANS_MAX_REFILL 2
+#define RANS_MAX_REFILL 2 /* bytes one step may read */
 
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
-    uint32_t T[SCALE]; /* slot -> symbol | freq << 8 | start << 20; freq, start < 2^12 */
+    uint32_t T[SCALE]; /* slot -> symbol | f << 8 | (slot - c) << 20; f, slot - c < 2^12 */
     uint32_t cum = 0;  /* every slot is written once: the table reader checked the sum */
     for (unsigned s = 0; s < 256; s++) {
-        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | ((uint32_t)freq[s] << 8) | (cum << 20);
+        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | ((uint32_t)freq[s] << 8) | (j << 20);
         cum += freq[s];
     }
     size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
@@ -258,12 +250,13 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
         for (size_t j = i; j < count; j++) {
             uint32_t e = T[x & (SCALE - 1)];
             o[j] = (uint8_t)e;
-            x = ((e >> 8) & 0xfff) * (x >> PROB_BITS) + (x & (SCALE - 1)) - (e >> 20);
-            while (x < L) {
-                if (ps == size[k])
+            x = ((e >> 8) & 0xfff) * (x >> PROB_BITS) + (e >> 20);
+            if (x < L) {
+                if (size[k] - ps < RANS_MAX_REFILL)
                     return ckz_fail(err, "rans stream %u ends after %zu of %zu symbols", k, j,
                                     count);
-                x = (x << 8) | p[ps++];
+                x = (x << 16) | (uint32_t)(p[ps] | (p[ps + 1] << 8));
+                ps += RANS_MAX_REFILL;
             }
         }
         if (x != L || ps != size[k])

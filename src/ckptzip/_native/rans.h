@@ -1,4 +1,4 @@
-/* rans.h - static rANS (ryg_rans byte-wise variant) for segments where Huffman's whole-bit codes
+/* rans.h - static rANS (32-bit states, 16-bit renormalization) for segments where Huffman's whole-bit codes
  * waste too much: low-entropy planes whose top symbol has probability near or above 1/2.
  *
  * Same stream layout as huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
@@ -16,7 +16,8 @@
 
 #define CKZ_RANS_PROB_BITS 12
 #define CKZ_RANS_PROB_SCALE (1u << CKZ_RANS_PROB_BITS)
-#define CKZ_RANS_L (1u << 23) /* state lower bound; states live in [L, 256 L) */
+#define CKZ_RANS_L (1u << 16) /* state lower bound; states live in [L, 2^32), renormalized by
+                                 16-bit little-endian words */
 
 /* freq[s] > 0 for every symbol with total[s] > 0, summing to CKZ_RANS_PROB_SCALE.  Needs at
  * least two used symbols. */
