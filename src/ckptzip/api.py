@@ -5,17 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import ConfigError
+from .chain import open_base, relative_location
 from .reader import CheckpointFile
 from .storage import BytesSource, PathLike, atomic_write
 from .writer import FileSink, MemorySink, SaveReport, encode_state
-
-
-def _check_base(base: Any) -> None:
-    if base is not None:
-        raise ConfigError(
-            "base=: this ckptzip writes and reads standalone checkpoints only; pass base=None"
-        )
 
 
 def save(
@@ -26,20 +19,35 @@ def save(
     base: Any = None,
     threads: int | None = None,
     metadata: dict[str, Any] | None = None,
+    keyframe_every: int | None = None,
     progress: bool = False,
 ) -> SaveReport:
     """Compress ``state`` (any nesting of dicts, lists and tuples of tensors, arrays, numbers,
     strings, bytes and None) to ``path`` atomically, and report what it gained.
 
+    ``base`` (an earlier ``.ckz``) makes an incremental checkpoint: each tensor is coded against
+    the base's tensor of the same name where that is smaller, still bit-exact. Loading it needs
+    the base, which is looked up beside it. ``keyframe_every=K`` bounds chains: when the base
+    already heads a chain of K-1 deltas, this checkpoint is written standalone instead.
     ``threads=None`` uses every core. ``metadata`` is a JSON-able dict stored in the header.
     """
-    _check_base(base)
     target = os.fspath(path)
-    with atomic_write(target) as handle:
-        report = encode_state(
-            state, FileSink(handle), mode=mode, threads=threads, metadata=metadata,
-            path=target, progress=progress,
-        )
+    opened = open_base(base, threads=threads)
+    location = None
+    if isinstance(base, (str, os.PathLike)):
+        location = relative_location(os.fspath(base), target)
+    elif opened is not None and opened.location is not None and not opened.location.startswith("<"):
+        location = relative_location(opened.location, target)
+    try:
+        with atomic_write(target) as handle:
+            report = encode_state(
+                state, FileSink(handle), mode=mode, threads=threads, metadata=metadata,
+                path=target, progress=progress, base=opened, base_location=location,
+                keyframe_every=keyframe_every,
+            )
+    finally:
+        if opened is not None:
+            opened.close()
     return report
 
 
@@ -51,9 +59,12 @@ def load(
     threads: int | None = None,
     progress: bool = False,
 ) -> Any:
-    """Read a ``.ckz`` back into the state it was saved from (bit-exact for lossless mode)."""
-    _check_base(base)
-    with CheckpointFile.open(path, threads=threads) as checkpoint:
+    """Read a ``.ckz`` back into the state it was saved from (bit-exact for lossless mode).
+
+    A delta finds its base (and the base's own base) beside it; ``base=`` overrides that with a
+    path, an open checkpoint, or the in-memory state it was coded against.
+    """
+    with CheckpointFile.open(path, threads=threads, base=base) as checkpoint:
         return checkpoint.load(map_location=map_location, progress=progress)
 
 
@@ -64,11 +75,18 @@ def dumps(
     base: Any = None,
     threads: int | None = None,
     metadata: dict[str, Any] | None = None,
+    keyframe_every: int | None = None,
 ) -> bytes:
-    """Like :func:`save`, into bytes."""
-    _check_base(base)
+    """Like :func:`save`, into bytes. ``base`` may also be the previous in-memory state (or the
+    bytes of a previous ``dumps``); ``loads`` then needs the same ``base``."""
+    opened = open_base(base, threads=threads)
     sink = MemorySink()
-    encode_state(state, sink, mode=mode, threads=threads, metadata=metadata)
+    try:
+        encode_state(state, sink, mode=mode, threads=threads, metadata=metadata, base=opened,
+                     keyframe_every=keyframe_every)
+    finally:
+        if opened is not None:
+            opened.close()
     return sink.result
 
 
@@ -80,12 +98,11 @@ def loads(
     threads: int | None = None,
 ) -> Any:
     """Like :func:`load`, from bytes."""
-    _check_base(base)
-    with CheckpointFile(BytesSource(data), threads=threads) as checkpoint:
+    with CheckpointFile(BytesSource(data), threads=threads, base=base) as checkpoint:
         return checkpoint.load(map_location=map_location)
 
 
-def open(path: PathLike, *, threads: int | None = None) -> CheckpointFile:
+def open(path: PathLike, *, threads: int | None = None, base: Any = None) -> CheckpointFile:
     """Open a ``.ckz`` lazily: ``keys()``, ``get_tensor(key)``, ``metadata``, ``load()``.
 
     Use it as a context manager so the file is closed::
@@ -93,4 +110,4 @@ def open(path: PathLike, *, threads: int | None = None) -> CheckpointFile:
         with ckptzip.open("step-100.ckz") as ckpt:
             w = ckpt.get_tensor("model.lm_head.weight")
     """
-    return CheckpointFile.open(path, threads=threads)
+    return CheckpointFile.open(path, threads=threads, base=base)

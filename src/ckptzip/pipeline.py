@@ -1,8 +1,9 @@
-"""A pipeline composes codec stages: tensor->tensor*, then tensor->bytes?, then bytes->bytes*.
+"""A pipeline composes codec stages: tensor->tensor*, residual?, tensor->bytes?, bytes->bytes*.
 
-Tensor transforms run on whole tensors; the serializer and compressors run on chunks of raw element
-bytes, each chunk on its own, so chunks encode and decode independently and in parallel. The stored
-config of a pipeline is the list of its codecs' configs, in order.
+Tensor transforms run on whole tensors. The residual against a base is elementwise, so it runs per
+chunk with the base's co-located chunk; the serializer and compressors run per chunk too, so chunks
+encode and decode independently and in parallel. The stored config of a pipeline is the list of its
+codecs' configs, in order.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .codecs import (
     BytesToBytes,
     Codec,
     Entropy,
+    Residual,
     TensorToBytes,
     TensorToTensor,
     codec_from_config,
@@ -27,11 +29,14 @@ from .errors import CorruptError, FormatError
 @dataclass(frozen=True)
 class Pipeline:
     transforms: tuple[TensorToTensor, ...] = ()
+    residual: Residual | None = None
     serializer: TensorToBytes | None = None
     compressors: tuple[BytesToBytes, ...] = field(default_factory=tuple)
 
     def get_config(self) -> list[dict[str, Any]]:
         stages: list[Codec] = [*self.transforms]
+        if self.residual is not None:
+            stages.append(self.residual)
         if self.serializer is not None:
             stages.append(self.serializer)
         stages.extend(self.compressors)
@@ -42,19 +47,23 @@ class Pipeline:
         if not isinstance(configs, list):
             raise FormatError(f"{source}: a pipeline must be a list of codec configs")
         transforms: list[TensorToTensor] = []
+        residual: Residual | None = None
         serializer: TensorToBytes | None = None
         compressors: list[BytesToBytes] = []
         for config in configs:
             codec = codec_from_config(config, source)
-            if isinstance(codec, TensorToTensor) and serializer is None and not compressors:
+            later_stages = residual is not None or serializer is not None or bool(compressors)
+            if isinstance(codec, TensorToTensor) and not later_stages:
                 transforms.append(codec)
+            elif isinstance(codec, Residual) and not later_stages:
+                residual = codec
             elif isinstance(codec, TensorToBytes) and serializer is None and not compressors:
                 serializer = codec
             elif isinstance(codec, BytesToBytes):
                 compressors.append(codec)
             else:
                 raise FormatError(f"{source}: codec {codec.codec_id!r} is out of order in {configs}")
-        return cls(tuple(transforms), serializer, tuple(compressors))
+        return cls(tuple(transforms), residual, serializer, tuple(compressors))
 
     @property
     def _fused_planes(self) -> BytePlanes | None:
@@ -63,8 +72,13 @@ class Pipeline:
             return self.serializer
         return None
 
-    def encode_chunk(self, raw: Buffer) -> bytes:
-        """Serialize and compress one chunk of raw element bytes."""
+    def encode_chunk(self, raw: Buffer, base: Buffer | None = None) -> bytes:
+        """Serialize and compress one chunk of raw element bytes (``base``: the base's co-located
+        chunk, for a pipeline with a residual stage)."""
+        if self.residual is not None:
+            if base is None:
+                raise ValueError("a residual pipeline needs the base chunk")
+            raw = self.residual.encode(raw, base)
         planes = self._fused_planes
         if planes is not None:
             return _native.encode_planes(raw, planes.width, planes.rotate)
@@ -78,12 +92,19 @@ class Pipeline:
             segments = 1
         return bytes(data)
 
-    def decode_chunk(self, data: Buffer, out: Buffer) -> None:
+    def decode_chunk(self, data: Buffer, out: Buffer, base: Buffer | None = None) -> None:
         """Decode one stored chunk into ``out``, whose length is the chunk's raw size.
 
         Raises :class:`CorruptError` if the stream is malformed or does not decode to exactly
         ``len(out)`` bytes.
         """
+        self._decode_stream(data, out)
+        if self.residual is not None:
+            if base is None:
+                raise ValueError("a residual pipeline needs the base chunk")
+            self.residual.decode_inplace(out, base)
+
+    def _decode_stream(self, data: Buffer, out: Buffer) -> None:
         planes = self._fused_planes
         try:
             if planes is not None:

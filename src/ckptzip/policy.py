@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .codecs import BytePlanes, Entropy
+from .codecs import BytePlanes, Entropy, Residual
 from .errors import ConfigError
 from .pipeline import Pipeline
 from .tree import Leaf
@@ -17,7 +17,11 @@ DEFAULT_CHUNK_BYTES = 256 << 10
 class Policy(Protocol):
     mode: str
 
-    def pipeline_for(self, leaf: Leaf) -> Pipeline: ...
+    def pipeline_for(self, leaf: Leaf) -> Pipeline:
+        """The pipeline of a tensor coded on its own."""
+
+    def delta_candidates(self, leaf: Leaf) -> list[Pipeline]:
+        """Pipelines that code a tensor against its base; the writer keeps the smallest."""
 
     def chunk_bytes(self, leaf: Leaf) -> int: ...
 
@@ -35,6 +39,22 @@ class LosslessPolicy:
         if width == 1:
             return Pipeline(compressors=(Entropy(),))
         return Pipeline(serializer=BytePlanes(width, rotate), compressors=(Entropy(),))
+
+    def delta_candidates(self, leaf: Leaf) -> list[Pipeline]:
+        """XOR (zipnn's delta) and the zigzagged difference of monotone-mapped patterns.
+
+        After XOR the sign change still sits in the top bit, so floats keep the one-bit rotation;
+        zigzag already moves the sign to bit 0, so differences are split without rotation."""
+        width, rotate = leaf.dtype.plane_layout
+        if width not in (1, 2, 4, 8):
+            return []
+        diff = "float-diff" if leaf.dtype.is_float else "int-diff"
+        return [
+            Pipeline(residual=Residual("xor", width), serializer=BytePlanes(width, rotate),
+                     compressors=(Entropy(),)),
+            Pipeline(residual=Residual(diff, width), serializer=BytePlanes(width, 0),
+                     compressors=(Entropy(),)),
+        ]
 
     def chunk_bytes(self, leaf: Leaf) -> int:
         width = leaf.dtype.plane_layout[0]

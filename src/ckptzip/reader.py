@@ -13,7 +13,8 @@ import torch
 
 from . import _native
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
-from .errors import CorruptError, Error
+from .chain import Base, base_exists, open_base, resolve_relative
+from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
 from .progress import Progress
 from .storage import PathLike, Source, open_source
@@ -22,7 +23,8 @@ from .tree import KeyPath, render_path, unflatten
 #: Raw bytes decoded by one worker task.
 TASK_BYTES = 4 << 20
 
-_Job = tuple[LeafInfo, int, ChunkRef, np.ndarray]  # leaf, chunk index, chunk, output slice
+# leaf, chunk index, chunk, output slice, base slice (for residuals)
+_Job = tuple[LeafInfo, int, ChunkRef, np.ndarray, np.ndarray | None]
 
 
 @dataclass
@@ -64,10 +66,12 @@ class CheckpointFile:
     chunks; ``load()`` rebuilds the whole state.
     """
 
-    def __init__(self, source: Source, *, threads: int | None = None) -> None:
+    def __init__(self, source: Source, *, threads: int | None = None, base: Any = None) -> None:
         self.source = source
         self.name = source.name
         self.threads = resolve_threads(threads)
+        self._base_arg = base
+        self._base: Base | None = None
         head = source.read(0, min(PRELUDE_SIZE, source.size))
         prelude = parse_prelude(bytes(head), source.size, self.name)
         header_bytes = bytes(source.read(PRELUDE_SIZE, prelude.header_length))
@@ -81,16 +85,19 @@ class CheckpointFile:
         self._keys: dict[str, dict[str, Any]] | None = None
 
     @classmethod
-    def open(cls, path: PathLike, *, threads: int | None = None) -> CheckpointFile:
+    def open(cls, path: PathLike, *, threads: int | None = None, base: Any = None) -> CheckpointFile:
         source = open_source(path)
         try:
-            return cls(source, threads=threads)
+            return cls(source, threads=threads, base=base)
         except BaseException:
             source.close()
             raise
 
     # -- context management ---------------------------------------------------------------
     def close(self) -> None:
+        if self._base is not None:
+            self._base.close()
+            self._base = None
         self.source.close()
 
     def __enter__(self) -> CheckpointFile:
@@ -115,6 +122,53 @@ class CheckpointFile:
     @property
     def leaves(self) -> tuple[LeafInfo, ...]:
         return self.header.leaves
+
+    @property
+    def chain_depth(self) -> int:
+        """0 for a standalone checkpoint (a keyframe), else 1 + its base's depth."""
+        depth = self.header.raw.get("chain_depth", 0)
+        return depth if type(depth) is int and depth >= 0 else 0
+
+    @property
+    def base_ref(self) -> dict[str, Any] | None:
+        """The header's reference to the base this delta was coded against (None: keyframe)."""
+        ref = self.header.raw.get("base")
+        return ref if isinstance(ref, dict) else None
+
+    def base(self) -> Base:
+        """The base this delta needs: the ``base=`` given when opening, else the file its header
+        names, looked up relative to this file. Checked against the recorded content id."""
+        if self._base is not None:
+            return self._base
+        ref = self.base_ref
+        if ref is None:
+            raise BaseMismatchError(f"{self.name}: not a delta checkpoint; it has no base")
+        expected = ref.get("id")
+        base = open_base(self._base_arg, threads=self.threads)
+        if base is None:
+            location = ref.get("path")
+            if not isinstance(location, str):
+                raise BaseMismatchError(
+                    f"{self.name}: this delta was coded against an in-memory state; pass that "
+                    f"state as base= to load it"
+                )
+            path = resolve_relative(self.name, location)
+            if not base_exists(path):
+                raise BaseMismatchError(
+                    f"{self.name}: its base {location!r} (id {expected}) is missing: looked for "
+                    f"{path}; put it back beside the delta or pass base=PATH"
+                )
+            base = open_base(path, threads=self.threads)
+            assert base is not None
+        if expected is not None and base.id is not None and base.id != expected:
+            found = base.location
+            base.close()
+            raise BaseMismatchError(
+                f"{self.name}: its base must have id {expected}, but {found} has id {base.id}: "
+                f"it is not the checkpoint this delta was coded against"
+            )
+        self._base = base
+        return base
 
     def _key_nodes(self) -> dict[str, dict[str, Any]]:
         if self._keys is None:
@@ -162,9 +216,11 @@ class CheckpointFile:
         for i in indices:
             leaf = self.leaves[i]
             out = buffers[i].numpy()
+            base = self._base_raw(leaf) if leaf.pipeline.residual is not None else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
-                jobs.append((leaf, k, chunk, out[start : start + chunk.raw_length]))
+                end = start + chunk.raw_length
+                jobs.append((leaf, k, chunk, out[start:end], None if base is None else base[start:end]))
         bar = Progress(sum(self.leaves[i].nbytes for i in indices), "decompress", enabled=progress)
         for done in ordered_map(self._decode_task, _group(jobs), self.threads):
             bar.update(done)
@@ -185,17 +241,38 @@ class CheckpointFile:
         first, last = jobs[0][2], jobs[-1][2]
         span = self.source.read(self.data_start + first.offset, last.offset + last.length - first.offset)
         view = memoryview(span)
-        for leaf, k, chunk, out in jobs:
+        for leaf, k, chunk, out, base in jobs:
             stored = view[chunk.offset - first.offset : chunk.offset - first.offset + chunk.length]
             if _native.crc32c(stored) != chunk.crc:
                 raise self._damaged(leaf, k, "stored bytes fail their checksum")
             try:
-                leaf.pipeline.decode_chunk(stored, out)
+                leaf.pipeline.decode_chunk(stored, out, base)
             except CorruptError as exc:
                 raise self._damaged(leaf, k, str(exc)) from None
             if _native.crc32c(out) != chunk.raw_crc:
                 raise self._damaged(leaf, k, "decoded bytes fail their checksum")
-        return sum(len(out) for *_, out in jobs)
+        return sum(len(job[3]) for job in jobs)
+
+    def _base_raw(self, leaf: LeafInfo) -> np.ndarray:
+        """The raw bytes of the base tensor a delta leaf was coded against, checked by CRC."""
+        ref = leaf.extra.get("base")
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+            raise FormatError(f"{self.name}: tensor {leaf.name!r} has a residual but no base reference")
+        base = self.base()
+        found = base.tensor(ref["name"])
+        if found is None or found.dtype != leaf.dtype or found.shape != leaf.shape:
+            raise BaseMismatchError(
+                f"{self.name}: tensor {leaf.name!r} needs base tensor {ref['name']!r} of "
+                f"{leaf.dtype.name}{list(leaf.shape)}, which {base.location or 'the base'} lacks; "
+                f"it is not the base this delta was coded against"
+            )
+        raw = base.raw(ref["name"])
+        if _native.crc32c(raw) != ref.get("crc"):
+            raise BaseMismatchError(
+                f"{self.name}: tensor {leaf.name!r}: the base tensor's content differs from the one "
+                f"it was coded against (CRC mismatch); pass the right base"
+            )
+        return raw
 
     def _damaged(self, leaf: LeafInfo, k: int, what: str) -> CorruptError:
         chunk = leaf.chunks[k]

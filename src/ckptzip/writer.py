@@ -8,7 +8,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
@@ -19,7 +19,8 @@ from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
 from .errors import ConfigError
 from .parallel import ordered_map, resolve_threads
 from .pipeline import Pipeline
-from .policy import policy_for
+from .chain import Base
+from .policy import Policy, policy_for
 from .progress import Progress
 from .tree import Leaf, flatten
 
@@ -57,9 +58,12 @@ class _LeafPlan:
     chunk_bytes: int
     table: list[list[int]]
     offset: int = -1
+    #: Raw bytes of the base tensor, for a pipeline with a residual stage.
+    base_raw: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-_Task = list[tuple[int, int, np.ndarray]]  # (leaf index, chunk index, raw bytes)
+_Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
 
 
 def _tasks(plans: list[_LeafPlan]) -> Iterator[_Task]:
@@ -69,15 +73,40 @@ def _tasks(plans: list[_LeafPlan]) -> Iterator[_Task]:
     size = 0
     for index, plan in enumerate(plans):
         raw = plan.leaf.host_bytes()
-        for k, start in enumerate(range(0, len(raw), plan.chunk_bytes)):
+        for start in range(0, len(raw), plan.chunk_bytes):
             piece = raw[start : start + plan.chunk_bytes]
-            task.append((index, k, piece))
+            base = None if plan.base_raw is None else plan.base_raw[start : start + plan.chunk_bytes]
+            task.append((index, piece, base))
             size += len(piece)
             if size >= TASK_BYTES:
                 yield task
                 task, size = [], 0
     if task:
         yield task
+
+
+def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
+    """Pick the leaf's pipeline. Against a base, try each candidate representation on a sample
+    chunk from the middle of the tensor and keep the smallest (dense included)."""
+    chunk_bytes = policy.chunk_bytes(leaf)
+    dense = policy.pipeline_for(leaf)
+    match = base.tensor(leaf.name) if base is not None else None
+    if base is None or match is None or leaf.nbytes == 0 or (match.dtype, match.shape) != (
+        leaf.dtype, leaf.shape
+    ):
+        return _LeafPlan(leaf, dense, chunk_bytes, [])
+    raw, base_raw = leaf.host_bytes(), base.raw(leaf.name)
+    middle = (len(raw) // 2) // chunk_bytes * chunk_bytes
+    sample = slice(middle, middle + chunk_bytes)
+    best, best_size = dense, len(dense.encode_chunk(raw[sample]))
+    for candidate in policy.delta_candidates(leaf):
+        size = len(candidate.encode_chunk(raw[sample], base_raw[sample]))
+        if size < best_size:
+            best, best_size = candidate, size
+    if best is dense:
+        return _LeafPlan(leaf, dense, chunk_bytes, [])
+    extra = {"base": {"name": leaf.name, "crc": _native.crc32c(base_raw)}}
+    return _LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra)
 
 
 def _header_json(header: dict[str, Any]) -> bytes:
@@ -192,6 +221,7 @@ def _leaf_entry(plan: _LeafPlan, offset: int, table: list[list[int]]) -> dict[st
         "chunk": plan.chunk_bytes,
         "offset": offset,
         "chunks": table,
+        **plan.extra,
     }
 
 
@@ -205,18 +235,30 @@ def encode_state(
     path: str | None = None,
     progress: bool = False,
     source: dict[str, Any] | None = None,
+    base: Base | None = None,
+    base_location: str | None = None,
+    keyframe_every: int | None = None,
 ) -> SaveReport:
     """Compress ``state`` into ``sink``; the caller owns where the bytes end up.
 
     ``source`` describes the file the state was read from (see :mod:`ckptzip.sources`), so that
-    ``ckptzip decompress`` can write it back in its own form.
+    ``ckptzip decompress`` can write it back in its own form. With a ``base``, tensors are coded
+    against it where that is smaller, unless the chain would reach ``keyframe_every`` checkpoints,
+    in which case this one becomes a standalone keyframe. ``base_location`` is how the header
+    names the base file (a path relative to the new file's directory).
     """
     started = time.perf_counter()
     n_threads = resolve_threads(threads)
     policy = policy_for(mode)
     user_metadata = _check_metadata(metadata)
+    if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
+        raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
+    if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
+        base = None
     tree, leaves = flatten(state)
-    plans = [_LeafPlan(leaf, policy.pipeline_for(leaf), policy.chunk_bytes(leaf), []) for leaf in leaves]
+    plans = [_plan_leaf(leaf, policy, base) for leaf in leaves]
+    if not any(plan.base_raw is not None for plan in plans):
+        base = None
     header: dict[str, Any] = {
         "format": "ckz",
         "version": [FORMAT_MAJOR, FORMAT_MINOR],
@@ -227,14 +269,17 @@ def encode_state(
     }
     if source is not None:
         header["source"] = source
+    if base is not None:
+        header["base"] = {"id": base.id, "path": base_location}
+        header["chain_depth"] = base.depth + 1
     sink.reserve(_estimate_header(header, plans))
     raw_total = sum(leaf.nbytes for leaf in leaves)
     bar = Progress(raw_total, "compress", enabled=progress)
 
     def encode_task(task: _Task) -> list[tuple[int, bytes, int, int, int]]:
         out = []
-        for index, _k, raw in task:
-            stored = plans[index].pipeline.encode_chunk(raw)
+        for index, raw, base_chunk in task:
+            stored = plans[index].pipeline.encode_chunk(raw, base_chunk)
             out.append((index, stored, _native.crc32c(stored), _native.crc32c(raw), len(raw)))
         return out
 

@@ -10,12 +10,14 @@ from .base import (
 )
 from .byteplanes import BytePlanes
 from .entropy import Entropy
+from .residual import Residual
 
 __all__ = [
     "BytePlanes",
     "BytesToBytes",
     "Codec",
     "Entropy",
+    "Residual",
     "TensorToBytes",
     "TensorToTensor",
     "codec_from_config",

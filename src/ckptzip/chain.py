@@ -1,0 +1,146 @@
+"""Bases of incremental checkpoints: where a delta's base comes from, and how it is checked.
+
+A delta checkpoint codes some tensors as residuals against the same-named tensors of a base: an
+earlier ``.ckz`` (named in the header by relative path and content id, so it is found beside the
+delta and checked), or, in memory, a state passed to ``dumps``/``loads``. Every delta tensor also
+records the CRC-32C of the base tensor it was coded against, so a substituted or damaged base is
+caught even where no id is known.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .dtypes import DType
+from .errors import BaseMismatchError
+from .storage import BytesSource, is_url, local_path
+from .tree import flatten
+
+if TYPE_CHECKING:
+    from .reader import CheckpointFile
+
+
+@dataclass(frozen=True)
+class BaseTensor:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+class Base(ABC):
+    """Tensors a delta is coded against, by name."""
+
+    #: The base file's content id, or None for an in-memory state.
+    id: str | None = None
+    #: How many deltas lie between the base and its keyframe (0: the base is a keyframe).
+    depth: int = 0
+    #: Where the base file is, for the delta's header (None in memory).
+    location: str | None = None
+
+    def __init__(self) -> None:
+        self._cache: dict[str, np.ndarray] = {}
+
+    @abstractmethod
+    def tensor(self, name: str) -> BaseTensor | None: ...
+
+    @abstractmethod
+    def _load(self, name: str) -> np.ndarray: ...
+
+    def raw(self, name: str) -> np.ndarray:
+        """The base tensor's raw bytes (uint8, C order); decoded once, then cached."""
+        if name not in self._cache:
+            self._cache[name] = self._load(name)
+        return self._cache[name]
+
+    def close(self) -> None:
+        self._cache.clear()
+
+
+class MemoryBase(Base):
+    """A state held in memory (``dumps(state, base=previous_state)``)."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__()
+        self._leaves = {leaf.name: leaf for leaf in flatten(state)[1]}
+
+    def tensor(self, name: str) -> BaseTensor | None:
+        leaf = self._leaves.get(name)
+        return None if leaf is None else BaseTensor(name, leaf.dtype, leaf.shape)
+
+    def _load(self, name: str) -> np.ndarray:
+        return self._leaves[name].host_bytes()
+
+
+class FileBase(Base):
+    """An earlier ``.ckz`` (itself possibly a delta: its own base is resolved the same way)."""
+
+    def __init__(self, checkpoint: CheckpointFile, *, owned: bool) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.owned = owned
+        self.id = checkpoint.id
+        self.depth = checkpoint.chain_depth
+        self.location = checkpoint.name
+        self._index = {leaf.name: leaf for leaf in checkpoint.leaves}
+
+    def tensor(self, name: str) -> BaseTensor | None:
+        leaf = self._index.get(name)
+        return None if leaf is None else BaseTensor(name, leaf.dtype, leaf.shape)
+
+    def _load(self, name: str) -> np.ndarray:
+        index = self._index[name].index
+        tensor = self.checkpoint.read_leaves([index])[index]
+        return tensor.reshape(-1).view(torch.uint8).numpy()
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            self.checkpoint.close()
+
+
+def open_base(base: Any, *, threads: int | None = None) -> Base | None:
+    """Turn a user's ``base=`` (a path or URL, bytes of a .ckz, an open CheckpointFile, a Base, or
+    an in-memory state) into a :class:`Base`."""
+    from .reader import CheckpointFile
+
+    if base is None or isinstance(base, Base):
+        return base
+    if isinstance(base, CheckpointFile):
+        return FileBase(base, owned=False)
+    if isinstance(base, (str, os.PathLike)):
+        if not base_exists(base):
+            raise BaseMismatchError(f"base {os.fspath(base)}: no such checkpoint")
+        return FileBase(CheckpointFile.open(base, threads=threads), owned=True)
+    if isinstance(base, (bytes, bytearray, memoryview)):
+        return FileBase(CheckpointFile(BytesSource(base, "<base bytes>"), threads=threads), owned=True)
+    return MemoryBase(base)
+
+
+def base_exists(path: str | os.PathLike[str]) -> bool:
+    if is_url(path):
+        return True  # a missing remote base is reported when it is opened
+    return os.path.exists(local_path(path))
+
+
+def resolve_relative(delta: str, location: str) -> str:
+    """Where a base named ``location`` in the header of ``delta`` lies (relative to the delta)."""
+    if is_url(location) or os.path.isabs(location) or delta.startswith("<"):
+        return location
+    if is_url(delta):
+        return delta.rsplit("/", 1)[0] + "/" + location
+    return os.path.join(os.path.dirname(local_path(delta)), location)
+
+
+def relative_location(base: str, delta: str) -> str:
+    """How the header of ``delta`` names ``base``: relative to the delta's directory when both
+    are local, so that a directory of checkpoints can be moved as a whole."""
+    if is_url(base) or is_url(delta):
+        return base
+    directory = os.path.dirname(os.path.abspath(local_path(delta)))
+    return os.path.relpath(os.path.abspath(local_path(base)), directory)

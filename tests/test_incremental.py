@@ -1,0 +1,142 @@
+"""Incremental checkpoints: coded against a base, bit-exact, found and checked on load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ckptzip
+from ckptzip import _native
+from ckptzip.codecs.residual import KINDS
+
+from .test_roundtrip import ALL_DTYPES, assert_bit_equal, random_tensor
+
+
+def training_states(steps: int, every: int, seed: int = 0) -> list[dict]:
+    """Consecutive full states of a small model trained with AdamW."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.randn(512, 64)
+    states = []
+    for step in range(1, steps + 1):
+        batch = data[torch.randint(0, 512, (32,))]
+        loss = (model(batch) - batch.flip(1)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % every == 0:
+            states.append(ckptzip.loads(ckptzip.dumps({"model": model.state_dict(),
+                                                       "optimizer": opt.state_dict(), "step": step})))
+    return states
+
+
+def assert_states_equal(a, b) -> None:
+    for name, value in a["model"].items():
+        assert_bit_equal(value, b["model"][name])
+    for pid, moments in a["optimizer"]["state"].items():
+        for key, value in moments.items():
+            assert_bit_equal(value, b["optimizer"]["state"][pid][key])
+    assert a["step"] == b["step"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(width=st.sampled_from([1, 2, 4, 8]), kind=st.sampled_from(sorted(KINDS)),
+       n=st.integers(0, 300), seed=st.integers(0, 2**32 - 1))
+def test_residual_kernels_are_exact_bijections(width, kind, n, seed) -> None:
+    rng = np.random.default_rng(seed)
+    new = rng.integers(0, 256, n * width, dtype=np.uint8)
+    base = rng.integers(0, 256, n * width, dtype=np.uint8)
+    if seed % 3 == 0:  # near-identical arrays: the case residuals exist for
+        base = new.copy()
+        base[:: 7] ^= 1
+    delta = np.empty_like(new)
+    _native.residual_encode(new, base, delta, width, KINDS[kind])
+    back = delta.copy()
+    _native.residual_decode(back, base, back, width, KINDS[kind])
+    assert np.array_equal(back, new)
+
+
+def test_float_diff_makes_small_changes_small() -> None:
+    base = torch.tensor([1.0, -1.0, 0.0, -0.0, 3e-38], dtype=torch.float32)
+    new = torch.nextafter(base, torch.full_like(base, 2.0))
+    delta = np.empty(20, dtype=np.uint8)
+    _native.residual_encode(new.numpy().view(np.uint8), base.numpy().view(np.uint8), delta, 4, KINDS["float-diff"])
+    values = delta.view(np.uint32)
+    assert values.max() <= 4  # one ulp up (zigzag: 2), whatever the sign; -0 -> +0 is one step
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_delta_of_every_dtype_is_bit_exact(dtype) -> None:
+    base = {"t": random_tensor(dtype, (5000,), 1), "same": random_tensor(dtype, (300,), 2)}
+    changed = base["t"].view(torch.uint8).clone()  # byte views: not every dtype has clone()
+    changed[::97] ^= 3  # a few elements change
+    same = base["same"].view(torch.uint8).clone()
+    new = {"t": changed.view(dtype), "same": same.view(dtype), "fresh": random_tensor(dtype, (10,), 3)}
+    blob = ckptzip.dumps(new, base=base)
+    out = ckptzip.loads(blob, base=base)
+    for key in new:
+        assert_bit_equal(new[key], out[key])
+
+
+def test_training_chain_on_disk(tmp_path: Path) -> None:
+    states = training_states(40, 5)
+    paths = []
+    for i, state in enumerate(states):
+        path = tmp_path / f"step-{state['step']:04d}.ckz"
+        ckptzip.save(state, path, base=paths[-1] if paths else None)
+        paths.append(path)
+        assert_states_equal(state, ckptzip.load(path))
+    with ckptzip.open(paths[-1]) as last:
+        assert last.chain_depth == len(paths) - 1
+        assert last.base_ref["path"] == paths[-2].name
+    dense = len(ckptzip.dumps(states[-1]))
+    assert paths[-1].stat().st_size < dense * 0.92
+    # the whole directory moves: bases are named relative to their deltas
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path, moved, ignore=shutil.ignore_patterns("moved"))
+    assert_states_equal(states[-1], ckptzip.load(moved / paths[-1].name))
+
+
+def test_keyframe_every_bounds_the_chain(tmp_path: Path) -> None:
+    states = training_states(30, 5)
+    previous = None
+    depths = []
+    for state in states:
+        path = tmp_path / f"s{state['step']}.ckz"
+        ckptzip.save(state, path, base=previous, keyframe_every=3)
+        with ckptzip.open(path) as ckpt:
+            depths.append(ckpt.chain_depth)
+        previous = path
+    assert depths == [0, 1, 2, 0, 1, 2]
+
+
+def test_missing_and_wrong_bases_are_reported(tmp_path: Path) -> None:
+    states = training_states(20, 10)
+    first, second = tmp_path / "a.ckz", tmp_path / "b.ckz"
+    ckptzip.save(states[0], first)
+    ckptzip.save(states[1], second, base=first)
+    os.rename(first, tmp_path / "elsewhere.ckz")
+    with pytest.raises(ckptzip.BaseMismatchError, match=r"b\.ckz.*base 'a\.ckz'.*missing"):
+        ckptzip.load(second)
+    assert_states_equal(states[1], ckptzip.load(second, base=tmp_path / "elsewhere.ckz"))
+    ckptzip.save(states[1], first)  # a different checkpoint under the base's name
+    with pytest.raises(ckptzip.BaseMismatchError, match="not the checkpoint this delta was coded"):
+        ckptzip.load(second)
+    wrong_state = training_states(20, 10, seed=1)[0]
+    with pytest.raises(ckptzip.BaseMismatchError, match="CRC mismatch"):
+        ckptzip.loads(ckptzip.dumps(states[1], base=states[0]), base=wrong_state)
+    with pytest.raises(ckptzip.BaseMismatchError, match="in-memory state"):
+        ckptzip.loads(ckptzip.dumps(states[1], base=states[0]))
+
+
+def test_bad_keyframe_every() -> None:
+    with pytest.raises(ckptzip.ConfigError):
+        ckptzip.dumps({}, keyframe_every=0)
