@@ -126,3 +126,34 @@ def test_help_teaches() -> None:
 def test_console_script_version() -> None:
     result = subprocess.run([sys.executable, "-m", "ckptzip.cli", "-V"], capture_output=True, text=True)
     assert result.stdout.strip() == f"ckptzip {ckptzip.__version__}"
+
+
+def test_delta_chain_from_the_command_line(tmp_path: Path, capsys) -> None:
+    torch.manual_seed(0)
+    weights = torch.randn(200, 100)
+    paths = []
+    for step in range(3):
+        weights = weights + 1e-4 * torch.randn_like(weights)
+        path = tmp_path / f"step-{step}.pt"
+        torch.save({"w": weights.clone(), "step": step}, path)
+        args = ["compress", "-q", str(path)]
+        if paths:
+            args += ["--base", str(paths[-1]) + ".ckz"]
+        assert main(args) == 0
+        paths.append(path)
+    last = str(paths[-1]) + ".ckz"
+    capsys.readouterr()
+    assert main(["inspect", last]) == 0
+    text = capsys.readouterr().out
+    assert "base 1: step-1.pt.ckz" in text and "base 2: step-0.pt.ckz" in text and "residual" in text
+    delta_size = Path(last).stat().st_size
+    assert main(["flatten", "-q", last, "-o", str(tmp_path / "flat.ckz")]) == 0
+    assert Path(tmp_path / "flat.ckz").stat().st_size > delta_size
+    for candidate in (last, str(tmp_path / "flat.ckz")):
+        out = tmp_path / "out.pt"
+        assert main(["decompress", "-q", "-f", candidate, "-o", str(out)]) == 0
+        assert torch.equal(torch.load(out, weights_only=True)["w"], weights)
+    (tmp_path / "step-0.pt.ckz").unlink()
+    assert main(["verify", last]) == 1
+    assert "missing" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "flat.ckz")]) == 0

@@ -4,6 +4,8 @@
     ckptzip decompress model.safetensors.ckz      -> model.safetensors (the same bytes)
     ckptzip inspect run/step-100.ckz              per-tensor dtype, shape, codec, ratio
     ckptzip verify run/*.ckz                      exit 0 only if every checksum holds
+    ckptzip compress --base step-100.ckz step-200.pt   a delta against an earlier checkpoint
+    ckptzip flatten step-200.pt.ckz               rewrite a delta as a standalone keyframe
     ckptzip bench model.safetensors               ckptzip vs zstd, blosc2, zipnn on the same bytes
     ckptzip demo                                  train a small GPT with compressed checkpoints
 
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
+from .chain import base_exists, open_base, relative_location, resolve_relative
 from .errors import Error
 from .reader import CheckpointFile
 from .sources import read_source, write_directory, write_safetensors, write_torch
@@ -27,7 +30,7 @@ from .storage import atomic_write
 from .writer import FileSink, encode_state
 
 SUFFIX = ".ckz"
-COMMANDS = ("compress", "decompress", "inspect", "verify", "bench", "demo")
+COMMANDS = ("compress", "decompress", "inspect", "verify", "flatten", "bench", "demo")
 SHORTCUTS = {"-d": "decompress", "--decompress": "decompress", "-l": "inspect", "--list": "inspect",
              "-t": "verify", "--test": "verify"}
 
@@ -38,6 +41,8 @@ EPILOG = """examples:
   ckptzip decompress step.ckz --to pt -o step.pt   as a torch.save file
   ckptzip inspect step.ckz                         what each tensor gained
   ckptzip verify *.ckz && echo all good            checksums; exit status 1 on damage
+  ckptzip compress --base step-100.ckz step-200.pt a delta: only what changed since step 100
+  ckptzip flatten step-200.pt.ckz                  the delta rewritten as a standalone keyframe
   ckptzip bench model.safetensors                  against zstd, blosc2 and zipnn
 
 Loading never runs code: .ckz holds no pickle. Inputs in torch.save format are read with
@@ -80,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SRC")
     p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only; default SRC.ckz)")
     p.add_argument("--mode", default="lossless", help="compression mode (default: lossless)")
-    p.add_argument("--base", metavar="B", help="an earlier .ckz to code against (delta)")
+    p.add_argument("--base", metavar="B",
+                   help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
+                        "that needs B (found beside it) to load")
+    p.add_argument("--keyframe-every", type=int, metavar="K",
+                   help="with --base: write a standalone keyframe instead when B already heads a "
+                        "chain of K-1 deltas")
     p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--rm", action="store_true", help="remove each SRC after it is compressed")
     _common(p)
@@ -91,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")
     p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only)")
     p.add_argument("--to", choices=("safetensors", "pt", "dir"), help="output format")
+    p.add_argument("--base", metavar="B", help="the base of a delta, if not beside it")
     p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--rm", action="store_true", help="remove each SRC.ckz after it is restored")
     _common(p)
@@ -102,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check every checksum; exit status 0 only if all hold")
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    _common(p)
+
+    p = sub.add_parser("flatten", help="rewrite a delta checkpoint as a standalone keyframe",
+                       description="Load a delta with its whole chain of bases and write it "
+                                   "standalone (in place unless -o), so that it no longer needs them.")
+    p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only)")
+    p.add_argument("--base", metavar="B", help="the base of the delta, if not beside it")
     _common(p)
 
     p = sub.add_parser("bench", help="ckptzip against zstd, blosc2 and zipnn on the same bytes")
@@ -131,18 +150,25 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
 
 
 def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
-    if args.base:
-        raise Error("--base: this ckptzip writes standalone checkpoints only")
+    if args.keyframe_every is not None and not args.base:
+        raise Error("--keyframe-every needs --base")
     for src in args.sources:
         if src.endswith(SUFFIX):
             raise Error(f"{src}: already a .ckz; nothing to do")
         out = _output_for(src, args, src.rstrip("/" + os.sep) + SUFFIX)
         loaded = read_source(src)
-        with atomic_write(out) as handle:
-            report = encode_state(
-                loaded.state, FileSink(handle), mode=args.mode, threads=args.threads, path=out,
-                progress=args.quiet == 0, source=loaded.source,
-            )
+        base = open_base(args.base, threads=args.threads)
+        try:
+            with atomic_write(out) as handle:
+                report = encode_state(
+                    loaded.state, FileSink(handle), mode=args.mode, threads=args.threads, path=out,
+                    progress=args.quiet == 0, source=loaded.source, base=base,
+                    base_location=relative_location(args.base, out) if args.base else None,
+                    keyframe_every=args.keyframe_every,
+                )
+        finally:
+            if base is not None:
+                base.close()
         say.info(f"{src} -> {out}: {report.raw_bytes:,} -> {report.stored_bytes:,} bytes "
                  f"({report.ratio:.3f}x, {report.raw_bytes / 1e6 / max(report.seconds, 1e-9):.0f} MB/s)")
         if args.rm:
@@ -165,7 +191,7 @@ EXTENSION = {"safetensors": ".safetensors", "pt": ".pt", "dir": ""}
 
 def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
-        with CheckpointFile.open(src, threads=args.threads) as ckpt:
+        with CheckpointFile.open(src, threads=args.threads, base=args.base) as ckpt:
             source = ckpt.header.raw.get("source") or {}
             native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
@@ -184,6 +210,49 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
         if args.rm:
             os.unlink(src)
     return 0
+
+
+def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
+    if args.output and len(args.sources) > 1:
+        raise Error("-o takes one SRC only")
+    for src in args.sources:
+        with CheckpointFile.open(src, threads=args.threads, base=args.base) as ckpt:
+            raw = ckpt.header.raw
+            if ckpt.base_ref is None:
+                say.info(f"{src}: already a keyframe; nothing to do")
+                continue
+            state = ckpt.load(progress=args.quiet == 0)
+        out = args.output or src
+        with atomic_write(out) as handle:
+            report = encode_state(
+                state, FileSink(handle), mode=str(raw.get("mode", "lossless")),
+                threads=args.threads, metadata=raw.get("metadata"), path=out,
+                progress=args.quiet == 0, source=raw.get("source"),
+            )
+        say.info(f"{src} -> {out}: standalone, {report.stored_bytes:,} bytes ({report.ratio:.3f}x)")
+    return 0
+
+
+def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
+    """The bases a checkpoint needs, nearest first, as far as they can be found."""
+    chain: list[dict[str, Any]] = []
+    name, ref = ckpt.name, ckpt.base_ref
+    while ref is not None and len(chain) < 10_000:
+        location = ref.get("path")
+        entry: dict[str, Any] = {"path": location, "id": ref.get("id")}
+        chain.append(entry)
+        if not isinstance(location, str):
+            entry["status"] = "in-memory state"
+            break
+        path = resolve_relative(name, location)
+        if not base_exists(path):
+            entry["status"] = "missing"
+            break
+        with CheckpointFile.open(path) as base:
+            entry["status"] = "ok" if base.id == ref.get("id") else f"id mismatch ({base.id})"
+            entry["depth"] = base.chain_depth
+            name, ref = base.name, base.base_ref
+    return chain
 
 
 def _codec_summary(configs: list[dict[str, Any]]) -> str:
@@ -215,6 +284,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
                 "source": (raw.get("source") or {}).get("kind"), "tensors": len(rows),
                 "raw_bytes": raw_total, "file_bytes": ckpt.source.size,
                 "ratio": raw_total / ckpt.source.size if ckpt.source.size else None,
+                "chain_depth": ckpt.chain_depth, "chain": chain_of(ckpt),
             }
         if args.json:
             print(json.dumps({**summary, "leaves": rows}, indent=2))
@@ -223,6 +293,9 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
               f"{summary['creator']}, mode {summary['mode']}, id {summary['id']}")
         if summary["metadata"]:
             print(f"metadata: {json.dumps(summary['metadata'])}")
+        for depth, link in enumerate(summary["chain"], 1):
+            print(f"base {depth}: {link['path'] or '<in-memory state>'} (id {link['id']}): "
+                  f"{link['status']}")
         width = max([len(r["name"]) for r in rows] + [6])
         print(f"{'tensor':<{width}}  {'dtype':<14} {'shape':<18} {'codec':<28} {'raw':>12} "
               f"{'stored':>12} {'ratio':>7}")
@@ -274,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     say = Reporter(1 + args.verbose - args.quiet)
     handler = {"compress": cmd_compress, "decompress": cmd_decompress, "inspect": cmd_inspect,
-               "verify": cmd_verify, "bench": cmd_bench}[args.command]
+               "verify": cmd_verify, "flatten": cmd_flatten, "bench": cmd_bench}[args.command]
     try:
         return handler(args, say)
     except Error as exc:

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from . import _native
-from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
 from .chain import Base, base_exists, open_base, resolve_relative
+from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
 from .progress import Progress

@@ -15,11 +15,11 @@ import numpy as np
 
 from . import _native
 from ._version import __version__
+from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
 from .errors import ConfigError
 from .parallel import ordered_map, resolve_threads
 from .pipeline import Pipeline
-from .chain import Base
 from .policy import Policy, policy_for
 from .progress import Progress
 from .tree import Leaf, flatten
