@@ -24,6 +24,15 @@ int ckz_fail(ckz_err *err, const char *fmt, ...)
 #endif
     ;
 
+static inline uint32_t ckz_load16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap16(v);
+#endif
+    return v;
+}
+
 static inline uint32_t ckz_load32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);

@@ -133,28 +133,24 @@ static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
     }
 }
 
-/* Encoder step: flush one 16-bit word if x >= x_max, then map x.  The word is written
- * unconditionally just below the cursor (free space: RANS_ENC_SLACK keeps that true at a
- * region's start) and the cursor moves only when it was really flushed: no branch to mispredict
- * on low-entropy data. */
+/* Encoder step: flush one 16-bit word if x >= x_max, then map x.  A branch, not a select, for
+ * the reason given at RANS_STEP: it keeps the flush off the state's dependency chain. */
 #define RANS_ENC_PUT(x, p, e)                                                                  \
     do {                                                                                       \
-        unsigned r_ = (x) >= (e)->x_max;                                                       \
-        (p)[-2] = (uint8_t)(x);                                                                \
-        (p)[-1] = (uint8_t)((x) >> 8);                                                         \
-        (p) -= 2 * r_;                                                                         \
-        (x) = r_ ? (x) >> 16 : (x);                                                            \
+        if ((x) >= (e)->x_max) {                                                               \
+            (p) -= 2;                                                                          \
+            (p)[0] = (uint8_t)(x);                                                             \
+            (p)[1] = (uint8_t)((x) >> 8);                                                      \
+            (x) >>= 16;                                                                        \
+        }                                                                                      \
         uint32_t q_ = (uint32_t)(((unsigned __int128)(x) * (e)->rcp_freq) >> 64 >>            \
                                  (e)->rcp_shift);                                              \
         (x) = (x) + (e)->bias + q_ * (e)->cmpl_freq; /* (x / f) * SCALE + x % f + start */    \
     } while (0)
-#define RANS_ENC_SLACK 2
 
 /* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits on average
- * (2 bytes reserved, the most one step can flush), plus the 4 state bytes and the write slack. */
-static size_t region_size(size_t n) {
-    return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4 + RANS_ENC_SLACK;
-}
+ * (2 bytes reserved, the most one step can flush), plus the 4 state bytes. */
+static size_t region_size(size_t n) { return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4; }
 
 size_t ckz_rans_scratch_size(size_t n) { return CKZ_HUF_STREAMS * region_size(n); }
 
@@ -198,19 +194,51 @@ void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uin
 /* ---- decoder -------------------------------------------------------------------------------- */
 
 /* One decode step: emit the symbol of x's slot, advance the state, refill one 16-bit word if
- * x < L (without a branch: the refill pattern of a low-entropy stream is unpredictable).  The
- * table entry holds the symbol, f and slot - c, so the step is one multiply-add. */
+ * x < L.  The refill is a branch on purpose: a select would put the word load on the state's
+ * dependency chain (measured 2x slower); a low-entropy stream refills rarely (H/16 per symbol),
+ * so the branch predicts well.  The table entry holds the symbol, f and slot - c, so the step is
+ * one multiply-add. */
 #define RANS_STEP(T, x, p, pos, out)                                                           \
     do {                                                                                       \
         uint32_t e_ = (T)[(x) & (SCALE - 1)];                                                  \
         *(out) = (uint8_t)e_;                                                                  \
         (x) = ((e_ >> 8) & 0xfff) * ((x) >> PROB_BITS) + (e_ >> 20);                           \
-        unsigned r_ = (x) < L;                                                                 \
-        uint32_t y_ = ((x) << 16) | (uint32_t)((p)[(pos)] | ((p)[(pos) + 1] << 8));            \
-        (x) = r_ ? y_ : (x);                                                                   \
-        (pos) += 2 * r_;                                                                       \
+        if ((x) < L) {                                                                         \
+            (x) = ((x) << 16) | ckz_load16((p) + (pos));                                       \
+            (pos) += 2;                                                                        \
+        }                                                                                      \
     } while (0)
 #define RANS_MAX_REFILL 2 /* bytes one step may read */
+
+/* The bulk of the decode: four state chains in lockstep while every stream has RANS_MAX_REFILL
+ * bytes in hand (scalars, since the byte stores may alias arrays).  Returns each stream's state
+ * and position, and through *done how many symbols of each it decoded. */
+CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
+                              const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
+                              uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+                              size_t *done) {
+    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
+    const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
+    uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
+    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
+    uint8_t *o0 = out, *o1 = out + q, *o2 = out + 2 * q, *o3 = out + 3 * q;
+    for (; i < common && s0 + RANS_MAX_REFILL <= size[0] && s1 + RANS_MAX_REFILL <= size[1] &&
+           s2 + RANS_MAX_REFILL <= size[2] && s3 + RANS_MAX_REFILL <= size[3];
+         i++) {
+        RANS_STEP(T, x0, p0, s0, o0 + i);
+        RANS_STEP(T, x1, p1, s1, o1 + i);
+        RANS_STEP(T, x2, p2, s2, o2 + i);
+        RANS_STEP(T, x3, p3, s3, o3 + i);
+    }
+    xs[0] = x0, xs[1] = x1, xs[2] = x2, xs[3] = x3;
+    pos[0] = s0, pos[1] = s1, pos[2] = s2, pos[3] = s3;
+    *done = i;
+}
+CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
+                         const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
+                         uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+                         size_t *done),
+              (T, in, size, out, n, xs, pos, done))
 
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
@@ -225,22 +253,9 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
         if (size[k] < 4)
             return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
                             size[k]);
-    /* Four state chains in lockstep while every stream has RANS_MAX_REFILL bytes in hand;
-     * scalars, since the byte stores may alias arrays. */
-    const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
-    uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
-    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
-    uint8_t *o0 = out, *o1 = out + q, *o2 = out + 2 * q, *o3 = out + 3 * q;
-    for (; i < common && s0 + RANS_MAX_REFILL <= size[0] && s1 + RANS_MAX_REFILL <= size[1] &&
-           s2 + RANS_MAX_REFILL <= size[2] && s3 + RANS_MAX_REFILL <= size[3];
-         i++) {
-        RANS_STEP(T, x0, p0, s0, o0 + i);
-        RANS_STEP(T, x1, p1, s1, o1 + i);
-        RANS_STEP(T, x2, p2, s2, o2 + i);
-        RANS_STEP(T, x3, p3, s3, o3 + i);
-    }
-    uint32_t xs[CKZ_HUF_STREAMS] = {x0, x1, x2, x3};
-    size_t pos[CKZ_HUF_STREAMS] = {s0, s1, s2, s3};
+    uint32_t xs[CKZ_HUF_STREAMS];
+    size_t pos[CKZ_HUF_STREAMS], i;
+    lockstep(T, in, size, out, n, xs, pos, &i);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         /* The rest of each stream, one bounds-checked byte at a time. */
         size_t count = ckz_huf_stream_count(n, k), ps = pos[k];
@@ -255,7 +270,7 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
                 if (size[k] - ps < RANS_MAX_REFILL)
                     return ckz_fail(err, "rans stream %u ends after %zu of %zu symbols", k, j,
                                     count);
-                x = (x << 16) | (uint32_t)(p[ps] | (p[ps + 1] << 8));
+                x = (x << 16) | ckz_load16(p + ps);
                 ps += RANS_MAX_REFILL;
             }
         }
