@@ -196,13 +196,13 @@ void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uin
 /* One decode step: emit the symbol of x's slot, advance the state, refill one 16-bit word if
  * x < L.  The refill is a branch on purpose: a select would put the word load on the state's
  * dependency chain (measured 2x slower); a low-entropy stream refills rarely (H/16 per symbol),
- * so the branch predicts well.  The table entry holds the symbol, f and slot - c, so the step is
- * one multiply-add. */
+ * so the branch predicts well.  The table entry holds the symbol, slot - c and f (on top, so
+ * that one shift feeds the multiply), making the step one multiply-add. */
 #define RANS_STEP(T, x, p, pos, out)                                                           \
     do {                                                                                       \
         uint32_t e_ = (T)[(x) & (SCALE - 1)];                                                  \
         *(out) = (uint8_t)e_;                                                                  \
-        (x) = ((e_ >> 8) & 0xfff) * ((x) >> PROB_BITS) + (e_ >> 20);                           \
+        (x) = (e_ >> 20) * ((x) >> PROB_BITS) + ((e_ >> 8) & 0xfff);                           \
         if ((x) < L) {                                                                         \
             (x) = ((x) << 16) | ckz_load16((p) + (pos));                                       \
             (pos) += 2;                                                                        \
@@ -242,10 +242,10 @@ CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HUF_STRE
 
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
-    uint32_t T[SCALE]; /* slot -> symbol | f << 8 | (slot - c) << 20; f, slot - c < 2^12 */
+    uint32_t T[SCALE]; /* slot -> symbol | (slot - c) << 8 | f << 20; f, slot - c < 2^12 */
     uint32_t cum = 0;  /* every slot is written once: the table reader checked the sum */
     for (unsigned s = 0; s < 256; s++) {
-        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | ((uint32_t)freq[s] << 8) | (j << 20);
+        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
         cum += freq[s];
     }
     size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
@@ -265,7 +265,7 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
         for (size_t j = i; j < count; j++) {
             uint32_t e = T[x & (SCALE - 1)];
             o[j] = (uint8_t)e;
-            x = ((e >> 8) & 0xfff) * (x >> PROB_BITS) + (e >> 20);
+            x = (e >> 20) * (x >> PROB_BITS) + ((e >> 8) & 0xfff);
             if (x < L) {
                 if (size[k] - ps < RANS_MAX_REFILL)
                     return ckz_fail(err, "rans stream %u ends after %zu of %zu symbols", k, j,
