@@ -107,11 +107,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="ckptzip and/or peers to measure (default: ckptzip and every installed peer)",
     )
-    parser.add_argument("--repeat", type=int, default=None, help="timed passes (default 3)")
+    parser.add_argument("--repeat", type=int, default=None, help="timed passes (default 5, 1 with --quick)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write lossless.md/.json")
     args = parser.parse_args(argv)
     if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
+        args.repeat = 1 if args.quick else 5
     return args
 
 
