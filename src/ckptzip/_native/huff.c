@@ -343,9 +343,10 @@ CKZ_INLINE uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
     return ckz_load64(tmp);
 }
 
-/* One table lookup for one stream: symbols to o, code bits consumed from the peek.  Multi: a
- * 32-bit word of symbols is stored (only E_NSYM of them real); single: one symbol. */
-#define LOOKUP(multi, T, pk, o, bitpos)                                                        \
+/* One table lookup for one stream, the u-th of its peek: symbols to o, code bits consumed from
+ * the peek.  Multi: a 32-bit word of symbols is stored (only E_NSYM of them real) and o moves
+ * by E_NSYM.  Single: one symbol to o[u]; the caller moves o once per peek. */
+#define LOOKUP(multi, T, pk, o, u, bitpos)                                                     \
     do {                                                                                       \
         if (multi) {                                                                           \
             uint64_t e_ = ((const uint64_t *)(T))[(pk) & TMASK];                               \
@@ -355,7 +356,7 @@ CKZ_INLINE uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
             (bitpos) += E_NBITS(e_);                                                           \
         } else {                                                                               \
             unsigned e_ = ((const uint16_t *)(T))[(pk) & TMASK];                               \
-            *(o)++ = (uint8_t)e_;                                                              \
+            (o)[u] = (uint8_t)e_;                                                              \
             (pk) >>= e_ >> 8;                                                                  \
             (bitpos) += e_ >> 8;                                                               \
         }                                                                                      \
@@ -365,7 +366,8 @@ CKZ_INLINE uint64_t load64_safe(const uint8_t *base, size_t size, size_t at) {
 #define DECODE_PEEK(multi, T, base, bitpos, o)                                                 \
     do {                                                                                       \
         uint64_t pk_ = ckz_load64((base) + ((bitpos) >> 3)) >> ((bitpos) & 7);                 \
-        for (unsigned u_ = 0; u_ < LOOKUPS_PER_PEEK; u_++) LOOKUP(multi, T, pk_, o, bitpos);   \
+        for (unsigned u_ = 0; u_ < LOOKUPS_PER_PEEK; u_++) LOOKUP(multi, T, pk_, o, u_, bitpos); \
+        if (!(multi)) (o) += LOOKUPS_PER_PEEK;                                                 \
     } while (0)
 
 /* Fast-path precondition: the 8-byte peek lies inside the stream, and the symbols it may yield
@@ -383,7 +385,8 @@ CKZ_INLINE size_t decode_rest(int multi, const void *T, const uint16_t *single,
     while (fast_ok(bitpos, size, o, oend)) DECODE_PEEK(multi, T, base, bitpos, o);
     while (o < oend) {
         uint64_t pk = load64_safe(base, size, bitpos >> 3) >> (bitpos & 7);
-        for (unsigned u = 0; u < LOOKUPS_PER_PEEK && o < oend; u++) LOOKUP(0, single, pk, o, bitpos);
+        for (unsigned u = 0; u < LOOKUPS_PER_PEEK && o < oend; u++, o++)
+            LOOKUP(0, single, pk, o, 0, bitpos);
     }
     return bitpos;
 }

@@ -222,13 +222,20 @@ CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF
     uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
     size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
     uint8_t *o0 = out, *o1 = out + q, *o2 = out + 2 * q, *o3 = out + 3 * q;
-    for (; i < common && s0 + RANS_MAX_REFILL <= size[0] && s1 + RANS_MAX_REFILL <= size[1] &&
-           s2 + RANS_MAX_REFILL <= size[2] && s3 + RANS_MAX_REFILL <= size[3];
-         i++) {
-        RANS_STEP(T, x0, p0, s0, o0 + i);
-        RANS_STEP(T, x1, p1, s1, o1 + i);
-        RANS_STEP(T, x2, p2, s2, o2 + i);
-        RANS_STEP(T, x3, p3, s3, o3 + i);
+    for (;;) {
+        /* Steps every stream can take with bytes in hand: each reads at most RANS_MAX_REFILL. */
+        size_t safe = common - i, room;
+        room = (size[0] - s0) / RANS_MAX_REFILL, safe = room < safe ? room : safe;
+        room = (size[1] - s1) / RANS_MAX_REFILL, safe = room < safe ? room : safe;
+        room = (size[2] - s2) / RANS_MAX_REFILL, safe = room < safe ? room : safe;
+        room = (size[3] - s3) / RANS_MAX_REFILL, safe = room < safe ? room : safe;
+        if (!safe) break;
+        for (size_t end = i + safe; i < end; i++) {
+            RANS_STEP(T, x0, p0, s0, o0 + i);
+            RANS_STEP(T, x1, p1, s1, o1 + i);
+            RANS_STEP(T, x2, p2, s2, o2 + i);
+            RANS_STEP(T, x3, p3, s3, o3 + i);
+        }
     }
     xs[0] = x0, xs[1] = x1, xs[2] = x2, xs[3] = x3;
     pos[0] = s0, pos[1] = s1, pos[2] = s2, pos[3] = s3;
