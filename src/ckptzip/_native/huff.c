@@ -20,7 +20,8 @@ _Static_assert(LOOKUPS_PER_PEEK * MAX_BITS <= 57, "a peek must cover every looku
 
 /* ---- histogram ------------------------------------------------------------------------------ */
 
-CKZ_INLINE void count_impl(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
+CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
+                           uint32_t counts[CKZ_HUF_STREAMS][256]) {
     /* Two sub-histograms per stream (even and odd positions): a run of one symbol then updates a
      * given counter only every 8th increment, so increments do not wait on each other's stores. */
     uint32_t h[2 * CKZ_HUF_STREAMS][256];
@@ -239,7 +240,7 @@ typedef struct {
 
 /* Codes src[i..n) into w byte-exactly, then pads the last byte with zeros. */
 CKZ_INLINE void encode_finish(bitwriter w, const uint8_t *src, size_t i, size_t n,
-                          const uint32_t enc[256]) {
+                              const uint32_t enc[256]) {
     for (; i + ENC_FAST_MARGIN <= n; i += 4) ENC_PUT4(w, src + i, enc);
     for (; i < n; i++) {
         uint32_t e = enc[src[i]];

@@ -55,7 +55,8 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args, PyObject *kw) {
     PyObject *obj;
     unsigned long value = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|k:crc32c", kwlist, &obj, &value)) return NULL;
-    if (value > 0xffffffffUL) return PyErr_Format(PyExc_ValueError, "value %lu exceeds 32 bits", value);
+    if (value > 0xffffffffUL)
+        return PyErr_Format(PyExc_ValueError, "value %lu exceeds 32 bits", value);
     Py_buffer v;
     if (get_buffer(obj, &v, 0, "data")) return NULL;
     uint32_t crc;
@@ -254,13 +255,15 @@ static PyObject *residual_common(PyObject *args, PyObject *kw, int encode) {
     static char *kwlist[] = {"src", "base", "dst", "width", "kind", NULL};
     PyObject *so, *bo, *dobj;
     long width, kind;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, encode ? "OOOll:residual_encode" : "OOOll:residual_decode",
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     encode ? "OOOll:residual_encode" : "OOOll:residual_decode",
                                      kwlist, &so, &bo, &dobj, &width, &kind))
         return NULL;
     if (width != 1 && width != 2 && width != 4 && width != 8)
         return PyErr_Format(PyExc_ValueError, "width %ld is not 1, 2, 4 or 8", width);
     if (kind < 0 || kind >= CKZ_RESIDUAL_KINDS)
-        return PyErr_Format(PyExc_ValueError, "kind %ld is outside 0..%d", kind, CKZ_RESIDUAL_KINDS - 1);
+        return PyErr_Format(PyExc_ValueError, "kind %ld is outside 0..%d", kind,
+                            CKZ_RESIDUAL_KINDS - 1);
     Py_buffer s, b, d;
     if (get_buffer(so, &s, 0, "src")) return NULL;
     if (get_buffer(bo, &b, 0, "base")) { PyBuffer_Release(&s); return NULL; }
@@ -288,7 +291,8 @@ static PyObject *residual_common(PyObject *args, PyObject *kw, int encode) {
 }
 
 PyDoc_STRVAR(residual_encode_doc, "residual_encode(src, base, dst, width, kind) -> None\n\n"
-             "dst = the exact residual of src against base (kind 0 xor, 1 float-diff, 2 int-diff).");
+             "dst = the exact residual of src against base (kind 0 xor, 1 float-diff, "
+             "2 int-diff).");
 static PyObject *py_residual_encode(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     return residual_common(args, kw, 1);

@@ -13,19 +13,21 @@
 #define ROTR(type, bits, x, r) ((type)(((x) >> (r)) | ((x) << ((bits - (r)) & (bits - 1)))))
 
 CKZ_INLINE void split1_impl(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
-                              unsigned r) {
+                            unsigned r) {
     for (size_t i = 0; i < n; i++) dst[i] = ROTL(uint8_t, 8, src[i], r);
 }
-CKZ_VERSIONED(split1, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r), (src, dst, n, r))
+CKZ_VERSIONED(split1, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r),
+              (src, dst, n, r))
 
 CKZ_INLINE void merge1_impl(const uint8_t *restrict p0, uint8_t *restrict dst, size_t n,
-                              unsigned r) {
+                            unsigned r) {
     for (size_t i = 0; i < n; i++) dst[i] = ROTR(uint8_t, 8, p0[i], r);
 }
-CKZ_VERSIONED(merge1, (const uint8_t *restrict p0, uint8_t *restrict dst, size_t n, unsigned r), (p0, dst, n, r))
+CKZ_VERSIONED(merge1, (const uint8_t *restrict p0, uint8_t *restrict dst, size_t n, unsigned r),
+              (p0, dst, n, r))
 
 CKZ_INLINE void split2_impl(const uint8_t *restrict src, uint8_t *restrict p0,
-                              uint8_t *restrict p1, size_t n, unsigned r) {
+                            uint8_t *restrict p1, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint16_t w = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
         w = ROTL(uint16_t, 16, w, r);
@@ -33,10 +35,12 @@ CKZ_INLINE void split2_impl(const uint8_t *restrict src, uint8_t *restrict p0,
         p1[i] = (uint8_t)(w >> 8);
     }
 }
-CKZ_VERSIONED(split2, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1, size_t n, unsigned r), (src, p0, p1, n, r))
+CKZ_VERSIONED(split2, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1,
+                       size_t n, unsigned r),
+              (src, p0, p1, n, r))
 
 CKZ_INLINE void merge2_impl(const uint8_t *restrict p0, const uint8_t *restrict p1,
-                              uint8_t *restrict dst, size_t n, unsigned r) {
+                            uint8_t *restrict dst, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint16_t w = (uint16_t)(p0[i] | (p1[i] << 8));
         w = ROTR(uint16_t, 16, w, r);
@@ -44,11 +48,13 @@ CKZ_INLINE void merge2_impl(const uint8_t *restrict p0, const uint8_t *restrict 
         dst[2 * i + 1] = (uint8_t)(w >> 8);
     }
 }
-CKZ_VERSIONED(merge2, (const uint8_t *restrict p0, const uint8_t *restrict p1, uint8_t *restrict dst, size_t n, unsigned r), (p0, p1, dst, n, r))
+CKZ_VERSIONED(merge2, (const uint8_t *restrict p0, const uint8_t *restrict p1,
+                       uint8_t *restrict dst, size_t n, unsigned r),
+              (p0, p1, dst, n, r))
 
 CKZ_INLINE void split4_impl(const uint8_t *restrict src, uint8_t *restrict p0,
-                              uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3,
-                              size_t n, unsigned r) {
+                            uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3,
+                            size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint32_t w = (uint32_t)src[4 * i] | ((uint32_t)src[4 * i + 1] << 8) |
                      ((uint32_t)src[4 * i + 2] << 16) | ((uint32_t)src[4 * i + 3] << 24);
@@ -59,11 +65,13 @@ CKZ_INLINE void split4_impl(const uint8_t *restrict src, uint8_t *restrict p0,
         p3[i] = (uint8_t)(w >> 24);
     }
 }
-CKZ_VERSIONED(split4, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1, uint8_t *restrict p2, uint8_t *restrict p3, size_t n, unsigned r), (src, p0, p1, p2, p3, n, r))
+CKZ_VERSIONED(split4, (const uint8_t *restrict src, uint8_t *restrict p0, uint8_t *restrict p1,
+                       uint8_t *restrict p2, uint8_t *restrict p3, size_t n, unsigned r),
+              (src, p0, p1, p2, p3, n, r))
 
 CKZ_INLINE void merge4_impl(const uint8_t *restrict p0, const uint8_t *restrict p1,
-                              const uint8_t *restrict p2, const uint8_t *restrict p3,
-                              uint8_t *restrict dst, size_t n, unsigned r) {
+                            const uint8_t *restrict p2, const uint8_t *restrict p3,
+                            uint8_t *restrict dst, size_t n, unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint32_t w = (uint32_t)p0[i] | ((uint32_t)p1[i] << 8) | ((uint32_t)p2[i] << 16) |
                      ((uint32_t)p3[i] << 24);
@@ -74,27 +82,32 @@ CKZ_INLINE void merge4_impl(const uint8_t *restrict p0, const uint8_t *restrict 
         dst[4 * i + 3] = (uint8_t)(w >> 24);
     }
 }
-CKZ_VERSIONED(merge4, (const uint8_t *restrict p0, const uint8_t *restrict p1, const uint8_t *restrict p2, const uint8_t *restrict p3, uint8_t *restrict dst, size_t n, unsigned r), (p0, p1, p2, p3, dst, n, r))
+CKZ_VERSIONED(merge4, (const uint8_t *restrict p0, const uint8_t *restrict p1,
+                       const uint8_t *restrict p2, const uint8_t *restrict p3,
+                       uint8_t *restrict dst, size_t n, unsigned r),
+              (p0, p1, p2, p3, dst, n, r))
 
 CKZ_INLINE void split8_impl(const uint8_t *restrict src, uint8_t *restrict dst, size_t n,
-                              unsigned r) {
+                            unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint64_t w = ckz_load64(src + 8 * i);
         w = ROTL(uint64_t, 64, w, r);
         for (unsigned p = 0; p < 8; p++) dst[p * n + i] = (uint8_t)(w >> (8 * p));
     }
 }
-CKZ_VERSIONED(split8, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r), (src, dst, n, r))
+CKZ_VERSIONED(split8, (const uint8_t *restrict src, uint8_t *restrict dst, size_t n, unsigned r),
+              (src, dst, n, r))
 
 CKZ_INLINE void merge8_impl(const uint8_t *const *planes, uint8_t *restrict dst, size_t n,
-                              unsigned r) {
+                            unsigned r) {
     for (size_t i = 0; i < n; i++) {
         uint64_t w = 0;
         for (unsigned p = 0; p < 8; p++) w |= (uint64_t)planes[p][i] << (8 * p);
         ckz_store64(dst + 8 * i, ROTR(uint64_t, 64, w, r));
     }
 }
-CKZ_VERSIONED(merge8, (const uint8_t *const *planes, uint8_t *restrict dst, size_t n, unsigned r), (planes, dst, n, r))
+CKZ_VERSIONED(merge8, (const uint8_t *const *planes, uint8_t *restrict dst, size_t n, unsigned r),
+              (planes, dst, n, r))
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
 #include <immintrin.h>
@@ -121,13 +134,16 @@ __attribute__((target("avx2"))) static size_t split4_avx2(const uint8_t *src, ui
         }
         /* 4x4 transpose of 32-bit groups within lanes, then restore element order across
          * lanes: plane p's dwords come out as (v0.lo, v1.lo, v2.lo, v3.lo, v0.hi, ...). */
-        __m256i ab_lo = _mm256_unpacklo_epi32(v[0], v[1]), ab_hi = _mm256_unpackhi_epi32(v[0], v[1]);
-        __m256i cd_lo = _mm256_unpacklo_epi32(v[2], v[3]), cd_hi = _mm256_unpackhi_epi32(v[2], v[3]);
+        __m256i ab_lo = _mm256_unpacklo_epi32(v[0], v[1]);
+        __m256i ab_hi = _mm256_unpackhi_epi32(v[0], v[1]);
+        __m256i cd_lo = _mm256_unpacklo_epi32(v[2], v[3]);
+        __m256i cd_hi = _mm256_unpackhi_epi32(v[2], v[3]);
         __m256i q[4] = {_mm256_unpacklo_epi64(ab_lo, cd_lo), _mm256_unpackhi_epi64(ab_lo, cd_lo),
                         _mm256_unpacklo_epi64(ab_hi, cd_hi), _mm256_unpackhi_epi64(ab_hi, cd_hi)};
         uint8_t *dst[4] = {p0, p1, p2, p3};
         for (int j = 0; j < 4; j++)
-            _mm256_storeu_si256((__m256i *)(dst[j] + i), _mm256_permutevar8x32_epi32(q[j], order));
+            _mm256_storeu_si256((__m256i *)(dst[j] + i),
+                                _mm256_permutevar8x32_epi32(q[j], order));
     }
     return i;
 }
@@ -145,11 +161,14 @@ __attribute__((target("avx2"))) static size_t merge4_avx2(const uint8_t *p0, con
         /* Interleave within lanes: ab0 holds elements 0-7 | 16-23, ab1 8-15 | 24-31. */
         __m256i ab0 = _mm256_unpacklo_epi8(a, b), ab1 = _mm256_unpackhi_epi8(a, b);
         __m256i cd0 = _mm256_unpacklo_epi8(c, d), cd1 = _mm256_unpackhi_epi8(c, d);
-        /* Whole elements: w0 = 0-3 | 16-19, w1 = 4-7 | 20-23, w2 = 8-11 | 24-27, w3 = 12-15 | 28-31 */
+        /* Whole elements: w0 = 0-3 | 16-19, w1 = 4-7 | 20-23, w2 = 8-11 | 24-27,
+         * w3 = 12-15 | 28-31. */
         __m256i w0 = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);
         __m256i w2 = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);
-        __m256i o[4] = {_mm256_permute2x128_si256(w0, w1, 0x20), _mm256_permute2x128_si256(w2, w3, 0x20),
-                        _mm256_permute2x128_si256(w0, w1, 0x31), _mm256_permute2x128_si256(w2, w3, 0x31)};
+        __m256i o[4] = {_mm256_permute2x128_si256(w0, w1, 0x20),
+                        _mm256_permute2x128_si256(w2, w3, 0x20),
+                        _mm256_permute2x128_si256(w0, w1, 0x31),
+                        _mm256_permute2x128_si256(w2, w3, 0x31)};
         for (int j = 0; j < 4; j++) {
             __m256i x = _mm256_or_si256(_mm256_srl_epi32(o[j], cr), _mm256_sll_epi32(o[j], cl));
             _mm256_storeu_si256((__m256i *)(dst + 4 * i + 32 * j), x); /* rotr r */

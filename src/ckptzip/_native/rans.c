@@ -150,7 +150,9 @@ static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
 
 /* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits on average
  * (2 bytes reserved, the most one step can flush), plus the 4 state bytes. */
-static size_t region_size(size_t n) { return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4; }
+static size_t region_size(size_t n) {
+    return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4;
+}
 
 size_t ckz_rans_scratch_size(size_t n) { return CKZ_HUF_STREAMS * region_size(n); }
 
@@ -252,7 +254,8 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
     uint32_t T[SCALE]; /* slot -> symbol | (slot - c) << 8 | f << 20; f, slot - c < 2^12 */
     uint32_t cum = 0;  /* every slot is written once: the table reader checked the sum */
     for (unsigned s = 0; s < 256; s++) {
-        for (uint32_t j = 0; j < freq[s]; j++) T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
+        for (uint32_t j = 0; j < freq[s]; j++)
+            T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
         cum += freq[s];
     }
     size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;

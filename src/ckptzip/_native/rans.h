@@ -1,5 +1,6 @@
-/* rans.h - static rANS (32-bit states, 16-bit renormalization) for segments where Huffman's whole-bit codes
- * waste too much: low-entropy planes whose top symbol has probability near or above 1/2.
+/* rans.h - static rANS (32-bit states, 16-bit renormalization) for segments where Huffman's
+ * whole-bit codes waste too much: low-entropy planes whose top symbol has probability near or
+ * above 1/2.
  *
  * Same stream layout as huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
  * (ckz_huf_stream_count), quarter k coded into its own stream, so the decoder runs that many
