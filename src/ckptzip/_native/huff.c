@@ -30,7 +30,7 @@ CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
     size_t m[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         m[k] = ckz_huf_stream_count(n, k);
-        s[k] = src + ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) * k;
+        s[k] = src + ckz_huf_stream_start(n, k);
     }
     /* Quarter sizes never increase with k, so m[3] positions exist in every quarter. */
     size_t common = m[CKZ_HUF_STREAMS - 1] & ~(size_t)1, i;
@@ -253,8 +253,8 @@ CKZ_INLINE void encode_finish(bitwriter w, const uint8_t *src, size_t i, size_t 
 
 CKZ_INLINE void encode_impl(const uint8_t *src, size_t n, const uint32_t enc[256],
                             const size_t size[CKZ_HUF_STREAMS], uint8_t *out) {
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
-    const uint8_t *s0 = src, *s1 = src + q, *s2 = src + 2 * q, *s3 = src + 3 * q;
+    const uint8_t *s0 = src, *s1 = src + ckz_huf_stream_start(n, 1);
+    const uint8_t *s2 = src + ckz_huf_stream_start(n, 2), *s3 = src + ckz_huf_stream_start(n, 3);
     bitwriter w0 = {0, 0, out}, w1 = {0, 0, w0.o + size[0]};
     bitwriter w2 = {0, 0, w1.o + size[1]}, w3 = {0, 0, w2.o + size[2]};
     /* Four independent chains in lockstep over the positions every quarter has (the last
@@ -399,10 +399,9 @@ CKZ_INLINE void decode_impl(int multi, const ckz_huf_dtable *t,
                             const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
                             size_t bitpos[CKZ_HUF_STREAMS]) {
     const void *T = multi ? (const void *)t->multi : (const void *)t->single;
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
     uint8_t *o[CKZ_HUF_STREAMS], *oend[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-        o[k] = out + (k * q < n ? k * q : n);
+        o[k] = out + ckz_huf_stream_start(n, k);
         oend[k] = o[k] + ckz_huf_stream_count(n, k);
     }
     /* Four independent chains in lockstep while every stream is far from both of its ends.  The

@@ -27,6 +27,12 @@ static inline size_t ckz_huf_stream_count(size_t n, unsigned k) {
     return n - start < q ? n - start : q;
 }
 
+/* First symbol of quarter k (n when the quarter is empty, so pointers stay within the data). */
+static inline size_t ckz_huf_stream_start(size_t n, unsigned k) {
+    size_t start = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS * k;
+    return start < n ? start : n;
+}
+
 /* counts[k][s]: occurrences of byte s in quarter k of src[0..n). */
 void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]);
 

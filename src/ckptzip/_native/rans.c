@@ -164,11 +164,12 @@ void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uin
         enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
         cum += freq[s];
     }
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, region = region_size(n);
+    size_t region = region_size(n);
     /* rANS is last-in first-out: each quarter is coded backwards, its bytes written backwards
      * from the end of its region, so the decoder reads forwards.  The four quarters run in
      * lockstep (independent chains) over the positions all of them have. */
-    const uint8_t *s0 = src, *s1 = src + q, *s2 = src + 2 * q, *s3 = src + 3 * q;
+    const uint8_t *s0 = src, *s1 = src + ckz_huf_stream_start(n, 1);
+    const uint8_t *s2 = src + ckz_huf_stream_start(n, 2), *s3 = src + ckz_huf_stream_start(n, 3);
     uint8_t *p0 = scratch + region, *p1 = p0 + region, *p2 = p1 + region, *p3 = p2 + region;
     uint32_t x0 = L, x1 = L, x2 = L, x3 = L;
     size_t common = ckz_huf_stream_count(n, 3);
@@ -219,11 +220,11 @@ CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF
                               const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
                               uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
                               size_t *done) {
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
     const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
     uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
     size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
-    uint8_t *o0 = out, *o1 = out + q, *o2 = out + 2 * q, *o3 = out + 3 * q;
+    uint8_t *o0 = out, *o1 = out + ckz_huf_stream_start(n, 1);
+    uint8_t *o2 = out + ckz_huf_stream_start(n, 2), *o3 = out + ckz_huf_stream_start(n, 3);
     for (;;) {
         /* Steps every stream can take with bytes in hand: each reads at most RANS_MAX_REFILL. */
         size_t safe = common - i, room;
@@ -258,7 +259,6 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
             T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
         cum += freq[s];
     }
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS;
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         if (size[k] < 4)
             return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
@@ -271,7 +271,7 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
         size_t count = ckz_huf_stream_count(n, k), ps = pos[k];
         uint32_t x = xs[k];
         const uint8_t *p = in[k];
-        uint8_t *o = out + k * q;
+        uint8_t *o = out + ckz_huf_stream_start(n, k);
         for (size_t j = i; j < count; j++) {
             uint32_t e = T[x & (SCALE - 1)];
             o[j] = (uint8_t)e;
