@@ -61,6 +61,8 @@ class _LeafPlan:
     #: Raw bytes of the base tensor, for a pipeline with a residual stage.
     base_raw: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The stored bytes of the leaf's single chunk, when choosing the pipeline already coded it.
+    precoded: bytes | None = None
 
 
 _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
@@ -85,9 +87,14 @@ def _tasks(plans: list[_LeafPlan]) -> Iterator[_Task]:
         yield task
 
 
+#: Bytes of a tensor on which the candidate representations against a base are tried.
+TRIAL_BYTES = 64 << 10
+
+
 def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
-    """Pick the leaf's pipeline. Against a base, try each candidate representation on a sample
-    chunk from the middle of the tensor and keep the smallest (dense included)."""
+    """Pick the leaf's pipeline. Against a base, code a sample from the middle of the tensor with
+    each candidate representation (dense included) and keep the smallest. When the sample is the
+    whole tensor, the winner's output is kept as the tensor's only chunk."""
     chunk_bytes = policy.chunk_bytes(leaf)
     dense = policy.pipeline_for(leaf)
     match = base.tensor(leaf.name) if base is not None else None
@@ -96,17 +103,21 @@ def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
     ):
         return _LeafPlan(leaf, dense, chunk_bytes, [])
     raw, base_raw = leaf.host_bytes(), base.raw(leaf.name)
-    middle = (len(raw) // 2) // chunk_bytes * chunk_bytes
-    sample = slice(middle, middle + chunk_bytes)
-    best, best_size = dense, len(dense.encode_chunk(raw[sample]))
+    width = leaf.dtype.plane_layout[0]
+    size = min(len(raw), max(width, TRIAL_BYTES // width * width))
+    start = (len(raw) - size) // 2 // width * width
+    sample = slice(start, start + size)
+    best, best_out = dense, dense.encode_chunk(raw[sample])
     for candidate in policy.delta_candidates(leaf):
-        size = len(candidate.encode_chunk(raw[sample], base_raw[sample]))
-        if size < best_size:
-            best, best_size = candidate, size
+        out = candidate.encode_chunk(raw[sample], base_raw[sample])
+        if len(out) < len(best_out):
+            best, best_out = candidate, out
+    whole = size == len(raw) <= chunk_bytes
+    precoded = best_out if whole else None
     if best is dense:
-        return _LeafPlan(leaf, dense, chunk_bytes, [])
+        return _LeafPlan(leaf, dense, chunk_bytes, [], precoded=precoded)
     extra = {"base": {"name": leaf.name, "crc": _native.crc32c(base_raw)}}
-    return _LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra)
+    return _LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, precoded=precoded)
 
 
 def _header_json(header: dict[str, Any]) -> bytes:
@@ -279,7 +290,8 @@ def encode_state(
     def encode_task(task: _Task) -> list[tuple[int, bytes, int, int, int]]:
         out = []
         for index, raw, base_chunk in task:
-            stored = plans[index].pipeline.encode_chunk(raw, base_chunk)
+            plan = plans[index]
+            stored = plan.precoded or plan.pipeline.encode_chunk(raw, base_chunk)
             out.append((index, stored, _native.crc32c(stored), _native.crc32c(raw), len(raw)))
         return out
 
