@@ -179,26 +179,32 @@ def run(quick: bool, threads_list: list[int], repeat: int) -> list[Row]:
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| data | interval | threads | tool | ratio | vs zipnn xor | compress MB/s | decompress MB/s "
-             "| speed vs dense (c / d) | bytes coded as |", "|" + "---|" * 10]
+    lines = ["| data | interval | threads | tool | ratio | vs zipnn xor | compress MB/s "
+             "| decompress MB/s | speed vs dense (c / d) | bytes coded as |", "|" + "---|" * 10]
     index = {(r.data, r.interval, r.threads, r.tool): r for r in rows}
     for r in rows:
         zipnn = index.get((r.data, r.interval, r.threads, "zipnn xor-delta"))
         dense = index.get((r.data, r.interval, r.threads, "ckptzip dense"))
         vs_zipnn = f"{r.ratio / zipnn.ratio:.2f}x" if zipnn and r.tool == "ckptzip delta" else ""
-        vs_dense = (f"{r.compress_mbps / dense.compress_mbps:.2f} / {r.decompress_mbps / dense.decompress_mbps:.2f}"
-                    if dense and r.tool == "ckptzip delta" else "")
+        vs_dense = ""
+        if dense and r.tool == "ckptzip delta":
+            vs_dense = (f"{r.compress_mbps / dense.compress_mbps:.2f} / "
+                        f"{r.decompress_mbps / dense.decompress_mbps:.2f}")
         lines.append(f"| {r.data} | {r.interval} | {r.threads} | {r.tool} | {r.ratio:.3f} | {vs_zipnn} | "
                      f"{r.compress_mbps:.0f} | {r.decompress_mbps:.0f} | {vs_dense} | {r.picks} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny model and short run (smoke test)")
-    parser.add_argument("--threads", type=thread_counts, default=None, help="e.g. 1,2 or all (default 1,all)")
-    parser.add_argument("--repeat", type=int, default=None, help="runs per measurement, best kept (default 3)")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write incremental.md/.json")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny model, short run (smoke test)")
+    parser.add_argument("--threads", type=thread_counts, default=None,
+                        help="e.g. 1,2 or all (default 1,all)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per measurement, best kept (default 3)")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")
     args = parser.parse_args()
     threads_list = args.threads or ([1] if args.quick else thread_counts("1,all"))
     repeat = args.repeat or (1 if args.quick else 3)
@@ -206,8 +212,8 @@ def main() -> None:
     rows = run(args.quick, threads_list, repeat)
     text = "## Incremental checkpoints\n\n" + info_markdown(info) + "\n\n" + markdown(rows) + "\n"
     print(text)
-    write_results("incremental", text, {"machine": info, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]},
-                  args.out)
+    data = {"machine": info, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}
+    write_results("incremental", text, data, args.out)
 
 
 if __name__ == "__main__":
