@@ -58,6 +58,10 @@ class Base(ABC):
             self._cache[name] = self._load(name)
         return self._cache[name]
 
+    def release(self, name: str) -> None:
+        """Forget the cached bytes of ``name`` (a writer is done with them)."""
+        self._cache.pop(name, None)
+
     def close(self) -> None:
         self._cache.clear()
 

@@ -68,17 +68,26 @@ class _LeafPlan:
 _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
 
 
-def _tasks(plans: list[_LeafPlan]) -> Iterator[_Task]:
-    """Chunks in file order, grouped into tasks of about TASK_BYTES; a leaf's bytes are
-    materialized on the host only when its first chunk is scheduled."""
+def _tasks(
+    leaves: list[Leaf], policy: Policy, base: Base | None, plans: list[_LeafPlan]
+) -> Iterator[_Task]:
+    """Chunks in file order, grouped into tasks of about TASK_BYTES. Each leaf is planned (and
+    its bytes and its base's bytes materialized on the host) only when its turn comes, and the
+    base's bytes are released once its chunks are scheduled, so a save never holds a second full
+    copy of the state or of the base."""
     task: _Task = []
     size = 0
-    for index, plan in enumerate(plans):
-        raw = plan.leaf.host_bytes()
+    for index, leaf in enumerate(leaves):
+        plan = _plan_leaf(leaf, policy, base)
+        plans.append(plan)
+        raw = leaf.host_bytes()
+        if base is not None:
+            base.release(leaf.name)
         for start in range(0, len(raw), plan.chunk_bytes):
             piece = raw[start : start + plan.chunk_bytes]
-            base = None if plan.base_raw is None else plan.base_raw[start : start + plan.chunk_bytes]
-            task.append((index, piece, base))
+            end = start + plan.chunk_bytes
+            base_chunk = None if plan.base_raw is None else plan.base_raw[start:end]
+            task.append((index, piece, base_chunk))
             size += len(piece)
             if size >= TASK_BYTES:
                 yield task
@@ -210,16 +219,30 @@ class FileSink(Sink):
         self.reserved = header_size
 
 
-def _estimate_header(header: dict[str, Any], plans: list[_LeafPlan]) -> int:
+def _estimate_header(
+    header: dict[str, Any], leaves: list[Leaf], policy: Policy, base: Base | None,
+    base_location: str | None,
+) -> int:
     """An upper bound for the header's size before any chunk is written: every number of the chunk
-    tables at its widest, plus a little slack per tensor for what codecs record as they go."""
+    tables at its widest, each tensor with its longest candidate pipeline and a base reference,
+    plus a little slack per tensor for what codecs record as they go."""
     widest = [2**53, 0xFFFFFFFF, 0xFFFFFFFF]
     entries = []
-    for plan in plans:
-        n_chunks = -(-plan.leaf.nbytes // plan.chunk_bytes)
+    for leaf in leaves:
+        chunk_bytes = policy.chunk_bytes(leaf)
+        pipelines = [policy.pipeline_for(leaf)]
+        extra: dict[str, Any] = {}
+        if base is not None and base.tensor(leaf.name) is not None:
+            pipelines += policy.delta_candidates(leaf)
+            extra = {"base": {"name": leaf.name, "crc": 0xFFFFFFFF}}
+        longest = max(pipelines, key=lambda p: len(_header_json({"p": p.get_config()})))
+        plan = _LeafPlan(leaf, longest, chunk_bytes, [], extra=extra)
+        n_chunks = -(-leaf.nbytes // chunk_bytes)
         entries.append(_leaf_entry(plan, offset=2**53, table=[widest] * n_chunks))
-    size = len(_header_json({**header, "leaves": entries, "data_length": 2**53, "id": "0" * 32}))
-    return size + 64 * len(plans) + 256
+    worst = {**header, "leaves": entries, "data_length": 2**53, "id": "0" * 32}
+    if base is not None:
+        worst.update(base={"id": base.id, "path": base_location}, chain_depth=2**31)
+    return len(_header_json(worst)) + 64 * len(leaves) + 256
 
 
 def _leaf_entry(plan: _LeafPlan, offset: int, table: list[list[int]]) -> dict[str, Any]:
@@ -267,9 +290,6 @@ def encode_state(
     if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
         base = None
     tree, leaves = flatten(state)
-    plans = [_plan_leaf(leaf, policy, base) for leaf in leaves]
-    if not any(plan.base_raw is not None for plan in plans):
-        base = None
     header: dict[str, Any] = {
         "format": "ckz",
         "version": [FORMAT_MAJOR, FORMAT_MINOR],
@@ -280,10 +300,7 @@ def encode_state(
     }
     if source is not None:
         header["source"] = source
-    if base is not None:
-        header["base"] = {"id": base.id, "path": base_location}
-        header["chain_depth"] = base.depth + 1
-    sink.reserve(_estimate_header(header, plans))
+    sink.reserve(_estimate_header(header, leaves, policy, base, base_location))
     raw_total = sum(leaf.nbytes for leaf in leaves)
     bar = Progress(raw_total, "compress", enabled=progress)
 
@@ -295,7 +312,8 @@ def encode_state(
             out.append((index, stored, _native.crc32c(stored), _native.crc32c(raw), len(raw)))
         return out
 
-    for results in ordered_map(encode_task, _tasks(plans), n_threads):
+    plans: list[_LeafPlan] = []
+    for results in ordered_map(encode_task, _tasks(leaves, policy, base, plans), n_threads):
         for index, stored, crc, raw_crc, raw_length in results:
             plan = plans[index]
             if plan.offset < 0:
@@ -304,6 +322,9 @@ def encode_state(
             sink.write(stored)
             bar.update(raw_length)
     bar.close()
+    if base is not None and any(plan.base_raw is not None for plan in plans):
+        header["base"] = {"id": base.id, "path": base_location}
+        header["chain_depth"] = base.depth + 1
     header["leaves"] = [_leaf_entry(p, max(p.offset, 0), p.table) for p in plans]
     header["data_length"] = sink.position
     header["id"] = hashlib.sha256(_header_json(header)).hexdigest()[:32]
