@@ -88,7 +88,7 @@ def test_newer_format_version_is_refused_clearly() -> None:
     blob = bytearray(BLOB)
     struct.pack_into("<H", blob, 8, 99)
     struct.pack_into("<I", blob, 28, _native.crc32c(bytes(blob[:28])))
-    with pytest.raises(ckptzip.VersionError, match="format version 99.*upgrade"):
+    with pytest.raises(ckptzip.VersionError, match=r"format version 99.*upgrade"):
         ckptzip.loads(bytes(blob))
 
 

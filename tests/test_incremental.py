@@ -68,7 +68,8 @@ def test_float_diff_makes_small_changes_small() -> None:
     base = torch.tensor([1.0, -1.0, 0.0, -0.0, 3e-38], dtype=torch.float32)
     new = torch.nextafter(base, torch.full_like(base, 2.0))
     delta = np.empty(20, dtype=np.uint8)
-    _native.residual_encode(new.numpy().view(np.uint8), base.numpy().view(np.uint8), delta, 4, KINDS["float-diff"])
+    new_bytes, base_bytes = new.numpy().view(np.uint8), base.numpy().view(np.uint8)
+    _native.residual_encode(new_bytes, base_bytes, delta, 4, KINDS["float-diff"])
     values = delta.view(np.uint32)
     assert values.max() <= 4  # one ulp up (zigzag: 2), whatever the sign; -0 -> +0 is one step
 
@@ -89,7 +90,7 @@ def test_delta_of_every_dtype_is_bit_exact(dtype) -> None:
 def test_training_chain_on_disk(tmp_path: Path) -> None:
     states = training_states(40, 5)
     paths = []
-    for i, state in enumerate(states):
+    for state in states:
         path = tmp_path / f"step-{state['step']:04d}.ckz"
         ckptzip.save(state, path, base=paths[-1] if paths else None)
         paths.append(path)

@@ -1,0 +1,53 @@
+"""Golden files: every committed .ckz of every format version must read back exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import ckptzip
+from tests.golden.make_golden import golden_state
+
+GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.ckz"))
+
+
+def assert_identical(expected: Any, actual: Any, path: str = "") -> None:
+    assert type(actual) is type(expected), path
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, path
+        assert torch.equal(actual.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)), path
+    elif isinstance(expected, np.ndarray):
+        assert actual.dtype == expected.dtype and np.array_equal(actual, expected), path
+    elif isinstance(expected, dict):
+        assert list(actual) == list(expected), path
+        for key in expected:
+            assert_identical(expected[key], actual[key], f"{path}.{key}")
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), path
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            assert_identical(e, a, f"{path}.{i}")
+    else:
+        assert actual == expected, path
+
+
+def test_golden_files_exist() -> None:
+    assert GOLDEN, "tests/golden/*.ckz are missing: run tests/golden/make_golden.py"
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_golden_file_reads_back_exactly(path: Path) -> None:
+    state = ckptzip.load(path)
+    assert_identical(golden_state(), state)
+    assert state["model"]["embed.weight"].data_ptr() == state["model"]["head.weight"].data_ptr()
+    assert state["model"]._metadata == {"": {"version": 1}}
+    with ckptzip.open(path) as ckpt:
+        assert ckpt.metadata == {"golden": "v1.0"}
+        assert ckpt.verify().tensors == len(ckpt.leaves)
+
+
+def test_current_writer_round_trips_the_golden_state() -> None:
+    assert_identical(golden_state(), ckptzip.loads(ckptzip.dumps(golden_state())))
