@@ -25,7 +25,7 @@ from ckptzip import benchtool
 from ckptzip.demo.datasets import gpt_training_run, minilm_state_dict
 from ckptzip.demo.train import CONFIGS
 
-#: The GPT run: the last of its checkpoints is measured (the same run as the delta benchmarks).
+#: The GPT run whose last checkpoint is measured (trained once, then cached).
 GPT_STEPS, GPT_SAVE_EVERY = 300, 30
 QUICK_GPT_STEPS = 20
 #: ``--quick`` keeps this many leading elements of each MiniLM tensor.
