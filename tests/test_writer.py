@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import ckptzip
@@ -38,3 +39,73 @@ def test_file_and_memory_writers_agree_on_content(tmp_path) -> None:
     with ckptzip.open(path) as from_file, ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as mem:
         assert from_file.id == mem.id  # the id names the content, however it was written
         assert from_file.header.raw["leaves"] == mem.header.raw["leaves"]
+
+
+class _Scale(ckptzip.codecs.TensorToTensor):
+    """Test-only lossy transform: fp32 -> fp16 of (x - base) / scale, scale learned at encode."""
+
+    codec_id = "test-scale"
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+
+    def get_config(self):
+        return {"id": self.codec_id, "scale": self.scale}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(float(config["scale"]))
+
+    def encode(self, tensor, context):
+        residual = tensor - (context.base if context.base is not None else 0)
+        self.scale = float(residual.abs().max()) or 1.0
+        return (residual / self.scale).half()
+
+    def decode(self, tensor, context):
+        value = tensor.float() * self.scale
+        return value + context.base if context.base is not None else value
+
+
+class _HalfPolicy(ckptzip.policy.LosslessPolicy):
+    mode = "test-half"
+
+    def plan_state(self, leaves, base):
+        from ckptzip.codecs.base import TransformContext
+
+        planned = {}
+        for index, leaf in enumerate(leaves):
+            if leaf.dtype.name != "float32":
+                continue
+            has_base = base is not None and base.tensor(leaf.name) is not None
+            context = TransformContext(leaf.name, base.value(leaf.name) if has_base else None)
+            stage = _Scale()
+            array = stage.encode(leaf.tensor, context)
+            pipeline = ckptzip.pipeline.Pipeline(
+                transforms=(stage,), serializer=ckptzip.codecs.BytePlanes(2, 1),
+                compressors=(ckptzip.codecs.Entropy(),))
+            planned[index] = ckptzip.policy.Encoded(pipeline, array, {"error": {"max": 0.001}}, has_base)
+        return planned
+
+
+def test_whole_tensor_transforms_with_and_without_base(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(ckptzip.codecs.base._REGISTRY, "test-scale", _Scale)
+    monkeypatch.setitem(ckptzip.policy.MODES, "test-half", _HalfPolicy)
+    first = {"w": torch.randn(300, 200), "ids": torch.arange(5)}
+    second = {"w": first["w"] + 1e-3 * torch.randn(300, 200), "ids": torch.arange(5)}
+    a, b = tmp_path / "a.ckz", tmp_path / "b.ckz"
+    ckptzip.save(first, a, mode="test-half")
+    ckptzip.save(second, b, mode="test-half", base=a)
+    out_a, out_b = ckptzip.load(a), ckptzip.load(b)
+    assert out_a["w"].dtype == torch.float32 and out_a["w"].shape == (300, 200)
+    assert torch.allclose(out_a["w"], first["w"], atol=float(first["w"].abs().max()) / 500)
+    # closed loop: b is coded against a's reconstruction, and decodes on top of it
+    assert torch.allclose(out_b["w"], second["w"], atol=1e-5)
+    assert torch.equal(out_b["ids"], second["ids"])
+    with ckptzip.open(b) as ckpt:
+        leaf = ckpt.leaves[0]
+        assert leaf.array_dtype.name == "float16" and leaf.extra["error"] == {"max": 0.001}
+        assert leaf.extra["base"]["name"] == "w" and ckpt.chain_depth == 1
+    with pytest.raises(ckptzip.ConfigError, match="unknown mode"):
+        ckptzip.dumps(first, mode="nope")
+    with pytest.raises(ckptzip.ConfigError, match="bad options"):
+        ckptzip.dumps(first, mode="lossless", colour="red")

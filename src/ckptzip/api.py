@@ -21,6 +21,7 @@ def save(
     metadata: dict[str, Any] | None = None,
     keyframe_every: int | None = None,
     progress: bool = False,
+    **mode_options: Any,
 ) -> SaveReport:
     """Compress ``state`` (any nesting of dicts, lists and tuples of tensors, arrays, numbers,
     strings, bytes and None) to ``path`` atomically, and report what it gained.
@@ -30,6 +31,7 @@ def save(
     the base, which is looked up beside it. ``keyframe_every=K`` bounds chains: when the base
     already heads a chain of K-1 deltas, this checkpoint is written standalone instead.
     ``threads=None`` uses every core. ``metadata`` is a JSON-able dict stored in the header.
+    Other keyword arguments are options of the mode (``chunk_bytes`` for ``lossless``).
     """
     target = os.fspath(path)
     opened = open_base(base, threads=threads)
@@ -43,7 +45,7 @@ def save(
             report = encode_state(
                 state, FileSink(handle), mode=mode, threads=threads, metadata=metadata,
                 path=target, progress=progress, base=opened, base_location=location,
-                keyframe_every=keyframe_every,
+                keyframe_every=keyframe_every, mode_options=mode_options,
             )
     finally:
         if opened is not None:
@@ -76,6 +78,7 @@ def dumps(
     threads: int | None = None,
     metadata: dict[str, Any] | None = None,
     keyframe_every: int | None = None,
+    **mode_options: Any,
 ) -> bytes:
     """Like :func:`save`, into bytes. ``base`` may also be the previous in-memory state (or the
     bytes of a previous ``dumps``); ``loads`` then needs the same ``base``."""
@@ -83,7 +86,7 @@ def dumps(
     sink = MemorySink()
     try:
         encode_state(state, sink, mode=mode, threads=threads, metadata=metadata, base=opened,
-                     keyframe_every=keyframe_every)
+                     keyframe_every=keyframe_every, mode_options=mode_options)
     finally:
         if opened is not None:
             opened.close()

@@ -9,6 +9,7 @@ caught even where no id is known.
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -57,6 +58,16 @@ class Base(ABC):
         if name not in self._cache:
             self._cache[name] = self._load(name)
         return self._cache[name]
+
+    def value(self, name: str) -> torch.Tensor:
+        """The base tensor itself (its dtype and shape), on the host."""
+        found = self.tensor(name)
+        if found is None or found.dtype.torch_dtype is None:
+            raise KeyError(name)
+        flat = torch.from_numpy(self.raw(name)) if math.prod(found.shape) else (
+            torch.empty(0, dtype=torch.uint8)  # from_numpy gives empty arrays a zero stride
+        )
+        return flat.view(found.dtype.torch_dtype).reshape(found.shape)
 
     def release(self, name: str) -> None:
         """Forget the cached bytes of ``name`` (a writer is done with them)."""

@@ -40,6 +40,9 @@ MAX_CHUNK_BYTES = 64 << 20
 #: The smallest stored chunk: every non-empty stream has a header of at least this many bytes.
 MIN_STORED_CHUNK = 1
 MAX_DIMS = 64
+#: A lossy leaf's tensor may be at most this many times larger than the array its chunks hold
+#: (plus this many bytes), so that a header cannot make a transform's decode allocate without bound.
+MAX_TRANSFORM_EXPANSION = 64
 
 
 def pack_prelude(header: bytes) -> bytes:
@@ -97,6 +100,10 @@ class ChunkRef:
 
 @dataclass(frozen=True)
 class LeafInfo:
+    """One stored array, validated. ``dtype``/``shape`` describe the tensor the user gets back;
+    ``array_dtype``/``array_shape`` the array the chunks hold, which differ only when the pipeline
+    has whole-tensor transforms (lossy modes: codes instead of values)."""
+
     index: int
     name: str
     dtype: DType
@@ -106,6 +113,9 @@ class LeafInfo:
     pipeline: Pipeline
     chunks: tuple[ChunkRef, ...]
     extra: dict[str, Any]
+    array_dtype: DType
+    array_shape: tuple[int, ...]
+    array_nbytes: int
 
     @property
     def stored_bytes(self) -> int:
@@ -166,23 +176,37 @@ def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafIn
         dtype = from_name(str(entry.get("dtype")))
     except UnsupportedError as exc:
         raise FormatError(f"{where}: {exc}") from None
-    shape = entry.get("shape")
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
-        raise FormatError(f"{where}: shape must be a list of at most {MAX_DIMS} dims")
-    dims = tuple(_int(d, "a shape dim", where) for d in shape)
+    dims = _dims(entry.get("shape"), where)
     nbytes = math.prod(dims) * dtype.itemsize
     width = 1
     pipeline = Pipeline.from_config(entry.get("pipeline"), where)
+    array_dtype, array_dims, array_nbytes = dtype, dims, nbytes
+    encoded = entry.get("encoded")
+    if pipeline.transforms:
+        if not isinstance(encoded, dict):
+            raise FormatError(f"{where}: a pipeline with transforms needs an 'encoded' array")
+        try:
+            array_dtype = from_name(str(encoded.get("dtype")))
+        except UnsupportedError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+        array_dims = _dims(encoded.get("shape"), where)
+        array_nbytes = math.prod(array_dims) * array_dtype.itemsize
+        if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1):
+            raise FormatError(
+                f"{where}: {nbytes} bytes claimed from an encoded array of {array_nbytes}"
+            )
+    elif encoded is not None:
+        raise FormatError(f"{where}: an 'encoded' array without transforms")
     if pipeline.serializer is not None:
         width = getattr(pipeline.serializer, "width", 1)
     chunk_bytes = _int(entry.get("chunk"), "chunk size", where, 1, MAX_CHUNK_BYTES)
     if chunk_bytes % width:
         raise FormatError(f"{where}: chunk size {chunk_bytes} is not a multiple of {width}")
     table = entry.get("chunks")
-    n_chunks = -(-nbytes // chunk_bytes)
+    n_chunks = -(-array_nbytes // chunk_bytes)
     if not isinstance(table, list) or len(table) != n_chunks:
         raise FormatError(
-            f"{where}: {nbytes} raw bytes in {chunk_bytes}-byte chunks need {n_chunks} chunk "
+            f"{where}: {array_nbytes} raw bytes in {chunk_bytes}-byte chunks need {n_chunks} chunk "
             f"entries, the header has {len(table) if isinstance(table, list) else 'none'}"
         )
     offset = _int(entry.get("offset"), "data offset", where, 0, data_length)
@@ -193,11 +217,18 @@ def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafIn
         length = _int(item[0], f"chunk {k} length", where, MIN_STORED_CHUNK, data_length - offset)
         crc = _int(item[1], f"chunk {k} crc", where, 0, 0xFFFFFFFF)
         raw_crc = _int(item[2], f"chunk {k} raw crc", where, 0, 0xFFFFFFFF)
-        raw_length = min(chunk_bytes, nbytes - k * chunk_bytes)
+        raw_length = min(chunk_bytes, array_nbytes - k * chunk_bytes)
         if raw_length % width:
             raise FormatError(f"{where}: chunk {k} is not a whole number of elements")
         chunks.append(ChunkRef(offset, length, crc, raw_crc, raw_length))
         offset += length
     extra = {k: v for k, v in entry.items()
-             if k not in ("name", "dtype", "shape", "pipeline", "chunk", "chunks", "offset")}
-    return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra)
+             if k not in ("name", "dtype", "shape", "pipeline", "chunk", "chunks", "offset", "encoded")}
+    return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra,
+                    array_dtype, array_dims, array_nbytes)
+
+
+def _dims(shape: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise FormatError(f"{where}: shape must be a list of at most {MAX_DIMS} dims")
+    return tuple(_int(d, "a shape dim", where) for d in shape)

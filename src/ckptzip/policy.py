@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any, Protocol
 
+import torch
+
+from .chain import Base
 from .codecs import BytePlanes, Entropy, Residual
 from .errors import ConfigError
 from .pipeline import Pipeline
@@ -14,8 +19,26 @@ from .tree import Leaf
 DEFAULT_CHUNK_BYTES = 256 << 10
 
 
+@dataclass
+class Encoded:
+    """A tensor already transformed by a policy that plans the whole state at once (lossy
+    modes): the array to chunk, the pipeline (its transforms hold what they learned), and what
+    the header records beside it."""
+
+    pipeline: Pipeline
+    array: torch.Tensor
+    #: Header fields of the leaf, e.g. ``{"error": {...}}``.
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Whether decoding needs the base's tensor of the same name.
+    uses_base: bool = False
+
+
 class Policy(Protocol):
     mode: str
+
+    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+        """Transform whichever tensors the mode treats jointly (weights with their moments),
+        by leaf index; every other leaf is coded on its own with :meth:`pipeline_for`."""
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         """The pipeline of a tensor coded on its own."""
@@ -33,6 +56,9 @@ class LosslessPolicy:
 
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self._chunk_bytes = chunk_bytes
+
+    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+        return {}
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         width, rotate = leaf.dtype.plane_layout
@@ -61,10 +87,21 @@ class LosslessPolicy:
         return max(width, self._chunk_bytes // width * width)
 
 
-MODES = ("lossless",)
+PolicyFactory = Callable[..., Policy]
+
+#: Modes by name; each factory takes the mode's options as keyword arguments.
+MODES: dict[str, PolicyFactory] = {"lossless": LosslessPolicy}
 
 
-def policy_for(mode: str) -> Policy:
-    if mode == "lossless":
-        return LosslessPolicy()
-    raise ConfigError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
+def register_mode(name: str, factory: PolicyFactory) -> None:
+    MODES[name] = factory
+
+
+def policy_for(mode: str, **options: Any) -> Policy:
+    factory = MODES.get(mode)
+    if factory is None:
+        raise ConfigError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise ConfigError(f"mode {mode!r}: bad options {sorted(options)}: {exc}") from None

@@ -13,7 +13,9 @@ import torch
 
 from . import _native
 from .chain import Base, base_exists, open_base, resolve_relative
+from .codecs import TransformContext
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
+from .dtypes import DType
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
 from .progress import Progress
@@ -210,32 +212,48 @@ class CheckpointFile:
         return unflatten(node, get_leaf, len(self.leaves), self.name)
 
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
-        """Decode the given leaves in parallel into tensors of their stored dtype and shape."""
-        buffers = {i: torch.empty(self.leaves[i].nbytes, dtype=torch.uint8) for i in indices}
+        """Decode the given leaves in parallel into tensors of their dtype and shape."""
+        buffers = {i: torch.empty(self.leaves[i].array_nbytes, dtype=torch.uint8) for i in indices}
+        bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
         for i in indices:
             leaf = self.leaves[i]
             out = buffers[i].numpy()
-            base = self._base_raw(leaf) if leaf.pipeline.residual is not None else None
+            if "base" in leaf.extra:
+                bases[i] = self._base_raw(leaf)
+            chunk_base = bases.get(i) if leaf.pipeline.residual is not None else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
                 end = start + chunk.raw_length
-                jobs.append((leaf, k, chunk, out[start:end], None if base is None else base[start:end]))
-        bar = Progress(sum(self.leaves[i].nbytes for i in indices), "decompress", enabled=progress)
+                jobs.append((leaf, k, chunk, out[start:end],
+                             None if chunk_base is None else chunk_base[start:end]))
+        total = sum(self.leaves[i].array_nbytes for i in indices)
+        bar = Progress(total, "decompress", enabled=progress)
         for done in ordered_map(self._decode_task, _group(jobs), self.threads):
             bar.update(done)
         bar.close()
-        result = {}
-        for i in indices:
-            leaf = self.leaves[i]
-            tensor = buffers[i]
-            dtype = leaf.dtype.torch_dtype
-            assert dtype is not None  # every stored dtype name maps to a torch dtype
-            tensor = tensor.view(dtype).reshape(leaf.shape)
+        return {i: self._finish_leaf(self.leaves[i], buffers[i], bases.get(i)) for i in indices}
+
+    def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None) -> torch.Tensor:
+        """View decoded bytes as the stored array, then undo whole-tensor transforms."""
+        tensor = _typed(buffer, leaf.array_dtype, leaf.array_shape)
+        if not leaf.pipeline.transforms:
+            return tensor
+        base_tensor = None if base is None else _typed(torch.from_numpy(base), leaf.dtype, leaf.shape)
+        context = TransformContext(leaf.name, base_tensor)
+        try:
             for transform in reversed(leaf.pipeline.transforms):
-                tensor = transform.decode(tensor)
-            result[i] = tensor
-        return result
+                tensor = transform.decode(tensor, context)
+        except (ValueError, RuntimeError, IndexError) as exc:
+            raise CorruptError(
+                f"{self.name}: tensor {leaf.name!r}: cannot undo its transforms: {exc}"
+            ) from None
+        if tensor.dtype != leaf.dtype.torch_dtype or tuple(tensor.shape) != leaf.shape:
+            raise CorruptError(
+                f"{self.name}: tensor {leaf.name!r} decodes to {tensor.dtype}{list(tensor.shape)}, "
+                f"not the {leaf.dtype.name}{list(leaf.shape)} its header declares"
+            )
+        return tensor
 
     def _decode_task(self, jobs: list[_Job]) -> int:
         first, last = jobs[0][2], jobs[-1][2]
@@ -289,6 +307,13 @@ class CheckpointFile:
             self.name, len(self.leaves), sum(len(leaf.chunks) for leaf in self.leaves),
             sum(leaf.nbytes for leaf in self.leaves), self.source.size,
         )
+
+
+def _typed(buffer: torch.Tensor, dtype: DType, shape: tuple[int, ...]) -> torch.Tensor:
+    """Raw little-endian bytes (a uint8 tensor) viewed as ``dtype`` and ``shape``."""
+    torch_dtype = dtype.torch_dtype
+    assert torch_dtype is not None  # every dtype name a header may hold maps to a torch dtype
+    return buffer.view(torch_dtype).reshape(shape)
 
 
 def _group(jobs: list[_Job]) -> Iterator[list[_Job]]:

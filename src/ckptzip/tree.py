@@ -61,9 +61,14 @@ class Leaf:
 
     def host_bytes(self) -> np.ndarray:
         """The raw little-endian element bytes as a contiguous 1-D uint8 array on the host."""
-        flat = self.tensor.detach().resolve_conj().resolve_neg().reshape(-1)
-        flat = flat.to("cpu").contiguous()
-        return flat.view(torch.uint8).numpy()
+        return tensor_bytes(self.tensor)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's raw little-endian element bytes as a contiguous 1-D uint8 array on the host
+    (a view where the tensor already is one, a copy otherwise)."""
+    flat = tensor.detach().resolve_conj().resolve_neg().reshape(-1)
+    return flat.to("cpu").contiguous().view(torch.uint8).numpy()
 
 
 @dataclass

@@ -12,17 +12,18 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
+import torch
 
-from . import _native
+from . import _native, dtypes
 from ._version import __version__
 from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
 from .errors import ConfigError
 from .parallel import ordered_map, resolve_threads
 from .pipeline import Pipeline
-from .policy import Policy, policy_for
+from .policy import Encoded, Policy, policy_for
 from .progress import Progress
-from .tree import Leaf, flatten
+from .tree import Leaf, flatten, tensor_bytes
 
 #: Raw bytes handed to one worker task (several chunks, possibly of several small tensors), so
 #: that task overhead stays small next to the work.
@@ -63,13 +64,16 @@ class _LeafPlan:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The stored bytes of the leaf's single chunk, when choosing the pipeline already coded it.
     precoded: bytes | None = None
+    #: The array a whole-tensor transform made of the leaf (lossy modes); None: the leaf itself.
+    array: torch.Tensor | None = None
 
 
 _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
 
 
 def _tasks(
-    leaves: list[Leaf], policy: Policy, base: Base | None, plans: list[_LeafPlan]
+    leaves: list[Leaf], policy: Policy, base: Base | None, encoded: dict[int, _LeafPlan],
+    plans: list[_LeafPlan],
 ) -> Iterator[_Task]:
     """Chunks in file order, grouped into tasks of about TASK_BYTES. Each leaf is planned (and
     its bytes and its base's bytes materialized on the host) only when its turn comes, and the
@@ -78,9 +82,14 @@ def _tasks(
     task: _Task = []
     size = 0
     for index, leaf in enumerate(leaves):
-        plan = _plan_leaf(leaf, policy, base)
+        if index in encoded:
+            plan = encoded.pop(index)
+            assert plan.array is not None  # every encoded plan carries its array
+            raw = tensor_bytes(plan.array)
+        else:
+            plan = _plan_leaf(leaf, policy, base)
+            raw = leaf.host_bytes()
         plans.append(plan)
-        raw = leaf.host_bytes()
         if base is not None:
             base.release(leaf.name)
         for start in range(0, len(raw), plan.chunk_bytes):
@@ -94,6 +103,19 @@ def _tasks(
                 task, size = [], 0
     if task:
         yield task
+
+
+def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | None) -> _LeafPlan:
+    array = encoding.array
+    width = encoding.pipeline.serializer.segments() if encoding.pipeline.serializer else 1
+    chunk_bytes = max(width, policy.chunk_bytes(leaf) // width * width)
+    extra = {"encoded": {"dtype": dtypes.from_torch(array.dtype, leaf.name).name,
+                         "shape": list(array.shape)}, **encoding.extra}
+    if encoding.uses_base:
+        if base is None:
+            raise ConfigError(f"{leaf.name}: the {policy.mode} policy coded it against a missing base")
+        extra["base"] = {"name": leaf.name, "crc": _native.crc32c(base.raw(leaf.name))}
+    return _LeafPlan(leaf, encoding.pipeline, chunk_bytes, [], extra=extra, array=array)
 
 
 #: Bytes of a tensor on which the candidate representations against a base are tried.
@@ -221,15 +243,21 @@ class FileSink(Sink):
 
 def _estimate_header(
     header: dict[str, Any], leaves: list[Leaf], policy: Policy, base: Base | None,
-    base_location: str | None,
+    base_location: str | None, encoded: dict[int, _LeafPlan],
 ) -> int:
     """An upper bound for the header's size before any chunk is written: every number of the chunk
     tables at its widest, each tensor with its longest candidate pipeline and a base reference,
     plus a little slack per tensor for what codecs record as they go."""
     widest = [2**53, 0xFFFFFFFF, 0xFFFFFFFF]
     entries = []
-    for leaf in leaves:
+    for index, leaf in enumerate(leaves):
         chunk_bytes = policy.chunk_bytes(leaf)
+        if index in encoded:
+            plan = encoded[index]
+            assert plan.array is not None
+            n_chunks = -(-plan.array.numel() * plan.array.element_size() // plan.chunk_bytes)
+            entries.append(_leaf_entry(plan, offset=2**53, table=[widest] * n_chunks))
+            continue
         pipelines = [policy.pipeline_for(leaf)]
         extra: dict[str, Any] = {}
         if base is not None and base.tensor(leaf.name) is not None:
@@ -272,6 +300,7 @@ def encode_state(
     base: Base | None = None,
     base_location: str | None = None,
     keyframe_every: int | None = None,
+    mode_options: dict[str, Any] | None = None,
 ) -> SaveReport:
     """Compress ``state`` into ``sink``; the caller owns where the bytes end up.
 
@@ -283,13 +312,17 @@ def encode_state(
     """
     started = time.perf_counter()
     n_threads = resolve_threads(threads)
-    policy = policy_for(mode)
+    policy = policy_for(mode, **(mode_options or {}))
     user_metadata = _check_metadata(metadata)
     if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
         raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
     if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
         base = None
     tree, leaves = flatten(state)
+    encoded = {
+        index: _encoded_plan(leaves[index], encoding, policy, base)
+        for index, encoding in policy.plan_state(leaves, base).items()
+    }
     header: dict[str, Any] = {
         "format": "ckz",
         "version": [FORMAT_MAJOR, FORMAT_MINOR],
@@ -300,7 +333,7 @@ def encode_state(
     }
     if source is not None:
         header["source"] = source
-    sink.reserve(_estimate_header(header, leaves, policy, base, base_location))
+    sink.reserve(_estimate_header(header, leaves, policy, base, base_location, encoded))
     raw_total = sum(leaf.nbytes for leaf in leaves)
     bar = Progress(raw_total, "compress", enabled=progress)
 
@@ -313,7 +346,8 @@ def encode_state(
         return out
 
     plans: list[_LeafPlan] = []
-    for results in ordered_map(encode_task, _tasks(leaves, policy, base, plans), n_threads):
+    tasks = _tasks(leaves, policy, base, encoded, plans)
+    for results in ordered_map(encode_task, tasks, n_threads):
         for index, stored, crc, raw_crc, raw_length in results:
             plan = plans[index]
             if plan.offset < 0:
@@ -322,7 +356,7 @@ def encode_state(
             sink.write(stored)
             bar.update(raw_length)
     bar.close()
-    if base is not None and any(plan.base_raw is not None for plan in plans):
+    if base is not None and any("base" in plan.extra for plan in plans):
         header["base"] = {"id": base.id, "path": base_location}
         header["chain_depth"] = base.depth + 1
     header["leaves"] = [_leaf_entry(p, max(p.offset, 0), p.table) for p in plans]

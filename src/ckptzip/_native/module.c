@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "ctx.h"
 #include "planes.h"
 #include "residual.h"
 #include "stream.h"
@@ -305,6 +306,126 @@ static PyObject *py_residual_decode(PyObject *self, PyObject *args, PyObject *kw
     return residual_common(args, kw, 0);
 }
 
+/* Context coder arguments: elem_size 1, 2, 4 or 8 and a rotation within it. */
+static int check_ctx_elem(long elem_size, long rotate) {
+    if (elem_size < 1 || elem_size > 8 || !ckz_ctx_elem_ok((unsigned)elem_size)) {
+        PyErr_Format(PyExc_ValueError, "elem_size %ld is not 1, 2, 4 or 8", elem_size);
+        return -1;
+    }
+    return check_elem(elem_size, rotate);
+}
+
+PyDoc_STRVAR(context_bytes_doc, "context_bytes(base, elem_size, rotate) -> bytes\n\n"
+             "The top byte plane of split_planes(base, elem_size, rotate) (a float's exponent "
+             "byte): the context of encode_planes_ctx.  elem_size is 1, 2, 4 or 8.");
+static PyObject *py_context_bytes(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"base", "elem_size", "rotate", NULL};
+    PyObject *bo;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oll:context_bytes", kwlist, &bo, &k, &r))
+        return NULL;
+    if (check_ctx_elem(k, r)) return NULL;
+    Py_buffer b;
+    if (get_buffer(bo, &b, 0, "base")) return NULL;
+    PyObject *out = NULL;
+    if (!check_len(b.len, k, "base")) {
+        size_t n = (size_t)b.len / (size_t)k;
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+        if (out) {
+            uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+            Py_BEGIN_ALLOW_THREADS
+            ckz_context_bytes(b.buf, n, (unsigned)k, (unsigned)r, o);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyBuffer_Release(&b);
+    return out;
+}
+
+PyDoc_STRVAR(encode_planes_ctx_doc, "encode_planes_ctx(src, ctx, elem_size, rotate) -> bytes\n\n"
+             "Byte planes of src coded in buckets of the per-element context ctx (one byte per "
+             "element, e.g. context_bytes(base)); decode with the same ctx.");
+static PyObject *py_encode_planes_ctx(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "ctx", "elem_size", "rotate", NULL};
+    PyObject *so, *co;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOll:encode_planes_ctx", kwlist, &so, &co, &k,
+                                     &r))
+        return NULL;
+    if (check_ctx_elem(k, r)) return NULL;
+    Py_buffer s, c;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(co, &c, 0, "ctx")) { PyBuffer_Release(&s); return NULL; }
+    PyObject *out = NULL;
+    size_t n = (size_t)s.len / (size_t)k;
+    if (check_len(s.len, k, "src")) goto done;
+    if ((size_t)c.len != n) {
+        PyErr_Format(PyExc_ValueError, "ctx holds %zd bytes but src has %zu elements", c.len, n);
+        goto done;
+    }
+    if ((uint64_t)s.len > CKZ_MAX_DECODED) {
+        PyErr_Format(PyExc_ValueError, "src of %zd bytes exceeds %llu", s.len,
+                     (unsigned long long)CKZ_MAX_DECODED);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ckz_encode_ctx_bound(n, (unsigned)k));
+    if (!out) goto done;
+    size_t len = 0;
+    int rc;
+    ckz_err err;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckz_encode_planes_ctx(s.buf, c.buf, n, (unsigned)k, (unsigned)r,
+                               (uint8_t *)PyBytes_AS_STRING(out), &len, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+    } else if (_PyBytes_Resize(&out, (Py_ssize_t)len) < 0) {
+        out = NULL;
+    }
+done:
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&s);
+    return out;
+}
+
+PyDoc_STRVAR(decode_planes_ctx_doc,
+             "decode_planes_ctx(src, ctx, dst, elem_size, rotate) -> None\n\n"
+             "Decode a stream of encode_planes_ctx into dst, given the encoder's ctx.");
+static PyObject *py_decode_planes_ctx(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "ctx", "dst", "elem_size", "rotate", NULL};
+    PyObject *so, *co, *dobj;
+    long k, r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOll:decode_planes_ctx", kwlist, &so, &co,
+                                     &dobj, &k, &r))
+        return NULL;
+    if (check_ctx_elem(k, r)) return NULL;
+    Py_buffer s, c, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(co, &c, 0, "ctx")) { PyBuffer_Release(&s); return NULL; }
+    if (get_buffer(dobj, &d, 1, "dst")) { PyBuffer_Release(&c); PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    if (overlaps(&s, &d) || overlaps(&c, &d)) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps src or ctx");
+    } else {
+        ckz_err err;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ckz_decode_planes_ctx(s.buf, (size_t)s.len, c.buf, (size_t)c.len, d.buf,
+                                   (size_t)d.len, (unsigned)k, (unsigned)r, &err);
+        Py_END_ALLOW_THREADS
+        if (rc) PyErr_SetString(PyExc_ValueError, err.msg);
+        else ret = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
@@ -316,6 +437,9 @@ static PyMethodDef methods[] = {
     KW("decode_planes", py_decode_planes, decode_planes_doc),
     KW("residual_encode", py_residual_encode, residual_encode_doc),
     KW("residual_decode", py_residual_decode, residual_decode_doc),
+    KW("context_bytes", py_context_bytes, context_bytes_doc),
+    KW("encode_planes_ctx", py_encode_planes_ctx, encode_planes_ctx_doc),
+    KW("decode_planes_ctx", py_decode_planes_ctx, decode_planes_ctx_doc),
     {"decoded_size", py_decoded_size, METH_O, decoded_size_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -332,7 +456,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "MAX_ELEM_SIZE", CKZ_MAX_ELEM_SIZE) < 0 ||
-        PyModule_AddIntConstant(m, "STREAM_FORMAT", CKZ_STREAM_FORMAT) < 0) {
+        PyModule_AddIntConstant(m, "STREAM_FORMAT", CKZ_STREAM_FORMAT) < 0 ||
+        PyModule_AddIntConstant(m, "CTX_STREAM_FORMAT", CKZ_CTX_FORMAT) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ctx.h"
 #include "huff.h"
 #include "rans.h"
 
@@ -42,21 +43,21 @@ _Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CODED_DEN, "size * CODED_DEN must
 
 /* ---- varints (LEB128, minimal form, < 2^63) -------------------------------------------------- */
 
-static size_t put_varint(uint8_t *out, uint64_t v) {
+size_t ckz_put_varint(uint8_t *out, uint64_t v) {
     size_t i = 0;
     for (; v >= 0x80; v >>= 7) out[i++] = (uint8_t)(v | 0x80);
     out[i++] = (uint8_t)v;
     return i;
 }
 
-static size_t varint_size(uint64_t v) {
+size_t ckz_varint_size(uint64_t v) {
     size_t i = 1;
     for (; v >= 0x80; v >>= 7) i++;
     return i;
 }
 
-static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, const char *what,
-                      ckz_err *err) {
+int ckz_get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, const char *what,
+                   ckz_err *err) {
     uint64_t x = 0;
     for (unsigned i = 0; i < CKZ_MAX_VARINT; i++) {
         if (*p == end) return ckz_fail(err, "stream truncated inside %s", what);
@@ -100,7 +101,7 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
 static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
     size_t body = table;
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
-        body += size[k] + (k + 1 < CKZ_HUF_STREAMS ? varint_size(size[k]) : 0);
+        body += size[k] + (k + 1 < CKZ_HUF_STREAMS ? ckz_varint_size(size[k]) : 0);
     return body;
 }
 
@@ -171,6 +172,30 @@ static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
     }
 }
 
+/* Writes the body of a planned segment (nothing for CONST) and frees its scratch; returns its
+ * length, p->body. */
+static size_t write_body(const uint8_t *s, size_t m, const seg_plan *p, uint8_t *out) {
+    uint8_t *o = out;
+    if (p->mode == CKZ_MODE_RAW) {
+        memcpy(o, s, m);
+        o += m;
+    } else if (p->mode == CKZ_MODE_HUFF) {
+        o += ckz_huf_write_table(p->len, o);
+        for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
+        ckz_huf_encode(s, m, p->len, p->size, o);
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
+    } else if (p->mode == CKZ_MODE_RANS) {
+        o += ckz_rans_write_table(p->freq, o);
+        for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+            memcpy(o, p->start[k], p->size[k]);
+            o += p->size[k];
+        }
+        free(p->scratch);
+    }
+    return (size_t)(o - out);
+}
+
 size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out) {
     seg_plan plan[CKZ_MAX_SEGMENTS];
     size_t m = n / segments;
@@ -178,35 +203,25 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
 
     uint8_t *o = out;
     *o++ = CKZ_STREAM_FORMAT;
-    o += put_varint(o, n);
-    o += put_varint(o, segments);
+    o += ckz_put_varint(o, n);
+    o += ckz_put_varint(o, segments);
     for (unsigned j = 0; j < segments; j++) {
         *o++ = plan[j].mode;
         if (plan[j].mode == CKZ_MODE_CONST) *o++ = plan[j].value;
-        if (plan[j].mode >= CKZ_MODE_HUFF) o += put_varint(o, plan[j].body);
+        if (plan[j].mode >= CKZ_MODE_HUFF) o += ckz_put_varint(o, plan[j].body);
     }
-    for (unsigned j = 0; j < segments; j++) {
-        const uint8_t *s = src + j * m;
-        const seg_plan *p = &plan[j];
-        if (p->mode == CKZ_MODE_RAW) {
-            memcpy(o, s, m);
-            o += m;
-        } else if (p->mode == CKZ_MODE_HUFF) {
-            o += ckz_huf_write_table(p->len, o);
-            for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
-            ckz_huf_encode(s, m, p->len, p->size, o);
-            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
-        } else if (p->mode == CKZ_MODE_RANS) {
-            o += ckz_rans_write_table(p->freq, o);
-            for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += put_varint(o, p->size[k]);
-            for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-                memcpy(o, p->start[k], p->size[k]);
-                o += p->size[k];
-            }
-            free(p->scratch);
-        }
-    }
+    for (unsigned j = 0; j < segments; j++) o += write_body(src + j * m, m, &plan[j], o);
     return (size_t)(o - out);
+}
+
+size_t ckz_put_segment(const uint8_t *s, size_t m, uint8_t *out) {
+    seg_plan p;
+    plan_segment(s, m, &p);
+    uint8_t *o = out;
+    *o++ = p.mode;
+    if (p.mode == CKZ_MODE_CONST) *o++ = p.value;
+    if (p.mode >= CKZ_MODE_HUFF) o += ckz_put_varint(o, p.body);
+    return (size_t)(o - out) + write_body(s, m, &p, o);
 }
 
 int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
@@ -238,11 +253,11 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
                         CKZ_STREAM_FORMAT);
     p++;
     uint64_t n = 0, segments = 0, v = 0;
-    if (get_varint(&p, end, &n, "decoded length", err)) return -1;
+    if (ckz_get_varint(&p, end, &n, "decoded length", err)) return -1;
     if (n > CKZ_MAX_DECODED)
         return ckz_fail(err, "decoded length %llu exceeds %llu", (unsigned long long)n,
                         (unsigned long long)CKZ_MAX_DECODED);
-    if (get_varint(&p, end, &segments, "segment count", err)) return -1;
+    if (ckz_get_varint(&p, end, &segments, "segment count", err)) return -1;
     if (segments < 1 || segments > CKZ_MAX_SEGMENTS)
         return ckz_fail(err, "segment count %llu is outside 1..%d", (unsigned long long)segments,
                         CKZ_MAX_SEGMENTS);
@@ -264,7 +279,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
             break;
         case CKZ_MODE_HUFF:
         case CKZ_MODE_RANS:
-            if (get_varint(&p, end, &v, "a segment's body length", err)) return -1;
+            if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
             if (v > (uint64_t)(end - p))
                 return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", j,
                                 (unsigned long long)v, (size_t)(end - p));
@@ -300,7 +315,7 @@ static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t 
     size_t size[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) {
         uint64_t v = 0;
-        if (get_varint(&p, end, &v, "a stream size", err)) return -1;
+        if (ckz_get_varint(&p, end, &v, "a stream size", err)) return -1;
         size[k] = (size_t)v;
     }
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
@@ -318,8 +333,43 @@ static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t 
     return ckz_huf_decode(&t, in, size, out, m, err);
 }
 
+int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t m,
+                    unsigned seg, ckz_err *err) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    if (p == end) return ckz_fail(err, "stream truncated in the mode of segment %u", seg);
+    unsigned mode = *p++;
+    switch (mode) {
+    case CKZ_MODE_RAW:
+        if (m > (size_t)(end - p))
+            return ckz_fail(err, "stream truncated: RAW segment %u needs %zu bytes, %zu left", seg,
+                            m, (size_t)(end - p));
+        memcpy(out, p, m);
+        p += m;
+        break;
+    case CKZ_MODE_CONST:
+        if (p == end) return ckz_fail(err, "stream truncated in the value of segment %u", seg);
+        memset(out, *p++, m);
+        break;
+    case CKZ_MODE_HUFF:
+    case CKZ_MODE_RANS:
+        if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
+        if (v > (uint64_t)(end - p))
+            return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", seg,
+                            (unsigned long long)v, (size_t)(end - p));
+        if (decode_coded(mode, p, (size_t)v, out, m, seg, err)) return -1;
+        p += v;
+        break;
+    default: return ckz_fail(err, "segment %u has unknown mode %u", seg, mode);
+    }
+    *pp = p;
+    return 0;
+}
+
 int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
+    if (len && src[0] == CKZ_CTX_FORMAT) return ckz_ctx_decoded_size(src, len, n, err);
     header h;
+    h.n = 0; /* GCC 12 cannot see that parse_header sets it on success */
     if (parse_header(src, len, &h, err)) return -1;
     *n = h.n;
     return 0;

@@ -44,4 +44,24 @@ int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz
 int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len,
                       unsigned elem_size, unsigned rotate, ckz_err *err);
 
+/* ---- building blocks shared with ctx.c (context-partitioned streams) ---- */
+
+/* LEB128 varints of values < 2^63: writer (returns bytes written, <= CKZ_MAX_VARINT), size, and
+ * validating reader (minimal form, at most CKZ_MAX_VARINT bytes, advances *p). */
+size_t ckz_put_varint(uint8_t *out, uint64_t v);
+size_t ckz_varint_size(uint64_t v);
+int ckz_get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, const char *what,
+                   ckz_err *err);
+
+/* One self-delimiting segment: u8 mode, then RAW: the m bytes; CONST: u8 value; HUFF/RANS:
+ * varint body length, body.  Mode choice as in ckz_encode.  At most CKZ_SEGMENT_OVERHEAD + m
+ * bytes. */
+#define CKZ_SEGMENT_OVERHEAD (1 + CKZ_MAX_VARINT)
+size_t ckz_put_segment(const uint8_t *s, size_t m, uint8_t *out);
+
+/* Reads one segment of m decoded bytes from *p (not past end) into out and advances *p;
+ * `seg` only numbers the segment in error messages. */
+int ckz_get_segment(const uint8_t **p, const uint8_t *end, uint8_t *out, size_t m, unsigned seg,
+                    ckz_err *err);
+
 #endif /* CKZ_STREAM_H */

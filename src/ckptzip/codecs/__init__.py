@@ -5,6 +5,7 @@ from .base import (
     Codec,
     TensorToBytes,
     TensorToTensor,
+    TransformContext,
     codec_from_config,
     registered_ids,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "Residual",
     "TensorToBytes",
     "TensorToTensor",
+    "TransformContext",
     "codec_from_config",
     "registered_ids",
 ]

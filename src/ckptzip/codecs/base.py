@@ -2,8 +2,9 @@
 
 Three kinds of stage, by what they take and give:
 
-* :class:`TensorToTensor` -- whole-tensor transforms run before chunking (residual against a base,
-  pruning, quantization);
+* :class:`TensorToTensor` -- whole-tensor transforms run before chunking (lossy residuals against
+  a reconstructed base, pruning, quantization); the exact residual against a base
+  (:mod:`.residual`) is elementwise and runs per chunk instead;
 * :class:`TensorToBytes` -- the serializer: one chunk of raw element bytes to one buffer made of
   ``segments`` equal parts (byte planes);
 * :class:`BytesToBytes` -- compressors: a buffer (coding each of its segments on its own) to a
@@ -17,6 +18,7 @@ was encoded.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -60,14 +62,29 @@ class Codec(ABC):
         return f"{type(self).__name__}({params})"
 
 
+@dataclass
+class TransformContext:
+    """What a whole-tensor transform may use besides the tensor itself."""
+
+    #: The tensor's key path name in the checkpoint (for messages).
+    name: str
+    #: The base checkpoint's reconstruction of this tensor (same dtype and shape), when the
+    #: tensor is coded against a base; None otherwise.
+    base: torch.Tensor | None = None
+
+
 class TensorToTensor(Codec):
-    """A whole-tensor transform, applied before chunking and undone after decoding."""
+    """A whole-tensor transform, applied before chunking and undone after decoding.
+
+    Parameters a transform learns while encoding (a codebook, a threshold, the error it made) go
+    into its :meth:`get_config`, which is stored after encoding, so decoding has them.
+    """
 
     @abstractmethod
-    def encode(self, tensor: torch.Tensor) -> torch.Tensor: ...
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 
     @abstractmethod
-    def decode(self, tensor: torch.Tensor) -> torch.Tensor: ...
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 
 
 class TensorToBytes(Codec):

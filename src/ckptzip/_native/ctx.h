@@ -1,0 +1,64 @@
+/* ctx.h - byte planes coded in context buckets: the stream of encode_planes_ctx (stream format 2,
+ * docs/STREAMS.md has the byte layout).
+ *
+ * Each element i has one context byte ctx[i] that the encoder and the decoder both know (for an
+ * incremental checkpoint: the base tensor's exponent byte, from ckz_context_bytes).  The context
+ * values are cut into buckets, contiguous value ranges of at least ckz_ctx_min_bucket(n) elements,
+ * by a rule that depends on the context histogram alone, so the decoder recomputes it and nothing
+ * about the buckets but their count is stored.  Every byte plane is then stored as one segment per
+ * bucket (RAW, CONST, HUFF or RANS, as in stream.h), each with its own table: a segment codes the
+ * plane's bytes of the elements whose context falls in its bucket.
+ *
+ * Element order inside a plane's bucket run: by context value, then by lane, then by index, where
+ * lane l is the l-th of CKZ_CTX_LANES near-equal runs of elements (ckz_huf_stream_start/count).
+ * The lanes give the permuting loops independent cursor chains.
+ */
+#ifndef CKZ_CTX_H
+#define CKZ_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "huff.h"
+#include "stream.h"
+
+#define CKZ_CTX_FORMAT 0x02      /* first byte of a context-bucketed stream */
+#define CKZ_CTX_LANES CKZ_HUF_STREAMS /* element runs with their own cursors (permute loops) */
+#ifndef CKZ_CTX_MIN_BUCKET
+#define CKZ_CTX_MIN_BUCKET 4096
+#endif
+#ifndef CKZ_CTX_MAX_BUCKETS
+#define CKZ_CTX_MAX_BUCKETS 16
+#endif
+#define CKZ_CTX_HEADER (1 + CKZ_MAX_VARINT + 1 + CKZ_MAX_VARINT) /* format, n, elem_size, B */
+
+/* Element sizes the context coder takes: the IEEE and integer widths. */
+static inline int ckz_ctx_elem_ok(unsigned elem_size) {
+    return elem_size == 1 || elem_size == 2 || elem_size == 4 || elem_size == 8;
+}
+
+/* ctx[i] = byte elem_size-1 of rotl(element i, rotate) = plane elem_size-1 of split_planes, for
+ * n elements (the exponent byte of a float with the usual rotation). */
+void ckz_context_bytes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
+                       uint8_t *ctx);
+
+/* Largest stream ckz_encode_planes_ctx produces for n elements. */
+size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size);
+
+/* Codes n elements of src (n * elem_size bytes) against the context ctx[0..n).  Fails (-1, err
+ * set) only when the scratch allocation (n * elem_size bytes) fails. */
+int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
+                          unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err);
+
+/* Decodes a stream of ckz_encode_planes_ctx into dst (dst_len bytes) given the same context
+ * (ctx_len bytes); checks that ctx_len is the stream's element count, dst_len its byte count,
+ * elem_size the stored one, and the stored bucket count the one the context yields. */
+int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, size_t ctx_len,
+                          uint8_t *dst, size_t dst_len, unsigned elem_size, unsigned rotate,
+                          ckz_err *err);
+
+/* Validates a format-2 header and returns its decoded length in bytes. */
+int ckz_ctx_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
+
+#endif /* CKZ_CTX_H */

@@ -1,0 +1,303 @@
+"""ckptzip as the storage layer of PyTorch Distributed Checkpoint (``torch.distributed.checkpoint``).
+
+DCP plans what each rank saves; these classes decide where the bytes go. Every rank writes ONE
+``.ckz`` holding all its items (tensor shards and pickled objects), keyed by DCP's storage key
+(``fqn@offsets``), coded with ckptzip's tensor-aware pipelines on the rank's own threads, so all
+ranks compress in parallel. The coordinator then writes DCP's own ``.metadata`` last, as
+``FileSystemWriter`` does: a checkpoint directory without it is not a checkpoint.
+
+>>> import torch.distributed.checkpoint as dcp
+>>> from ckptzip.dcp import CompressedReader, CompressedWriter
+>>> dcp.save(state, storage_writer=CompressedWriter("ckpt/step-100"))  # doctest: +SKIP
+>>> dcp.load(state, storage_reader=CompressedReader("ckpt/step-100"))  # doctest: +SKIP
+
+Loading reshards like any DCP checkpoint: the reader serves each read request from the stored
+shard that holds it, narrowed to the requested offsets and lengths.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    ReadItem,
+    SavePlan,
+    SavePlanner,
+    WriteItem,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from .api import save
+from .errors import BaseMismatchError, ConfigError, Error, FormatError
+from .parallel import cpu_count, resolve_threads
+from .policy import policy_for
+from .reader import CheckpointFile
+from .tree import unflatten
+
+__all__ = ["CompressedReader", "CompressedWriter", "StoredItem"]
+
+#: Suffix of the per-rank files.
+SUFFIX = ".ckz"
+#: DCP's commit marker (written last, by the coordinator).
+METADATA_FILE = ".metadata"
+#: Raw bytes of stored items decoded together when loading: enough chunks to keep every thread
+#: busy, few enough that a rank never holds much more than this beside its state.
+READ_BATCH_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    """Where one DCP item lies: the rank file, the item's key in it, and the file's content id
+    (checked on load, so that a ``.metadata`` never serves a file from another save)."""
+
+    relative_path: str
+    key: str
+    file_id: str
+
+
+def item_key(index: MetadataIndex) -> str:
+    """The key of a DCP item inside its rank file: ``fqn@offsets`` for tensor shards (so that a
+    rank's delta finds the same shard in its previous file), the bare fqn for objects."""
+    if index.offset is None:
+        return index.fqn
+    return f"{index.fqn}@{','.join(str(o) for o in index.offset)}"
+
+
+def default_threads() -> int:
+    """Cores per rank: every core this process may use, shared among the ranks of its node
+    (torchrun's ``LOCAL_WORLD_SIZE``)."""
+    try:
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local_ranks = 1
+    return max(1, cpu_count() // local_ranks)
+
+
+def _committed(directory: str | os.PathLike[str], rank: int | None) -> bool:
+    """Whether a DCP checkpoint directory holds its commit marker (global or rank-local)."""
+    names = [METADATA_FILE] + ([] if rank is None else [f"__{rank}{METADATA_FILE}"])
+    return any(os.path.exists(os.path.join(directory, name)) for name in names)
+
+
+class CompressedWriter(FileSystemWriter):
+    """A DCP ``StorageWriter`` that compresses each rank's items into one ``.ckz`` per rank.
+
+    ``mode`` is a ckptzip mode (``"lossless"``: bit-exact). ``base`` names an earlier checkpoint
+    directory written by this class: each rank then codes its tensors against its own file there
+    (same rank, same shard key), and loading needs that directory kept where it is relative to
+    this one. ``keyframe_every`` bounds such chains as in :func:`ckptzip.save`. ``threads=None``
+    shares this machine's cores among the ranks of the node. Saving into a directory first
+    withdraws its ``.metadata``, so a save that fails part-way never leaves a checkpoint that
+    looks complete.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: str = "lossless",
+        threads: int | None = None,
+        base: str | os.PathLike[str] | None = None,
+        keyframe_every: int | None = None,
+        overwrite: bool = True,
+        cache_staged_state_dict: bool = False,
+    ) -> None:
+        policy_for(mode)  # an unknown mode fails here, not on every rank mid-save
+        super().__init__(
+            path, single_file_per_rank=True, sync_files=True, overwrite=overwrite,
+            cache_staged_state_dict=cache_staged_state_dict,
+        )
+        self.mode = mode
+        self.threads = default_threads() if threads is None else resolve_threads(threads)
+        self.base = None if base is None else os.fspath(base)
+        self.keyframe_every = keyframe_every
+        self.is_coordinator = False
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        super().set_up_storage_writer(is_coordinator, *args, **kwargs)
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        """Check the target as DCP does, then withdraw an earlier commit marker there. The
+        coordinator's local plan precedes every rank's writes, so from here until ``finish`` the
+        directory never looks complete."""
+        plan = super().prepare_local_plan(plan)
+        if self.use_collectives and self.is_coordinator:
+            marker = os.path.join(self.path, METADATA_FILE)
+        elif not self.use_collectives and self.rank is not None:
+            marker = os.path.join(self.path, f"__{self.rank}{METADATA_FILE}")
+        else:
+            return plan
+        if os.path.exists(marker):
+            os.unlink(marker)
+        return plan
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        """Compress this rank's items into ``<prefix>0.ckz`` atomically (temporary name, fsync,
+        rename) and report where each item went."""
+        file_name = f"{plan.storage_data.prefix}0{SUFFIX}"
+        target = os.path.join(self.path, file_name)
+        state: dict[str, Any] = {}
+        keys: list[tuple[WriteItem, str]] = []
+        for item in plan.items:
+            key = item_key(item.index)
+            if key in state:
+                raise Error(f"{target}: two DCP items share the storage key {key!r}; rename one")
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                assert isinstance(data, io.BytesIO)  # DCP resolves BYTE_IO items to BytesIO
+                state[key] = data.getvalue()
+            else:
+                assert isinstance(data, torch.Tensor)
+                state[key] = data.detach()
+            keys.append((item, key))
+        save(state, target, mode=self.mode, base=self._base_file(file_name), threads=self.threads,
+             metadata={"dcp": {"rank": self.rank}}, keyframe_every=self.keyframe_every)
+        del state
+        with CheckpointFile.open(target) as written:
+            file_id = written.id
+            stored = {leaf.index: sum(c.length for c in leaf.chunks) for leaf in written.leaves}
+            nodes = written.header.tree["o"]
+        results = [
+            WriteResult(index=item.index, size_in_bytes=stored[nodes[key]["i"]],
+                        storage_data=StoredItem(file_name, key, file_id))
+            for item, key in keys
+        ]
+        future: Future[list[WriteResult]] = Future()
+        future.set_result(results)
+        return future
+
+    def _base_file(self, file_name: str) -> str | None:
+        """This rank's file in the base checkpoint, if it has one (ranks added since start
+        standalone); the base must be a committed checkpoint."""
+        if self.base is None:
+            return None
+        if os.path.abspath(self.base) == os.path.abspath(self.path):
+            raise ConfigError(f"{self.path}: a checkpoint cannot be its own base; pass the previous one")
+        if not _committed(self.base, self.rank):
+            raise BaseMismatchError(
+                f"base {self.base}: no {METADATA_FILE}, so it is not a complete DCP checkpoint "
+                f"(rank {self.rank}); pass a checkpoint that finished saving"
+            )
+        path = os.path.join(self.base, file_name)
+        return path if os.path.exists(path) else None
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        """Write DCP's ``.metadata`` (the commit), after checking every item is in a ckz file."""
+        for rank_results in results:
+            for result in rank_results:
+                if not isinstance(result.storage_data, StoredItem):
+                    raise Error(f"{self.path}: item {result.index.fqn!r} was not written by ckptzip")
+        super().finish(metadata, results)
+
+
+class CompressedReader(FileSystemReader):
+    """A DCP ``StorageReader`` for checkpoints written by :class:`CompressedWriter`.
+
+    Each read request is served from the rank file that holds its stored shard, narrowed to the
+    requested region, so loading reshards to any world size. ``threads=None`` shares this
+    machine's cores among the ranks of the node.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
+        super().__init__(path)
+        self.threads = default_threads() if threads is None else resolve_threads(threads)
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
+                              **kwargs: Any) -> None:
+        super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        for index, where in self.storage_data.items():
+            if not isinstance(where, StoredItem):
+                raise FormatError(
+                    f"{self.path}: item {index.fqn!r} is not stored by ckptzip.dcp.CompressedWriter; "
+                    f"load this checkpoint with torch.distributed.checkpoint.FileSystemReader"
+                )
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        per_file: dict[str, list[ReadItem]] = {}
+        for request in plan.items:
+            where: StoredItem = self.storage_data[request.storage_index]
+            per_file.setdefault(where.relative_path, []).append(request)
+        for relative_path, requests in per_file.items():
+            path = os.path.join(self.path, relative_path)
+            with CheckpointFile.open(path, threads=self.threads) as checkpoint:
+                self._read_file(checkpoint, requests, planner)
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+    def _read_file(self, checkpoint: CheckpointFile, requests: list[ReadItem], planner: LoadPlanner) -> None:
+        """Decode the stored items these requests need, a batch at a time, and hand DCP each
+        request's region."""
+        name = checkpoint.name
+        tree = checkpoint.header.tree
+        if not (isinstance(tree, dict) and tree.get("t") == "dict" and isinstance(tree.get("o"), dict)):
+            raise FormatError(f"{name}: not a DCP rank file (its state is not a flat dict of items)")
+        nodes: dict[str, Any] = tree["o"]
+        for batch in self._batches(checkpoint, nodes, requests):
+            wanted = {self.storage_data[r.storage_index].key: nodes[self.storage_data[r.storage_index].key]
+                      for r in batch}
+            indices = sorted({node["i"] for node in wanted.values()})
+            decoded = checkpoint.read_leaves(indices)
+            values = unflatten({"t": "dict", "o": wanted}, decoded.__getitem__, len(checkpoint.leaves), name)
+            for request in batch:
+                self._serve(name, request, values[self.storage_data[request.storage_index].key], planner)
+
+    def _batches(self, checkpoint: CheckpointFile, nodes: dict[str, Any],
+                 requests: list[ReadItem]) -> Iterator[list[ReadItem]]:
+        """Requests in groups whose stored items add up to about READ_BATCH_BYTES, after checking
+        that each request's item is in the file written by the save that ``.metadata`` records."""
+        batch: list[ReadItem] = []
+        size = 0
+        for request in requests:
+            where: StoredItem = self.storage_data[request.storage_index]
+            if checkpoint.id != where.file_id:
+                raise FormatError(
+                    f"{checkpoint.name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} "
+                    f"expects {where.file_id}: the file is from another save; restore the directory "
+                    f"as one piece"
+                )
+            node = nodes.get(where.key)
+            index = node.get("i") if isinstance(node, dict) else None
+            if type(index) is not int or not 0 <= index < len(checkpoint.leaves):
+                raise FormatError(f"{checkpoint.name}: item {where.key!r} is missing; the file is damaged")
+            batch.append(request)
+            size += checkpoint.leaves[index].nbytes
+            if size >= READ_BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+    @staticmethod
+    def _serve(name: str, request: ReadItem, value: Any, planner: LoadPlanner) -> None:
+        key = item_key(request.storage_index)
+        if request.type == LoadItemType.BYTE_IO:
+            if not isinstance(value, bytes):
+                raise FormatError(f"{name}: item {key!r} should hold bytes; the file is damaged")
+            planner.load_bytes(request, io.BytesIO(value))
+            return
+        if not isinstance(value, torch.Tensor):
+            raise FormatError(f"{name}: item {key!r} should hold a tensor; the file is damaged")
+        region = narrow_tensor_by_index(value, request.storage_offsets, request.lengths)
+        target = planner.resolve_tensor(request).detach()
+        if target.size() != region.size():
+            raise FormatError(
+                f"{name}: item {key!r} gives a region of {list(region.size())} where DCP expects "
+                f"{list(target.size())}; the checkpoint does not match its .metadata"
+            )
+        target.copy_(region)
+        planner.commit_tensor(request, target)
