@@ -67,10 +67,8 @@ class Peer(ABC):
     """One compressor, measured on the raw bytes of one tensor at a time."""
 
     name: str
-    #: The pip distribution that provides it (also the message of a missing-dependency error).
+    #: The pip distribution that provides it, also its import name.
     package: ClassVar[str]
-    #: Import name, when it differs from ``package``.
-    module_name: ClassVar[str | None] = None
 
     def available(self) -> bool:
         """True if the package imports."""
@@ -96,9 +94,8 @@ class Peer(ABC):
             return "missing"
 
     def _module(self) -> ModuleType:
-        name = self.module_name or self.package
         try:
-            return importlib.import_module(name)
+            return importlib.import_module(self.package)
         except ImportError as exc:
             raise DependencyError(
                 f"peer {self.name!r} needs {self.package}: pip install {self.package} ({exc})"
