@@ -7,6 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import ckptzip
 from ckptzip import benchtool, peers
@@ -41,6 +44,22 @@ def test_peer_round_trips(peer: peers.Peer, kind: str, threads: int) -> None:
     restored = peer.decompress(blob, array, threads=threads, dtype=dtype)
     assert restored.dtype == array.dtype and restored.shape == array.shape
     assert restored.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    array=hnp.arrays(
+        st.sampled_from(["float32", "float16", "uint16", "int8", "int64", "bool", "complex64"]),
+        hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=70),
+    ),
+    threads=st.sampled_from([1, 2]),
+)
+def test_every_peer_round_trips_any_array(array: np.ndarray, threads: int) -> None:
+    dtype = "bfloat16" if array.dtype == np.uint16 else None  # uint16 stands for bf16 here
+    for peer in AVAILABLE:
+        blob = peer.compress(array, threads=threads, dtype=dtype)
+        restored = peer.decompress(blob, array, threads=threads, dtype=dtype)
+        assert restored.tobytes() == array.tobytes(), peer.name
 
 
 @pytest.mark.parametrize("peer", AVAILABLE, ids=lambda p: p.name)
