@@ -255,10 +255,19 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
     return chain
 
 
+def _error_summary(error: Any) -> str:
+    """A lossy tensor's recorded errors, e.g. ``mse=1.2e-09 rel=0.0031``."""
+    if not isinstance(error, dict):
+        return str(error)
+    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in error.items())
+
+
 def _codec_summary(configs: list[dict[str, Any]]) -> str:
+    """Stage ids with their scalar parameters (learned tables such as codebooks are left out)."""
     parts = []
     for config in configs:
-        params = ",".join(str(v) for k, v in config.items() if k != "id")
+        params = ",".join(str(v) for k, v in config.items()
+                          if k != "id" and not isinstance(v, (list, dict)))
         parts.append(f"{config['id']}({params})" if params else config["id"])
     return "+".join(parts) or "raw"
 
@@ -273,7 +282,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
                     "codec": _codec_summary(leaf.pipeline.get_config()),
                     "raw_bytes": leaf.nbytes, "stored_bytes": leaf.stored_bytes,
                     "ratio": leaf.nbytes / leaf.stored_bytes if leaf.stored_bytes else None,
-                    "chunks": len(leaf.chunks),
+                    "chunks": len(leaf.chunks), "error": leaf.extra.get("error"),
                 }
                 for leaf in ckpt.leaves
             ]
@@ -301,8 +310,9 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
               f"{'stored':>12} {'ratio':>7}")
         for r in rows:
             ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
+            error = "  " + _error_summary(r["error"]) if r["error"] else ""
             print(f"{r['name']:<{width}}  {r['dtype']:<14} {'x'.join(map(str, r['shape'])) or '()':<18} "
-                  f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}")
+                  f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}{error}")
         total_ratio = f"{summary['ratio']:.3f}" if summary["ratio"] else "-"
         print(f"{'total':<{width}}  {len(rows)} tensors{'':<41} {raw_total:>12,} "
               f"{summary['file_bytes']:>12,} {total_ratio:>7}")
