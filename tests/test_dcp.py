@@ -1,0 +1,150 @@
+"""ckptzip as PyTorch DCP's storage layer: single-process round trips and errors, then real
+multi-process saves with torchrun (gloo, CPU) reloaded at other world sizes."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+import ckptzip
+from ckptzip.dcp import CompressedReader, CompressedWriter
+
+from .dcp_worker import load, mlp
+
+WORKER = Path(__file__).with_name("dcp_worker.py")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:torch.distributed is disabled:UserWarning",
+    "ignore:Detected an existing checkpoint:UserWarning",
+)
+
+
+def sample_state(step: int = 1) -> dict:
+    torch.manual_seed(step)
+    return {
+        "w": torch.randn(33, 17).to(torch.bfloat16),
+        "ids": torch.arange(50, dtype=torch.int64) * step,
+        "mask": torch.rand(9) > 0.5,
+        "scalar": torch.tensor(2.5 * step),
+        "empty": torch.empty(0, 3),
+        "blob": io.BytesIO(b"\x00raw bytes\xff" * step),
+        "meta": {"step": step, "name": "run-a", "lr": 1e-3},
+    }
+
+
+def empty_like(state: dict) -> dict:
+    out = {k: torch.zeros_like(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    return {**out, "blob": io.BytesIO(), "meta": {"step": 0, "name": "", "lr": 0.0}}
+
+
+def check_equal(state: dict, loaded: dict) -> None:
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            assert loaded[key].dtype == value.dtype and torch.equal(loaded[key], value), key
+    assert loaded["blob"].getvalue() == state["blob"].getvalue()
+    assert loaded["meta"] == state["meta"]
+
+
+def test_round_trip_single_process(tmp_path: Path) -> None:
+    state = sample_state()
+    dcp.save(state, storage_writer=CompressedWriter(tmp_path / "c", threads=2))
+    assert sorted(os.listdir(tmp_path / "c")) == [".metadata", "__0_0.ckz"]
+    with ckptzip.open(tmp_path / "c" / "__0_0.ckz") as rank_file:
+        assert "w@0,0" in rank_file
+    loaded = empty_like(state)
+    dcp.load(loaded, storage_reader=CompressedReader(tmp_path / "c"))
+    check_equal(state, loaded)
+
+
+def test_delta_against_own_previous_file(tmp_path: Path) -> None:
+    first = sample_state()
+    second = {**first, "w": first["w"].clone(), "meta": {**first["meta"], "step": 2}}
+    second["w"][0, :4] += 1
+    dcp.save(first, storage_writer=CompressedWriter(tmp_path / "a"))
+    dcp.save(second, storage_writer=CompressedWriter(tmp_path / "b", base=tmp_path / "a", keyframe_every=8))
+    with ckptzip.open(tmp_path / "b" / "__0_0.ckz") as delta:
+        assert delta.chain_depth == 1 and delta.base_ref["path"] == "../a/__0_0.ckz"
+    loaded = empty_like(second)
+    dcp.load(loaded, storage_reader=CompressedReader(tmp_path / "b"))
+    check_equal(second, loaded)
+
+
+def test_base_must_be_committed(tmp_path: Path) -> None:
+    dcp.save(sample_state(), storage_writer=CompressedWriter(tmp_path / "a"))
+    os.unlink(tmp_path / "a" / ".metadata")
+    with pytest.raises(BaseException, match="not a complete DCP checkpoint"):
+        dcp.save(sample_state(2), storage_writer=CompressedWriter(tmp_path / "b", base=tmp_path / "a"))
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(ckptzip.ConfigError, match="unknown mode"):
+        CompressedWriter("unused", mode="zip")
+
+
+def test_refuses_plain_dcp_checkpoint(tmp_path: Path) -> None:
+    dcp.save(sample_state(), storage_writer=dcp.FileSystemWriter(tmp_path / "plain"))
+    with pytest.raises(BaseException, match="FileSystemReader"):
+        dcp.load(empty_like(sample_state()), storage_reader=CompressedReader(tmp_path / "plain"))
+
+
+def test_file_from_another_save(tmp_path: Path) -> None:
+    dcp.save(sample_state(1), storage_writer=CompressedWriter(tmp_path / "a"))
+    dcp.save(sample_state(2), storage_writer=CompressedWriter(tmp_path / "b"))
+    shutil.copy(tmp_path / "b" / "__0_0.ckz", tmp_path / "a" / "__0_0.ckz")
+    with pytest.raises(BaseException, match="from another save"):
+        dcp.load(empty_like(sample_state()), storage_reader=CompressedReader(tmp_path / "a"))
+
+
+def torchrun(nproc: int, *args: str) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               "--standalone", str(WORKER), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
+                          cwd=WORKER.parent.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def saved_by_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FSDP2 model and Adam state saved by 2 ranks (plain, async, delta, and a failed save)."""
+    root = tmp_path_factory.mktemp("dcp")
+    torchrun(2, "save", str(root))
+    return root
+
+
+def test_two_ranks_write_one_file_each(saved_by_two_ranks: Path) -> None:
+    for name in ("full", "async", "delta"):
+        assert sorted(os.listdir(saved_by_two_ranks / name)) == [".metadata", "__0_0.ckz", "__1_0.ckz"]
+    for rank in (0, 1):
+        with ckptzip.open(saved_by_two_ranks / "delta" / f"__{rank}_0.ckz") as delta:
+            assert delta.base_ref["path"] == f"../full/__{rank}_0.ckz"
+            assert any(leaf.pipeline.residual is not None for leaf in delta.leaves)
+
+
+def test_rank_failing_mid_save_leaves_no_checkpoint(saved_by_two_ranks: Path) -> None:
+    """Rank 1's disk filled up while it wrote over a complete checkpoint: the directory lost its
+    .metadata (so DCP refuses it) and rank 1's previous file is intact, with no temporary left."""
+    failed = saved_by_two_ranks / "fail"
+    assert sorted(os.listdir(failed)) == ["__0_0.ckz", "__1_0.ckz"]
+    with pytest.raises(BaseException, match=r"\.metadata"):
+        dcp.load(empty_like(sample_state()), storage_reader=CompressedReader(failed))
+
+
+def test_load_on_one_rank(saved_by_two_ranks: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        load(str(saved_by_two_ranks), mlp)
+
+
+def test_load_on_three_ranks(saved_by_two_ranks: Path) -> None:
+    torchrun(3, "load", str(saved_by_two_ranks))
+
