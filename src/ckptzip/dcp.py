@@ -227,10 +227,10 @@ class CompressedReader(FileSystemReader):
                 )
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        per_file: dict[str, list[ReadItem]] = {}
+        per_file: dict[str, list[_Request]] = {}
         for request in plan.items:
             where: StoredItem = self.storage_data[request.storage_index]
-            per_file.setdefault(where.relative_path, []).append(request)
+            per_file.setdefault(where.relative_path, []).append((request, where))
         for relative_path, requests in per_file.items():
             path = os.path.join(self.path, relative_path)
             with CheckpointFile.open(path, threads=self.threads) as checkpoint:
@@ -239,65 +239,65 @@ class CompressedReader(FileSystemReader):
         future.set_result(None)
         return future
 
-    def _read_file(self, checkpoint: CheckpointFile, requests: list[ReadItem], planner: LoadPlanner) -> None:
-        """Decode the stored items these requests need, a batch at a time, and hand DCP each
-        request's region."""
+    def _read_file(self, checkpoint: CheckpointFile, requests: list[_Request], planner: LoadPlanner) -> None:
+        """Check that the file is the one ``.metadata`` names, then decode the stored items the
+        requests need, a batch at a time, and hand DCP each request's region."""
         name = checkpoint.name
+        for _, where in requests:
+            if checkpoint.id != where.file_id:
+                raise FormatError(
+                    f"{name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} expects "
+                    f"{where.file_id}: the file is from another save; restore the directory as one piece"
+                )
         tree = checkpoint.header.tree
         if not (isinstance(tree, dict) and tree.get("t") == "dict" and isinstance(tree.get("o"), dict)):
             raise FormatError(f"{name}: not a DCP rank file (its state is not a flat dict of items)")
         nodes: dict[str, Any] = tree["o"]
-        for batch in self._batches(checkpoint, nodes, requests):
-            wanted = {self.storage_data[r.storage_index].key: nodes[self.storage_data[r.storage_index].key]
-                      for r in batch}
-            indices = sorted({node["i"] for node in wanted.values()})
-            decoded = checkpoint.read_leaves(indices)
+        for batch in _batches(checkpoint, nodes, requests):
+            wanted = {where.key: nodes[where.key] for _, where in batch}
+            decoded = checkpoint.read_leaves(sorted({node["i"] for node in wanted.values()}))
             values = unflatten({"t": "dict", "o": wanted}, decoded.__getitem__, len(checkpoint.leaves), name)
-            for request in batch:
-                self._serve(name, request, values[self.storage_data[request.storage_index].key], planner)
+            for request, where in batch:
+                _serve(name, where.key, request, values[where.key], planner)
 
-    def _batches(self, checkpoint: CheckpointFile, nodes: dict[str, Any],
-                 requests: list[ReadItem]) -> Iterator[list[ReadItem]]:
-        """Requests in groups whose stored items add up to about READ_BATCH_BYTES, after checking
-        that each request's item is in the file written by the save that ``.metadata`` records."""
-        batch: list[ReadItem] = []
-        size = 0
-        for request in requests:
-            where: StoredItem = self.storage_data[request.storage_index]
-            if checkpoint.id != where.file_id:
-                raise FormatError(
-                    f"{checkpoint.name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} "
-                    f"expects {where.file_id}: the file is from another save; restore the directory "
-                    f"as one piece"
-                )
-            node = nodes.get(where.key)
-            index = node.get("i") if isinstance(node, dict) else None
-            if type(index) is not int or not 0 <= index < len(checkpoint.leaves):
-                raise FormatError(f"{checkpoint.name}: item {where.key!r} is missing; the file is damaged")
-            batch.append(request)
-            size += checkpoint.leaves[index].nbytes
-            if size >= READ_BATCH_BYTES:
-                yield batch
-                batch, size = [], 0
-        if batch:
+
+_Request = tuple[ReadItem, StoredItem]
+
+
+def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[_Request]
+             ) -> Iterator[list[_Request]]:
+    """Requests in groups whose stored items add up to about READ_BATCH_BYTES."""
+    batch: list[_Request] = []
+    size = 0
+    for request, where in requests:
+        node = nodes.get(where.key)
+        index = node.get("i") if isinstance(node, dict) else None
+        if type(index) is not int or not 0 <= index < len(checkpoint.leaves):
+            raise FormatError(f"{checkpoint.name}: item {where.key!r} is missing; the file is damaged")
+        batch.append((request, where))
+        size += checkpoint.leaves[index].nbytes
+        if size >= READ_BATCH_BYTES:
             yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
-    @staticmethod
-    def _serve(name: str, request: ReadItem, value: Any, planner: LoadPlanner) -> None:
-        key = item_key(request.storage_index)
-        if request.type == LoadItemType.BYTE_IO:
-            if not isinstance(value, bytes):
-                raise FormatError(f"{name}: item {key!r} should hold bytes; the file is damaged")
-            planner.load_bytes(request, io.BytesIO(value))
-            return
-        if not isinstance(value, torch.Tensor):
-            raise FormatError(f"{name}: item {key!r} should hold a tensor; the file is damaged")
-        region = narrow_tensor_by_index(value, request.storage_offsets, request.lengths)
-        target = planner.resolve_tensor(request).detach()
-        if target.size() != region.size():
-            raise FormatError(
-                f"{name}: item {key!r} gives a region of {list(region.size())} where DCP expects "
-                f"{list(target.size())}; the checkpoint does not match its .metadata"
-            )
-        target.copy_(region)
-        planner.commit_tensor(request, target)
+
+def _serve(name: str, key: str, request: ReadItem, value: Any, planner: LoadPlanner) -> None:
+    """Give DCP the region ``request`` wants of the stored item ``value``."""
+    if request.type == LoadItemType.BYTE_IO:
+        if not isinstance(value, bytes):
+            raise FormatError(f"{name}: item {key!r} should hold bytes; the file is damaged")
+        planner.load_bytes(request, io.BytesIO(value))
+        return
+    if not isinstance(value, torch.Tensor):
+        raise FormatError(f"{name}: item {key!r} should hold a tensor; the file is damaged")
+    region = narrow_tensor_by_index(value, request.storage_offsets, request.lengths)
+    target = planner.resolve_tensor(request).detach()
+    if target.size() != region.size():
+        raise FormatError(
+            f"{name}: item {key!r} gives a region of {list(region.size())} where DCP expects "
+            f"{list(target.size())}; the checkpoint does not match its .metadata"
+        )
+    target.copy_(region)
+    planner.commit_tensor(request, target)
