@@ -1,9 +1,13 @@
-/* fuzz_decode.c - libFuzzer harness for the stream decoder (the C entry points, not Python).
+/* fuzz_decode.c - libFuzzer harness for the stream decoders (the C entry points, not Python).
  *
  * Input: one control byte, then a stream.  The control byte picks the destination length (the
  * declared one, or one off) and the plane parameters, so every path is reached: decoded_size,
  * decode, decode_planes with matching and mismatching element sizes.  Any outcome but a crash,
  * a sanitizer report or a leak is fine.  Successful plain and fused decodes must agree.
+ *
+ * A stream whose first byte is CKZ_CTX_FORMAT goes to decode_planes_ctx instead, with the
+ * context fuzz_context(i, ctl) (fuzz/make_corpus.py builds its seeds with the same function),
+ * elem_size 1 << ((ctl >> 2) & 3), and one context byte too many when ctl & 3 == 3.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "ctx.h"
 #include "stream.h"
 
 #define MAX_OUT (1u << 24) /* skip streams declaring more than 16 MiB: memory, not safety */
@@ -22,6 +27,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* 16 context values spread over the elements, shifted by the control byte. */
+static uint8_t fuzz_context(size_t i, uint8_t ctl) {
+    return (uint8_t)(ctl ^ (uint8_t)((uint32_t)(i * 0x9E3779B1u) >> 28));
+}
+
+static int fuzz_ctx(uint8_t ctl, const uint8_t *src, size_t len) {
+    ckz_err err;
+    uint64_t bytes;
+    unsigned elem_size = 1u << ((ctl >> 2) & 3), rotate = (ctl >> 4) % (8 * elem_size);
+    if (ckz_decoded_size(src, len, &bytes, &err) || bytes > MAX_OUT) return 0;
+    size_t n = (size_t)bytes / elem_size + ((ctl & 3) == 3 ? 1 : 0);
+    uint8_t *ctx = malloc(n ? n : 1), *dst = malloc(n * elem_size ? n * elem_size : 1);
+    if (!ctx || !dst) abort();
+    for (size_t i = 0; i < n; i++) ctx[i] = fuzz_context(i, ctl);
+    (void)ckz_decode_planes_ctx(src, len, ctx, n, dst, n * elem_size, elem_size, rotate, &err);
+    free(ctx);
+    free(dst);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t ctl = data[0];
@@ -30,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckz_err err;
     uint64_t n;
     (void)ckz_crc32c(0, src, len);
+    if (len && src[0] == CKZ_CTX_FORMAT) return fuzz_ctx(ctl, src, len);
     if (ckz_decoded_size(src, len, &n, &err) || n > MAX_OUT) return 0;
     size_t dst_len = (size_t)n + ((ctl & 3) == 3 ? 1 : 0); /* 1 in 4: wrong length */
     uint8_t *a = malloc(dst_len ? dst_len : 1), *b = malloc(dst_len ? dst_len : 1);

@@ -16,6 +16,18 @@ from ckptzip import _native as N
 OUT = Path(__file__).resolve().parent / "corpus" / "decode"
 
 
+def fuzz_context(n: int, ctl: int) -> bytes:
+    """fuzz_decode.c's fuzz_context for elements 0..n-1."""
+    i = np.arange(n, dtype=np.uint64)
+    return ((((i * 0x9E3779B1) & 0xFFFFFFFF) >> 28).astype(np.uint8) ^ ctl).tobytes()
+
+
+def ctx_sample(data: bytes, ctl: int) -> tuple[int, bytes]:
+    """A format-2 seed: elem_size 1 << ((ctl >> 2) & 3), rotate (ctl >> 4) % (8 elem_size)."""
+    k = 1 << ((ctl >> 2) & 3)
+    return ctl, N.encode_planes_ctx(data, fuzz_context(len(data) // k, ctl), k, (ctl >> 4) % (8 * k))
+
+
 def samples() -> list[tuple[int, bytes]]:
     """(control byte, stream) pairs; the control byte's bits 2..4 give elem_size - 1."""
     rng = np.random.default_rng(0)
@@ -35,6 +47,11 @@ def samples() -> list[tuple[int, bytes]]:
         (0x0C | 0x20, N.encode_planes(w.tobytes(), 4, 1)),  # fp32 planes
         (0x1C, N.encode(bytes(range(256)) * 8, 8)),
         (0x04, N.encode(skew[:1500] + bytes(1500), 2)),
+        ctx_sample(b"", 0x00),
+        ctx_sample(skew, 0x00),  # one byte per element, one bucket
+        ctx_sample(bf16 * 4, 0x14),  # bf16, rotate 1, several buckets
+        ctx_sample(w.tobytes() * 3, 0x18),  # fp32 planes, RAW mantissas
+        ctx_sample(low.tobytes() * 2, 0x0C),  # 8-byte elements, RANS
     ]
 
 

@@ -214,6 +214,144 @@ def test_decode_argument_errors() -> None:
         N.encode(b"", 0)
 
 
+# ---- context-bucketed planes (encode_planes_ctx) -------------------------------------------------
+
+CTX_ELEM_ROTATE = [(k, r) for k in (1, 2, 4, 8) for r in sorted({0, 1, 8 * k - 1})]
+
+
+def ctx_roundtrip(data: bytes, ctx: bytes, k: int, r: int) -> bytes:
+    enc = N.encode_planes_ctx(data, ctx, k, r)
+    assert enc[0] == N.CTX_STREAM_FORMAT
+    assert N.decoded_size(enc) == len(data)
+    out = bytearray(len(data))
+    N.decode_planes_ctx(enc, ctx, out, k, r)
+    assert bytes(out) == data
+    return enc
+
+
+def ctx_bucket_count(enc: bytes) -> int:
+    """The stored bucket count: after the format byte, the element-count varint, elem_size."""
+    pos = 1
+    while enc[pos] & 0x80:
+        pos += 1
+    return enc[pos + 2]  # < 128: a one-byte varint
+
+
+def bf16_delta(n: int, seed: int = 0) -> tuple[bytes, bytes]:
+    """(float-diff residual, base exponent context) of bf16 weights after a small update whose
+    size in ulps depends on the weight's exponent, as in real training."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    new = w + rng.standard_normal(n).astype(np.float32) * 2e-4
+    base16 = (w.view(np.uint32) >> 16).astype(np.uint16)
+    new16 = (new.view(np.uint32) >> 16).astype(np.uint16)
+    delta = np.empty_like(base16)
+    N.residual_encode(new16, base16, delta, 2, 1)
+    return delta.tobytes(), N.context_bytes(base16, 2, 1)
+
+
+@pytest.mark.parametrize(("k", "r"), CTX_ELEM_ROTATE)
+def test_context_bytes_is_the_top_plane(k: int, r: int) -> None:
+    data = np.random.default_rng(k + r).integers(0, 256, 1001 * k, dtype=np.uint8).tobytes()
+    assert N.context_bytes(data, k, r) == split(data, k, r)[1001 * (k - 1) :]
+
+
+@pytest.mark.parametrize(("k", "r"), CTX_ELEM_ROTATE)
+def test_ctx_roundtrip_sizes(k: int, r: int) -> None:
+    rng = np.random.default_rng(3 * k + r)
+    for n in (0, 1, 3, 2047, 2048, 2049, 4097, 70_001):
+        data = rng.integers(0, 256, n * k, dtype=np.uint8)
+        data[k - 1 :: k] &= 0x07  # a compressible top byte
+        for ctx in (bytes(n), rng.integers(0, 256, n, dtype=np.uint8).tobytes()):
+            ctx_roundtrip(data.tobytes(), ctx, k, r)
+
+
+@given(
+    st.sampled_from(CTX_ELEM_ROTATE),
+    st.integers(0, 30_000),
+    st.integers(1, 256),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=120, deadline=None)
+def test_ctx_roundtrip_random(kr: tuple[int, int], n: int, spread: int, seed: int) -> None:
+    k, r = kr
+    rng = np.random.default_rng(seed)
+    ctx = (rng.geometric(1 / spread, n) % 256).astype(np.uint8).tobytes()
+    data = rng.integers(0, 256, n * k, dtype=np.uint8)
+    data[:: max(1, int(rng.integers(1, 5)))] = 0
+    enc = ctx_roundtrip(data.tobytes(), ctx, k, r)
+    assert ctx_bucket_count(enc) <= 32
+
+
+def test_ctx_beats_plain_planes_on_deltas() -> None:
+    delta, ctx = bf16_delta(200_000)
+    plain = len(N.encode_planes(delta, 2, 1))
+    assert len(ctx_roundtrip(delta, ctx, 2, 1)) < 0.97 * plain
+
+
+def test_ctx_buckets_bounded() -> None:
+    rng = np.random.default_rng(9)
+    n = 1 << 20
+    ctx = (np.arange(n) % 256).astype(np.uint8).tobytes()
+    enc = ctx_roundtrip(rng.integers(0, 4, n, dtype=np.uint8).tobytes(), ctx, 1, 0)
+    assert ctx_bucket_count(enc) == 32  # 4096 elements per value: 8 values per n / 32
+    assert ctx_bucket_count(ctx_roundtrip(bytes(5000), ctx[:5000], 1, 0)) == 2  # >= 2048 each
+
+
+def test_ctx_argument_errors() -> None:
+    delta, ctx = bf16_delta(10_000)
+    enc = N.encode_planes_ctx(delta, ctx, 2, 1)
+    out = bytearray(len(delta))
+    with pytest.raises(ValueError, match="ctx holds"):
+        N.encode_planes_ctx(delta, ctx[:-1], 2, 1)
+    with pytest.raises(ValueError, match="1, 2, 4 or 8"):
+        N.encode_planes_ctx(delta[:9999], ctx[:3333], 3, 1)
+    with pytest.raises(ValueError, match="1, 2, 4 or 8"):
+        N.context_bytes(delta, 16, 1)
+    with pytest.raises(ValueError, match="context holds"):
+        N.decode_planes_ctx(enc, ctx[:-2], bytearray(len(delta) - 4), 2, 1)
+    with pytest.raises(ValueError, match="destination"):
+        N.decode_planes_ctx(enc, ctx, bytearray(len(delta) + 2), 2, 1)
+    with pytest.raises(ValueError, match="elem_size"):
+        N.decode_planes_ctx(enc, ctx + ctx, out, 1, 0)
+    with pytest.raises(ValueError, match="buckets"):
+        N.decode_planes_ctx(enc, bytes(len(ctx)), out, 2, 1)  # another context's buckets
+    with pytest.raises(ValueError, match="format byte"):
+        N.decode_planes_ctx(N.encode_planes(delta, 2, 1), ctx, out, 2, 1)
+    with pytest.raises(ValueError, match="format byte"):
+        N.decode(enc, out)
+    buf = memoryview(bytearray(enc + bytes(len(delta))))
+    with pytest.raises(ValueError, match="overlaps"):
+        N.decode_planes_ctx(buf[: len(enc)], ctx, buf[len(enc) - 1 :][: len(delta)], 2, 1)
+
+
+def try_decode_ctx(stream: bytes, ctx: bytes, k: int) -> None:
+    out = bytearray(len(ctx) * k)
+    with contextlib.suppress(ValueError):
+        N.decode_planes_ctx(stream, ctx, out, k, 1)
+
+
+def test_ctx_truncation_and_corruption() -> None:
+    rng = np.random.default_rng(6)
+    delta, ctx = bf16_delta(9000, seed=4)
+    ctx4 = rng.integers(0, 3, 3000, np.uint8).tobytes()
+    cases = [
+        (N.encode_planes_ctx(delta, ctx, 2, 1), ctx, 2),
+        (N.encode_planes_ctx(skewed(12_000), ctx4, 4, 1), ctx4, 4),
+    ]
+    for stream, c, k in cases:
+        for cut in range(len(stream)):
+            with pytest.raises(ValueError):
+                N.decode_planes_ctx(stream[:cut], c, bytearray(len(c) * k), k, 1)
+        with pytest.raises(ValueError, match="trailing"):
+            N.decode_planes_ctx(stream + b"\x00", c, bytearray(len(c) * k), k, 1)
+        for _ in range(300):
+            buf = bytearray(stream)
+            for pos in rng.integers(0, len(buf), int(rng.integers(1, 4))):
+                buf[pos] = int(rng.integers(0, 256))
+            try_decode_ctx(bytes(buf), c, k)
+
+
 # ---- hostile input ------------------------------------------------------------------------------
 
 
