@@ -18,12 +18,14 @@ from .errors import (
     UnsupportedError,
     VersionError,
 )
+from .manager import CheckpointManager
 from .reader import CheckpointFile
 from .writer import SaveReport
 
 __all__ = [
     "BaseMismatchError",
     "CheckpointFile",
+    "CheckpointManager",
     "ConfigError",
     "CorruptError",
     "DependencyError",

@@ -1,0 +1,335 @@
+"""CheckpointManager: a directory of compressed checkpoints, one file per step, saved in the
+background while training goes on.
+
+Layout: ``step-00000100.ckz`` per step; there is no manifest, because each file's header already
+names its base (path and content id) and temporary files carry the ``.ckz-tmp-`` marker, so the
+directory itself is the truth. A step is *restorable* when its file is complete and every base of
+its chain is present with the content id it was coded against; ``steps()`` lists only those.
+
+One manager writes a directory at a time: it holds an advisory lock (``.ckptzip.lock``, flock) for
+its whole life, so two trainers pointed at one directory fail at once instead of deleting each
+other's bases.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .api import load, save
+from .errors import ConfigError, Error
+from .policy import policy_for
+from .reader import CheckpointFile
+from .storage import TEMP_MARKER
+from .tree import flatten, unflatten
+from .writer import SaveReport
+
+STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
+LOCK_NAME = ".ckptzip.lock"
+#: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
+#: 7 files beyond ``keep_last`` (the rest of the oldest kept step's chain), while 7 in 8
+#: checkpoints get the delta's gain (about 1.6x smaller than standalone on consecutive bf16
+#: checkpoints; see docs/BENCHMARKS.md).
+DEFAULT_KEYFRAME_EVERY = 8
+
+
+def step_file(step: int) -> str:
+    return f"step-{step:08d}.ckz"
+
+
+@dataclass(frozen=True)
+class _Header:
+    """What the manager needs from a file's header, keyed by the file's size and mtime."""
+
+    stamp: tuple[int, int]
+    id: str
+    #: Absolute path of the base this delta was coded against, and the id it must have.
+    base_path: str | None
+    base_id: str | None
+
+
+def snapshot(state: Any) -> Any:
+    """A host copy of ``state`` with the same structure, types, ties and views.
+
+    Every array is copied into fresh CPU memory (pinned, with non-blocking copies and one
+    synchronization, for CUDA tensors), so training may change ``state`` as soon as this returns.
+    A value ckptzip cannot store raises :class:`ckptzip.UnsupportedError` here, not later.
+    """
+    tree, leaves = flatten(state)
+    copies: list[torch.Tensor] = []
+    on_cuda = False
+    for leaf in leaves:
+        source = leaf.tensor
+        pin = source.device.type == "cuda"
+        on_cuda |= pin
+        copy = torch.empty(source.shape, dtype=source.dtype, pin_memory=pin)
+        copies.append(copy.copy_(source, non_blocking=pin))
+    if on_cuda:
+        torch.cuda.synchronize()
+    return unflatten(tree, copies.__getitem__, len(copies))
+
+
+class CheckpointManager:
+    """Save, list, restore and prune the checkpoints of one training run in ``directory``.
+
+    ``save(step, state)`` snapshots ``state`` to host memory and returns; a background thread
+    compresses and writes it (``async_save=False`` does it all before returning). At most
+    ``max_pending`` saves wait or run at once: the next ``save`` blocks until one finishes. Each
+    checkpoint is a delta against the newest restorable earlier step, with a standalone keyframe
+    every ``keyframe_every`` checkpoints (``None``: deltas only; ``1``: keyframes only).
+    ``keep_last=N`` deletes older checkpoints after each save, except those a kept one needs.
+    A failure in the background is raised, as a :class:`ckptzip.Error` naming the step, by the
+    next call. ``mode`` and ``mode_options`` go to :func:`ckptzip.save`.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        mode: str = "lossless",
+        keyframe_every: int | None = DEFAULT_KEYFRAME_EVERY,
+        keep_last: int | None = None,
+        async_save: bool = True,
+        max_pending: int = 1,
+        threads: int | None = None,
+        **mode_options: Any,
+    ) -> None:
+        if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
+            raise ConfigError(f"keep_last must be a positive int or None, not {keep_last!r}")
+        if type(max_pending) is not int or max_pending < 1:
+            raise ConfigError(f"max_pending must be a positive int, not {max_pending!r}")
+        if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
+            raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
+        policy_for(mode, **mode_options)  # a bad mode or option fails here, not in the background
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.mode = mode
+        self.mode_options = mode_options
+        self.keyframe_every = keyframe_every
+        self.keep_last = keep_last
+        self.async_save = async_save
+        self.threads = threads
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock_fd = self._acquire_lock()
+        self._headers: dict[str, _Header] = {}
+        self._headers_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckptzip-save")
+        self._pending: list[concurrent.futures.Future[SaveReport]] = []
+        self._error: BaseException | None = None
+        self._closed = False
+        self._remove_stale_temp_files()
+
+    # -- the directory lock ---------------------------------------------------------------
+    def _acquire_lock(self) -> int:
+        path = os.path.join(self.directory, LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise Error(
+                f"{self.directory}: another CheckpointManager (process {holder}) is writing this "
+                f"directory; close it first, or give this run its own directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temporary files left by a writer that crashed (we hold the lock: nobody else writes)."""
+        for name in os.listdir(self.directory):
+            if TEMP_MARKER in name:
+                os.remove(os.path.join(self.directory, name))
+
+    # -- public API -----------------------------------------------------------------------
+    def save(self, step: int, state: Any) -> None:
+        """Checkpoint ``state`` as ``step``; returns once it is safe to change ``state``."""
+        self._check()
+        if type(step) is not int or step < 0:
+            raise ConfigError(f"step must be a non-negative int, not {step!r}")
+        self._slots.acquire()  # back-pressure: wait while max_pending saves are under way
+        if not self.async_save:
+            try:
+                self._write(step, state)
+            finally:
+                self._slots.release()
+            return
+        try:
+            self._raise_pending_error()
+            future = self._executor.submit(self._write_in_background, step, snapshot(state))
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(self._finished)
+        self._pending = [*(f for f in self._pending if not f.done()), future]
+
+    def restore(self, step: int | None = None, *, map_location: Any = "cpu") -> Any:
+        """The state saved as ``step`` (default: the latest restorable step), after pending saves
+        have finished."""
+        self.wait()
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise Error(f"{self.directory}: no checkpoint to restore")
+        elif step not in self.steps():
+            raise Error(
+                f"{self.directory}: no restorable checkpoint for step {step}; "
+                f"steps are {self.steps() or 'none'}"
+            )
+        return load(self._path(step), map_location=map_location, threads=self.threads)
+
+    def latest_step(self) -> int | None:
+        """The newest step that is completely written and restorable, or None."""
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def steps(self) -> list[int]:
+        """Every restorable step, ascending: the file is complete and its whole base chain is
+        present and unchanged. Saves still under way are not listed."""
+        self._raise_pending_error()
+        with self._headers_lock:
+            return self._restorable()
+
+    def wait(self) -> None:
+        """Block until every pending save has finished; raise if one failed."""
+        for future in list(self._pending):
+            concurrent.futures.wait([future])
+        self._pending = [f for f in self._pending if not f.done()]
+        self._raise_pending_error()
+
+    def close(self) -> None:
+        """Finish pending saves, then release the directory. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=True)
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CheckpointManager({self.directory!r}, mode={self.mode!r})"
+
+    # -- internals ------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._closed:
+            raise Error(f"{self.directory}: this CheckpointManager is closed")
+        self._raise_pending_error()
+
+    def _raise_pending_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _finished(self, future: concurrent.futures.Future[SaveReport]) -> None:
+        self._slots.release()
+
+    def _path(self, step: int) -> str:
+        return os.path.join(self.directory, step_file(step))
+
+    def _write(self, step: int, state: Any) -> SaveReport:
+        """Compress ``state`` as ``step`` against the newest earlier restorable step, then prune."""
+        with self._headers_lock:
+            earlier = [s for s in self._restorable() if s < step]
+        base = self._path(earlier[-1]) if earlier else None
+        report = save(
+            state, self._path(step), mode=self.mode, base=base, threads=self.threads,
+            metadata={"step": step}, keyframe_every=self.keyframe_every, **self.mode_options,
+        )
+        if self.keep_last is not None:
+            self._prune(self.keep_last)
+        return report
+
+    def _write_in_background(self, step: int, state: Any) -> SaveReport:
+        """:meth:`_write` on the background thread; a failure is kept for the next call."""
+        try:
+            return self._write(step, state)
+        except Exception as exc:
+            error = Error(f"{self.directory}: saving step {step} in the background failed: {exc}")
+            error.__cause__ = exc
+            if self._error is None:
+                self._error = error
+            raise error from exc
+
+    def _prune(self, keep_last: int) -> None:
+        """Delete restorable steps older than the newest ``keep_last``, unless a kept step's chain
+        needs them. Files that are not restorable are left alone."""
+        with self._headers_lock:
+            steps = self._restorable()
+            needed: set[str] = set()
+            for step in steps[-keep_last:]:
+                path: str | None = self._path(step)
+                while path is not None and path not in needed:
+                    needed.add(path)
+                    path = self._headers[path].base_path
+            for step in steps[:-keep_last]:
+                path = self._path(step)
+                if path not in needed:
+                    os.remove(path)
+                    self._headers.pop(path, None)
+
+    def _restorable(self) -> list[int]:
+        """Restorable steps, refreshing the header cache from the directory (hold the lock)."""
+        found: dict[str, int] = {}
+        for name in os.listdir(self.directory):
+            match = STEP_FILE.match(name)
+            if match:
+                found[os.path.join(self.directory, name)] = int(match.group(1))
+        for path in list(self._headers):
+            if path not in found:
+                del self._headers[path]
+        ok: dict[str, bool] = {}
+        return sorted(step for path, step in found.items() if self._chain_ok(path, ok))
+
+    def _header(self, path: str) -> _Header | None:
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return None
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._headers.get(path)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        try:
+            with CheckpointFile.open(path) as checkpoint:
+                ref = checkpoint.base_ref
+                base_path = base_id = None
+                if ref is not None and isinstance(ref.get("path"), str):
+                    base_path = os.path.normpath(os.path.join(os.path.dirname(path), ref["path"]))
+                    base_id = ref.get("id")
+                header = _Header(stamp, checkpoint.id, base_path, base_id)
+        except Error:
+            return None  # damaged or truncated: not restorable
+        self._headers[path] = header
+        return header
+
+    def _chain_ok(self, path: str, ok: dict[str, bool]) -> bool:
+        if path not in ok:
+            ok[path] = False  # a cycle is never restorable
+            header = self._header(path)
+            if header is not None:
+                if header.base_path is None:
+                    ok[path] = True
+                else:
+                    base = self._header(header.base_path)
+                    ok[path] = (
+                        base is not None
+                        and base.id == header.base_id
+                        and self._chain_ok(header.base_path, ok)
+                    )
+        return ok[path]

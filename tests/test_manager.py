@@ -1,0 +1,199 @@
+"""CheckpointManager: async snapshots, chains, retention, the directory lock, background errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import ckptzip
+from ckptzip import manager as manager_module
+from ckptzip.manager import CheckpointManager, snapshot, step_file
+
+
+def training_state(step: int) -> dict[str, Any]:
+    """A tiny model after ``step`` AdamW steps: consecutive steps differ a little, so that a
+    checkpoint is coded as a delta against the one before."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(step):
+        optimizer.zero_grad()
+        model(torch.randn(4, 16)).sum().backward()
+        optimizer.step()
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+
+
+def assert_same(a: Any, b: Any) -> None:
+    assert type(a) is type(b)
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_save_restore_steps(tmp_path: Path, async_save: bool) -> None:
+    states = {step: training_state(step) for step in (10, 20, 30)}
+    with CheckpointManager(tmp_path, async_save=async_save) as manager:
+        assert manager.latest_step() is None and manager.steps() == []
+        for step, state in states.items():
+            manager.save(step, state)
+        manager.wait()
+        assert manager.steps() == [10, 20, 30]
+        assert manager.latest_step() == 30
+        assert_same(manager.restore(), states[30])
+        assert_same(manager.restore(10), states[10])
+        with pytest.raises(ckptzip.Error, match="step 15"):
+            manager.restore(15)
+    with ckptzip.open(tmp_path / step_file(30)) as last:
+        assert last.chain_depth == 2 and last.metadata == {"step": 30}
+
+
+def test_snapshot_is_a_copy_that_keeps_structure() -> None:
+    weight = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    sd = OrderedDict(w=weight, tied=weight, row=weight[1])
+    sd._metadata = OrderedDict({"": {"version": 1}})  # type: ignore[attr-defined]
+    state = {"sd": sd, "n": 3, "name": "x"}
+    copy = snapshot(state)
+    weight.add_(1)
+    assert copy["sd"]["w"][0, 0].item() == 0.0
+    storage = copy["sd"]["w"].untyped_storage().data_ptr()
+    assert storage != weight.untyped_storage().data_ptr()
+    for key in ("tied", "row"):
+        assert copy["sd"][key].untyped_storage().data_ptr() == storage
+    assert copy["sd"]._metadata == {"": {"version": 1}}
+    assert type(copy["sd"]) is OrderedDict and copy["n"] == 3
+
+
+def test_async_save_snapshots_before_returning(tmp_path: Path) -> None:
+    state = training_state(1)
+    expected = snapshot(state)
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        for tensor in state["model"].values():
+            tensor.zero_()
+        assert_same(manager.restore(1), expected)
+
+
+def test_unsupported_value_fails_in_save_itself(tmp_path: Path) -> None:
+    with CheckpointManager(tmp_path) as manager, pytest.raises(ckptzip.UnsupportedError, match="bad"):
+        manager.save(1, {"bad": object()})
+
+
+@pytest.mark.parametrize("keep_last, keyframe_every", [(1, 3), (2, 4), (1, None)])
+def test_retention_keeps_every_base_a_kept_step_needs(
+    tmp_path: Path, keep_last: int, keyframe_every: int | None
+) -> None:
+    with CheckpointManager(tmp_path, keep_last=keep_last, keyframe_every=keyframe_every,
+                           async_save=False) as manager:
+        for step in range(1, 9):
+            manager.save(step, training_state(step))
+            steps = manager.steps()
+            assert steps[-keep_last:] == list(range(max(1, step - keep_last + 1), step + 1))
+            files = sorted(p.name for p in tmp_path.glob("step-*.ckz"))
+            assert files == [step_file(s) for s in steps]
+            for kept in steps:
+                ckptzip.load(tmp_path / step_file(kept))
+            if keyframe_every is not None:
+                assert len(steps) <= keep_last + keyframe_every - 1
+
+
+def test_only_complete_restorable_steps_are_listed(tmp_path: Path) -> None:
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        for step in (1, 2, 3):
+            manager.save(step, training_state(step))
+        (tmp_path / (step_file(4) + ".ckz-tmp-abc")).write_bytes(b"partial")
+        (tmp_path / step_file(5)).write_bytes(b"\x89CKZ truncated")
+        assert manager.steps() == [1, 2, 3]
+        os.remove(tmp_path / step_file(2))  # 3 is a delta against 2: no longer restorable
+        assert manager.steps() == [1]
+        assert manager.latest_step() == 1
+        manager.save(6, training_state(6))  # chains onto 1, the newest restorable step
+        with ckptzip.open(tmp_path / step_file(6)) as six:
+            assert six.base_ref is not None and six.base_ref["path"] == step_file(1)
+
+
+def test_reopening_continues_the_chain_and_drops_stale_temp_files(tmp_path: Path) -> None:
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, training_state(1))
+    stale = tmp_path / (step_file(2) + ".ckz-tmp-x")
+    stale.write_bytes(b"")
+    with CheckpointManager(tmp_path) as manager:
+        assert not stale.exists()
+        manager.save(2, training_state(2))
+    with ckptzip.open(tmp_path / step_file(2)) as two:
+        assert two.chain_depth == 1
+
+
+def test_one_manager_per_directory(tmp_path: Path) -> None:
+    first = CheckpointManager(tmp_path)
+    with pytest.raises(ckptzip.Error, match=str(tmp_path)):
+        CheckpointManager(tmp_path)
+    first.close()
+    first.close()
+    with pytest.raises(ckptzip.Error, match="closed"):
+        first.save(1, {})
+    CheckpointManager(tmp_path).close()
+
+
+def test_background_error_surfaces_on_next_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_save(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    manager = CheckpointManager(tmp_path)
+    monkeypatch.setattr(manager_module, "save", failing_save)
+    manager.save(7, training_state(7))
+    with pytest.raises(ckptzip.Error, match=r"step 7.*No space left") as info:
+        manager.wait()
+    assert isinstance(info.value.__cause__, OSError)
+    monkeypatch.undo()
+    manager.save(8, training_state(8))  # the error was reported once; saving goes on
+    manager.close()
+    assert CheckpointManager(tmp_path).steps() == [8]
+
+
+def test_back_pressure_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    started: list[int] = []
+    real_save = manager_module.save
+
+    def gated_save(state: Any, path: Any, **kwargs: Any) -> Any:
+        started.append(state["step"])
+        release.wait(10)
+        return real_save(state, path, **kwargs)
+
+    monkeypatch.setattr(manager_module, "save", gated_save)
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, training_state(1))
+        second = threading.Thread(target=manager.save, args=(2, training_state(2)))
+        second.start()
+        second.join(0.3)
+        assert second.is_alive() and started == [1]  # blocked behind the first save
+        release.set()
+        second.join(10)
+    assert started == [1, 2]
+
+
+def test_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(ckptzip.ConfigError, match="keep_last"):
+        CheckpointManager(tmp_path, keep_last=0)
+    with pytest.raises(ckptzip.ConfigError):
+        CheckpointManager(tmp_path, mode="no-such-mode")
+    with pytest.raises(ckptzip.ConfigError, match="no_such_option"):
+        CheckpointManager(tmp_path, no_such_option=4)
+    with CheckpointManager(tmp_path) as manager, pytest.raises(ckptzip.ConfigError, match="step"):
+        manager.save(-1, {})
