@@ -47,7 +47,7 @@ from .policy import policy_for
 from .reader import CheckpointFile
 from .tree import unflatten
 
-__all__ = ["CompressedReader", "CompressedWriter", "StoredItem"]
+__all__ = ["CompressedReader", "CompressedWriter", "RankFile"]
 
 #: Suffix of the per-rank files.
 SUFFIX = ".ckz"
@@ -59,12 +59,12 @@ READ_BATCH_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
-class StoredItem:
-    """Where one DCP item lies: the rank file, the item's key in it, and the file's content id
-    (checked on load, so that a ``.metadata`` never serves a file from another save)."""
+class RankFile:
+    """Where DCP items lie: the rank file that holds them (each under :func:`item_key`) and its
+    content id, checked on load so that a ``.metadata`` never serves a file from another save.
+    All items of a file share one instance, so ``.metadata`` pickles it once per rank."""
 
     relative_path: str
-    key: str
     file_id: str
 
 
@@ -171,9 +171,9 @@ class CompressedWriter(FileSystemWriter):
             file_id = written.id
             stored = {leaf.index: sum(c.length for c in leaf.chunks) for leaf in written.leaves}
             nodes = written.header.tree["o"]
+        where = RankFile(file_name, file_id)
         results = [
-            WriteResult(index=item.index, size_in_bytes=stored[nodes[key]["i"]],
-                        storage_data=StoredItem(file_name, key, file_id))
+            WriteResult(index=item.index, size_in_bytes=stored[nodes[key]["i"]], storage_data=where)
             for item, key in keys
         ]
         future: Future[list[WriteResult]] = Future()
@@ -199,7 +199,7 @@ class CompressedWriter(FileSystemWriter):
         """Write DCP's ``.metadata`` (the commit), after checking every item is in a ckz file."""
         for rank_results in results:
             for result in rank_results:
-                if not isinstance(result.storage_data, StoredItem):
+                if not isinstance(result.storage_data, RankFile):
                     raise Error(f"{self.path}: item {result.index.fqn!r} was not written by ckptzip")
         super().finish(metadata, results)
 
@@ -220,61 +220,59 @@ class CompressedReader(FileSystemReader):
                               **kwargs: Any) -> None:
         super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
         for index, where in self.storage_data.items():
-            if not isinstance(where, StoredItem):
+            if not isinstance(where, RankFile):
                 raise FormatError(
                     f"{self.path}: item {index.fqn!r} is not stored by ckptzip.dcp.CompressedWriter; "
                     f"load this checkpoint with torch.distributed.checkpoint.FileSystemReader"
                 )
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        per_file: dict[str, list[_Request]] = {}
+        per_file: dict[RankFile, list[ReadItem]] = {}
         for request in plan.items:
-            where: StoredItem = self.storage_data[request.storage_index]
-            per_file.setdefault(where.relative_path, []).append((request, where))
-        for relative_path, requests in per_file.items():
-            path = os.path.join(self.path, relative_path)
+            per_file.setdefault(self.storage_data[request.storage_index], []).append(request)
+        for where, requests in per_file.items():
+            path = os.path.join(self.path, where.relative_path)
             with CheckpointFile.open(path, threads=self.threads) as checkpoint:
-                self._read_file(checkpoint, requests, planner)
+                self._read_file(checkpoint, where, requests, planner)
         future: Future[None] = Future()
         future.set_result(None)
         return future
 
-    def _read_file(self, checkpoint: CheckpointFile, requests: list[_Request], planner: LoadPlanner) -> None:
+    def _read_file(self, checkpoint: CheckpointFile, where: RankFile, requests: list[ReadItem],
+                   planner: LoadPlanner) -> None:
         """Check that the file is the one ``.metadata`` names, then decode the stored items the
         requests need, a batch at a time, and hand DCP each request's region."""
         name = checkpoint.name
-        for _, where in requests:
-            if checkpoint.id != where.file_id:
-                raise FormatError(
-                    f"{name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} expects "
-                    f"{where.file_id}: the file is from another save; restore the directory as one piece"
-                )
+        if checkpoint.id != where.file_id:
+            raise FormatError(
+                f"{name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} expects "
+                f"{where.file_id}: the file is from another save; restore the directory as one piece"
+            )
         tree = checkpoint.header.tree
         if not (isinstance(tree, dict) and tree.get("t") == "dict" and isinstance(tree.get("o"), dict)):
             raise FormatError(f"{name}: not a DCP rank file (its state is not a flat dict of items)")
         nodes: dict[str, Any] = tree["o"]
         for batch in _batches(checkpoint, nodes, requests):
-            wanted = {where.key: nodes[where.key] for _, where in batch}
+            wanted = {key: nodes[key] for _, key in batch}
             decoded = checkpoint.read_leaves(sorted({node["i"] for node in wanted.values()}))
             values = unflatten({"t": "dict", "o": wanted}, decoded.__getitem__, len(checkpoint.leaves), name)
-            for request, where in batch:
-                _serve(name, where.key, request, values[where.key], planner)
+            for request, key in batch:
+                _serve(name, key, request, values[key], planner)
 
 
-_Request = tuple[ReadItem, StoredItem]
-
-
-def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[_Request]
-             ) -> Iterator[list[_Request]]:
-    """Requests in groups whose stored items add up to about READ_BATCH_BYTES."""
-    batch: list[_Request] = []
+def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[ReadItem]
+             ) -> Iterator[list[tuple[ReadItem, str]]]:
+    """Requests with their item keys, in groups whose stored items add up to about
+    READ_BATCH_BYTES."""
+    batch: list[tuple[ReadItem, str]] = []
     size = 0
-    for request, where in requests:
-        node = nodes.get(where.key)
+    for request in requests:
+        key = item_key(request.storage_index)
+        node = nodes.get(key)
         index = node.get("i") if isinstance(node, dict) else None
         if type(index) is not int or not 0 <= index < len(checkpoint.leaves):
-            raise FormatError(f"{checkpoint.name}: item {where.key!r} is missing; the file is damaged")
-        batch.append((request, where))
+            raise FormatError(f"{checkpoint.name}: item {key!r} is missing; the file is damaged")
+        batch.append((request, key))
         size += checkpoint.leaves[index].nbytes
         if size >= READ_BATCH_BYTES:
             yield batch
