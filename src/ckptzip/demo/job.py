@@ -31,6 +31,8 @@ class Row:
     load_seconds: float
     zstd_ratio: float | None
     exact: bool
+    #: "key" for a standalone checkpoint, "delta" for one coded against the one before it.
+    kind: str = ""
 
 
 @dataclass
@@ -58,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--steps", type=_positive, default=240, help="training steps (240)")
     parser.add_argument("--every", type=_positive, default=40, help="checkpoint interval (40)")
+    parser.add_argument("--keyframe-every", type=_positive, default=4, metavar="K",
+                        help="incremental checkpoints: each is coded against the one before it, "
+                             "with a standalone keyframe every K (4; 1 = no deltas)")
     parser.add_argument("--out", metavar="DIR", help="checkpoint folder (a fresh temp folder)")
     parser.add_argument("-T", "--threads", type=_positive, help="torch and ckptzip threads")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -115,12 +120,13 @@ def _mb(n: int) -> str:
 
 def format_table(rows: list[Row]) -> str:
     """The per-checkpoint table with a totals row."""
-    header = ("step", "raw MB", "stored MB", "ratio", "save s", "load s", "zstd-3", "exact")
+    header = ("step", "kind", "raw MB", "stored MB", "ratio", "save s", "load s", "zstd-3", "exact")
     lines = [header]
     for r in [*rows, _totals(rows)]:
         lines.append(
             (
                 str(r.step) if r.step >= 0 else "total",
+                r.kind,
                 _mb(r.raw_bytes),
                 _mb(r.stored_bytes),
                 f"{r.raw_bytes / r.stored_bytes:.3f}x",
@@ -188,11 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     losses: list[float] = []
     resume: ResumeCheck | None = None
+    previous: Path | None = None
     for i, target in enumerate(checkpoints):
         losses += trainer.train(train_data, target - trainer.step)
         state = trainer.state()
         path = out / f"step-{target:06d}.ckz"
-        report = ckptzip.save(state, path, threads=args.threads)
+        report = ckptzip.save(state, path, base=previous, keyframe_every=args.keyframe_every,
+                              threads=args.threads)
+        previous = path
+        with ckptzip.open(path) as written:
+            kind = "delta" if written.chain_depth else "key"
         t0 = time.perf_counter()
         loaded = ckptzip.load(path, threads=args.threads)
         load_seconds = time.perf_counter() - t0
@@ -204,10 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             load_seconds=load_seconds,
             zstd_ratio=zstd_ratio(state),
             exact=same_state(loaded, state),
+            kind=kind,
         )
         rows.append(row)
         say(
-            f"step {target:>{len(str(args.steps))}}/{args.steps}  loss {losses[-1]:.4f}  "
+            f"step {target:>{len(str(args.steps))}}/{args.steps}  loss {losses[-1]:.4f}  {kind:<5} "
             f"{_mb(row.raw_bytes)} MB -> {_mb(row.stored_bytes)} MB "
             f"({report.ratio:.3f}x) save {row.save_seconds:.2f}s load {load_seconds:.2f}s  "
             f"[{time.perf_counter() - start:.0f}s]"
