@@ -1,0 +1,192 @@
+"""The framework adapters, each with a tiny model for a few steps on CPU (skipped where the
+framework is not installed: ``pip install -e ".[examples]"``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import ckptzip
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- Hugging Face transformers ---------------------------------------------------------------
+def hf_trainer(output_dir: Path, max_steps: int) -> Any:
+    transformers = pytest.importorskip("transformers")
+    from ckptzip.integrations.hf import CkptzipTrainer
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    generator = torch.Generator().manual_seed(1)
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (32, 16), generator=generator)]
+    args = transformers.TrainingArguments(
+        str(output_dir), max_steps=max_steps, per_device_train_batch_size=4, save_steps=2,
+        save_total_limit=2, use_cpu=True, report_to=[], disable_tqdm=True, seed=3,
+    )
+    return CkptzipTrainer(model=model, args=args, train_dataset=data)
+
+
+def test_hf_trainer_checkpoints_are_ckz_rotate_and_resume(tmp_path: Path) -> None:
+    full = hf_trainer(tmp_path, 6)
+    full.train()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-4", "checkpoint-6"]  # save_total_limit=2
+    files = set(os.listdir(tmp_path / "checkpoint-4"))
+    assert {"model.ckz", "optimizer.ckz", "scheduler.ckz", "rng_state.ckz"} <= files
+    assert not files & {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    resumed = hf_trainer(tmp_path, 6)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert resumed.state.global_step == 6
+    assert same_weights(full.model.state_dict(), resumed.model.state_dict())
+    latest = hf_trainer(tmp_path, 6)
+    latest.train(resume_from_checkpoint=True)  # the newest, checkpoint-6: nothing left to train
+    assert same_weights(full.model.state_dict(), latest.model.state_dict())
+
+
+# -- Accelerate ------------------------------------------------------------------------------
+def test_accelerate_hooks_write_and_read_model_ckz(tmp_path: Path) -> None:
+    accelerate = pytest.importorskip("accelerate")
+    from ckptzip.integrations.accelerate import register
+
+    def prepared(seed: int) -> tuple[Any, torch.nn.Module]:
+        accelerator = accelerate.Accelerator(cpu=True)
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(8, 4)
+        optimizer = torch.optim.AdamW(model.parameters())
+        model, optimizer = accelerator.prepare(model, optimizer)
+        register(accelerator)
+        return accelerator, model
+
+    accelerator, model = prepared(0)
+    accelerator.save_state(str(tmp_path))
+    assert (tmp_path / "model.ckz").exists() and not (tmp_path / "model.safetensors").exists()
+    other_accelerator, other = prepared(1)
+    assert not same_weights(model.state_dict(), other.state_dict())
+    other_accelerator.load_state(str(tmp_path))
+    assert same_weights(model.state_dict(), other.state_dict())
+
+
+# -- Lightning -------------------------------------------------------------------------------
+def lightning_fit(root: Path, max_steps: int, *, use_async: bool, ckpt_path: str | None = None) -> Any:
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ckptzip.integrations.lightning import CkptzipCheckpointIO
+
+    class Regression(lightning.LightningModule):
+        def __init__(self, width: int = 8, lr: float = 1e-2) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Linear(width, 1)
+
+        def training_step(self, batch: Any, index: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 2)}
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 8), torch.randn(16, 1))  # 2 steps per epoch
+    plugin = CkptzipCheckpointIO()
+    trainer = lightning.Trainer(
+        max_steps=max_steps, default_root_dir=root, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu",
+        plugins=[AsyncCheckpointIO(plugin) if use_async else plugin],
+        callbacks=[ModelCheckpoint(dirpath=root, every_n_train_steps=2, save_top_k=2, monitor="step",
+                                   mode="max")],
+    )
+    module = Regression()
+    trainer.fit(module, DataLoader(data, batch_size=8), ckpt_path=ckpt_path)
+    return module
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_lightning_plugin_saves_prunes_and_resumes(tmp_path: Path, use_async: bool) -> None:
+    full = lightning_fit(tmp_path, 6, use_async=use_async)
+    names = sorted(p.name for p in tmp_path.glob("*.ckpt"))
+    assert names == ["epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt"]  # save_top_k=2 removed step 2
+    with ckptzip.open(tmp_path / names[0]) as checkpoint:
+        assert checkpoint.load()["global_step"] == 4
+    resumed = lightning_fit(tmp_path / "again", 6, use_async=use_async, ckpt_path=str(tmp_path / names[0]))
+    assert same_weights(full.state_dict(), resumed.state_dict())
+
+
+# -- DeepSpeed -------------------------------------------------------------------------------
+DEEPSPEED_SCRIPT = """
+import os, sys, torch, deepspeed
+from ckptzip.integrations.deepspeed import attach
+directory = sys.argv[1]
+
+def engine():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    config = {"train_batch_size": 2,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}}}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    attach(engine)
+    return engine
+
+first = engine()
+for _ in range(3):
+    first.backward(first(torch.randn(2, 8)).sum())
+    first.step()
+first.save_checkpoint(directory)
+second = engine()
+second.load_checkpoint(directory)
+assert torch.equal(first.module.weight, second.module.weight)
+assert second.global_steps == 3
+assert (second.optimizer.state_dict()["state"][0]["exp_avg"]
+        == first.optimizer.state_dict()["state"][0]["exp_avg"]).all()
+print("ok")
+"""
+
+
+def test_deepspeed_engine_saves_and_loads(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    with socket.socket() as probe:  # a free port for DeepSpeed's one-process group
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(DEEPSPEED_SCRIPT), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    with ckptzip.open(tmp_path / "global_step3" / "mp_rank_00_model_states.pt") as checkpoint:
+        assert "module.weight" in checkpoint
+
+
+def test_deepspeed_engine_methods_directly(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    from ckptzip.integrations.deepspeed import CkptzipCheckpointEngine
+
+    engine = CkptzipCheckpointEngine()
+    state = {"module": {"w": torch.arange(6.0)}, "global_steps": 3, "ds_version": "x"}
+    engine.create(None)
+    engine.save(state, str(tmp_path / "states.pt"))
+    assert engine.commit(None) is True
+    loaded = engine.load(str(tmp_path / "states.pt"), map_location=lambda storage, loc: storage)
+    assert torch.equal(loaded["module"]["w"], state["module"]["w"]) and loaded["global_steps"] == 3
+
+
+def test_import_ckptzip_needs_no_framework() -> None:
+    frameworks = "{'transformers', 'lightning', 'accelerate', 'deepspeed'}"
+    code = f"import sys, ckptzip; assert not {frameworks} & set(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
