@@ -1,0 +1,81 @@
+"""Lightning with ckptzip's CheckpointIO plugin under AsyncCheckpointIO: fits a tiny GPT for a few
+steps on CPU, keeps the best 2 checkpoints, resumes from one with trainer.fit(ckpt_path=...), and
+prints the checkpoint sizes beside torch.save's.
+
+    python examples/lightning_fit.py --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import tempfile
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import AsyncCheckpointIO
+from torch.utils.data import DataLoader, TensorDataset
+
+import ckptzip
+from ckptzip.demo.gpt import GPT, GPTConfig
+from ckptzip.integrations.lightning import CkptzipCheckpointIO
+
+
+class TinyGPT(L.LightningModule):
+    def __init__(self, lr: float = 1e-3) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.gpt = GPT(GPTConfig.tiny())
+
+    def training_step(self, batch: Any, index: int) -> torch.Tensor:
+        (tokens,) = batch
+        _, loss = self.gpt(tokens[:, :-1], tokens[:, 1:])
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+
+
+def fit(root: str, steps: int, ckpt_path: str | None = None) -> TinyGPT:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randint(0, 256, (16, 33)))  # 2 steps per epoch
+    trainer = L.Trainer(
+        max_steps=steps, default_root_dir=root, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu", plugins=[AsyncCheckpointIO(CkptzipCheckpointIO())],
+        callbacks=[ModelCheckpoint(dirpath=root, every_n_train_steps=2, save_top_k=2, monitor="step",
+                                   mode="max")],
+    )
+    module = TinyGPT()
+    trainer.fit(module, DataLoader(data, batch_size=8), ckpt_path=ckpt_path)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=None, help="checkpoint directory (default: a temporary one)")
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="ckptzip-lightning-")
+
+    module = fit(root, args.steps)
+    names = sorted((n for n in os.listdir(root) if n.endswith(".ckpt")),
+                   key=lambda n: int(n.split("step=")[1].split(".")[0]))
+    print(f"checkpoints kept (save_top_k=2): {names}")
+    for name in names:
+        path = os.path.join(root, name)
+        buffer = io.BytesIO()
+        torch.save(ckptzip.load(path), buffer)
+        print(f"  {name}: {os.path.getsize(path):,} bytes (torch.save: {buffer.tell():,})")
+
+    resumed = fit(os.path.join(root, "resumed"), args.steps, ckpt_path=os.path.join(root, names[0]))
+    same = all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), resumed.state_dict().values()))
+    print(f"resumed from {names[0]} to step {args.steps}; matches: {same}")
+    if not same:
+        raise SystemExit("the resumed run differs")
+
+
+if __name__ == "__main__":
+    main()
