@@ -1,0 +1,162 @@
+"""How long a save stalls the training loop, with ckptzip's CheckpointManager async and sync,
+against torch.save and against the host copy alone; and how much extra host memory a save takes.
+
+On the demo's small GPT (10.8M parameters, AdamW: weights and both moments, about 130 MB), a few
+training steps between saves so that deltas are real. The stall is the time ``save`` takes to
+return; the peak is the resident set size, sampled every millisecond from just before ``save``
+until the background write has finished, minus the RSS before it.
+
+    python benchmarks/async_save.py [--saves 4] [--steps-between 2] [--threads N]
+
+Targets (issue 6): async stall <= 1.5x the host copy alone; peak extra memory <= 1.2x the state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import OUT_DIR, info_markdown, machine_info, write_results
+
+from ckptzip import CheckpointManager
+from ckptzip.demo.gpt import GPT, GPTConfig, make_optimizer
+from ckptzip.manager import snapshot
+
+
+def rss() -> int:
+    """This process's resident set size in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    """Samples the RSS in a thread until stopped; ``extra`` is the peak minus the start."""
+
+    def __init__(self) -> None:
+        self.start = rss()
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, rss())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+        return self.peak - self.start
+
+
+@dataclass
+class Row:
+    method: str
+    stall_s: float
+    total_s: float
+    extra_memory_mb: float
+    file_mb: float
+
+
+def train_steps(model: GPT, optimizer: torch.optim.Optimizer, n: int, seed: int) -> None:
+    for i in range(n):
+        tokens = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(seed * 100 + i))
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def measure(method: str, saves: int, steps_between: int, threads: int | None,
+            save: Callable[[int, Any], None], finish: Callable[[], None], directory: str) -> Row:
+    """Median stall and total time, and the largest extra memory, over ``saves`` saves."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig())
+    optimizer = make_optimizer(model)
+    stalls, totals, extras = [], [], []
+    for k in range(saves):
+        train_steps(model, optimizer, steps_between, k)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": k}
+        peak = PeakRSS()
+        started = time.perf_counter()
+        save(k, state)
+        stalls.append(time.perf_counter() - started)
+        finish()
+        totals.append(time.perf_counter() - started)
+        extras.append(peak.stop())
+    size = sum(f.stat().st_size for f in Path(directory).iterdir() if f.is_file()) / max(1, saves)
+    return Row(method, statistics.median(stalls), statistics.median(totals), max(extras) / 1e6, size / 1e6)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--saves", type=int, default=4)
+    parser.add_argument("--steps-between", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig())
+    optimizer = make_optimizer(model)
+    train_steps(model, optimizer, 1, 0)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    state_bytes += sum(v.numel() * v.element_size() for s in optimizer.state.values()
+                       for v in s.values() if isinstance(v, torch.Tensor))
+    copy_times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        snapshot(state)
+        copy_times.append(time.perf_counter() - started)
+    host_copy = statistics.median(copy_times)
+    del model, optimizer, state
+
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        def torch_save(step: int, state: Any) -> None:
+            torch.save(state, os.path.join(directory, f"step-{step}.pt"))
+
+        rows.append(measure("torch.save", args.saves, args.steps_between, args.threads,
+                            torch_save, lambda: None, directory))
+    for async_save in (False, True):
+        with tempfile.TemporaryDirectory() as directory:
+            manager = CheckpointManager(directory, async_save=async_save, threads=args.threads)
+            rows.append(measure(f"ckptzip manager, async {'on' if async_save else 'off'}", args.saves,
+                                args.steps_between, args.threads, manager.save, manager.wait, directory))
+            manager.close()
+
+    info = machine_info()
+    lines = [
+        "# Stall per save: CheckpointManager async vs sync vs torch.save", "", info_markdown(info), "",
+        f"State: demo GPT (10.8M parameters) + AdamW, {state_bytes / 1e6:.1f} MB; {args.saves} saves, "
+        f"{args.steps_between} training steps between; host copy alone (`snapshot`): "
+        f"**{host_copy * 1e3:.0f} ms** (median of 5).", "",
+        "| method | stall per save (median) | save to durable file (median) | stall / host copy "
+        "| peak extra RSS | / state | file |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.method} | {row.stall_s * 1e3:.0f} ms | {row.total_s * 1e3:.0f} ms | "
+            f"{row.stall_s / host_copy:.2f}x | {row.extra_memory_mb:.0f} MB | "
+            f"{row.extra_memory_mb * 1e6 / state_bytes:.2f}x | {row.file_mb:.1f} MB |"
+        )
+    markdown = "\n".join(lines) + "\n"
+    print(markdown)
+    write_results("async_save", markdown, {"info": info, "state_bytes": state_bytes,
+                                           "host_copy_s": host_copy, "rows": [asdict(r) for r in rows]},
+                  args.out)
+
+
+if __name__ == "__main__":
+    main()
