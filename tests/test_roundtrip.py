@@ -251,3 +251,14 @@ def test_map_location_meta_is_rejected_and_cpu_is_default() -> None:
     assert ckptzip.loads(blob, map_location=torch.device("cpu"))["w"].device.type == "cpu"
     with pytest.raises(ckptzip.Error, match="map_location"):
         ckptzip.loads(blob, map_location=object())
+
+
+def test_colliding_and_tuple_key_names() -> None:
+    state = {"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}, (1, "x"): torch.arange(3)}
+    blob = ckptzip.dumps(state)
+    out = ckptzip.loads(blob)
+    assert torch.equal(out["a.b"], state["a.b"]) and torch.equal(out["a"]["b"], state["a"]["b"])
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as ckpt:
+        assert ckpt.keys() == ["a.b", "a.b#2", "(1,x)"]
+        assert [leaf.name for leaf in ckpt.leaves] == ["a.b", "a.b#2", "(1,x)"]
+        assert torch.equal(ckpt.get_tensor("a.b#2"), state["a"]["b"])

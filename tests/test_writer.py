@@ -109,3 +109,9 @@ def test_whole_tensor_transforms_with_and_without_base(tmp_path, monkeypatch) ->
         ckptzip.dumps(first, mode="nope")
     with pytest.raises(ckptzip.ConfigError, match="bad options"):
         ckptzip.dumps(first, mode="lossless", colour="red")
+
+
+def test_saved_files_follow_the_umask(tmp_path) -> None:
+    path = tmp_path / "mode.ckz"
+    ckptzip.save({"w": torch.ones(3)}, path)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~ckptzip.storage._umask()

@@ -28,6 +28,7 @@ from . import _native
 from .dtypes import DType, from_name
 from .errors import CorruptError, FormatError, TruncatedError, UnsupportedError, VersionError
 from .pipeline import Pipeline
+from .tree import leaf_names
 
 MAGIC = b"\x89CKZ\r\n\x1a\n"
 FORMAT_MAJOR = 1
@@ -159,18 +160,27 @@ def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
     entries = raw.get("leaves")
     if not isinstance(entries, list):
         raise FormatError(f"{source}: the header has no leaf table")
-    leaves = tuple(_parse_leaf(i, e, data_length, source) for i, e in enumerate(entries))
+    configs = raw.get("pipelines", [])
+    if not isinstance(configs, list):
+        raise FormatError(f"{source}: the header's pipeline table is not a list")
+    pipelines = [Pipeline.from_config(c, f"{source}: pipeline {i}") for i, c in enumerate(configs)]
+    chunk = _int(raw.get("chunk", 1), "default chunk size", source, 1, MAX_CHUNK_BYTES)
+    names = leaf_names(raw.get("tree"), len(entries))
+    leaves = tuple(
+        _parse_leaf(i, e, names[i], data_length, source, pipelines, chunk)
+        for i, e in enumerate(entries)
+    )
     if not isinstance(raw.get("metadata", {}), dict):
         raise FormatError(f"{source}: header metadata must be an object")
     return Header(raw, leaves, raw.get("tree"), data_length)
 
 
-def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafInfo:
+def _parse_leaf(
+    index: int, entry: Any, name: str, data_length: int, source: str, pipelines: list[Pipeline],
+    default_chunk: int,
+) -> LeafInfo:
     if not isinstance(entry, dict):
         raise FormatError(f"{source}: leaf {index} is not an object")
-    name = entry.get("name")
-    if not isinstance(name, str):
-        raise FormatError(f"{source}: leaf {index} has no name")
     where = f"{source}: tensor {name!r}"
     try:
         dtype = from_name(str(entry.get("dtype")))
@@ -179,7 +189,7 @@ def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafIn
     dims = _dims(entry.get("shape"), where)
     nbytes = math.prod(dims) * dtype.itemsize
     width = 1
-    pipeline = Pipeline.from_config(entry.get("pipeline"), where)
+    pipeline = pipelines[_int(entry.get("pipeline"), "pipeline index", where, 0, len(pipelines) - 1)]
     array_dtype, array_dims, array_nbytes = dtype, dims, nbytes
     encoded = entry.get("encoded")
     if pipeline.transforms:
@@ -199,7 +209,7 @@ def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafIn
         raise FormatError(f"{where}: an 'encoded' array without transforms")
     if pipeline.serializer is not None:
         width = getattr(pipeline.serializer, "width", 1)
-    chunk_bytes = _int(entry.get("chunk"), "chunk size", where, 1, MAX_CHUNK_BYTES)
+    chunk_bytes = _int(entry.get("chunk", default_chunk), "chunk size", where, 1, MAX_CHUNK_BYTES)
     if chunk_bytes % width:
         raise FormatError(f"{where}: chunk size {chunk_bytes} is not a multiple of {width}")
     table = entry.get("chunks")
@@ -223,7 +233,7 @@ def _parse_leaf(index: int, entry: Any, data_length: int, source: str) -> LeafIn
         chunks.append(ChunkRef(offset, length, crc, raw_crc, raw_length))
         offset += length
     extra = {k: v for k, v in entry.items()
-             if k not in ("name", "dtype", "shape", "pipeline", "chunk", "chunks", "offset", "encoded")}
+             if k not in ("dtype", "shape", "pipeline", "chunk", "chunks", "offset", "encoded")}
     return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra,
                     array_dtype, array_dims, array_nbytes)
 

@@ -20,7 +20,7 @@ from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
 from .progress import Progress
 from .storage import PathLike, Source, open_source
-from .tree import KeyPath, render_path, unflatten
+from .tree import TENSOR_KINDS, leaf_refs, unflatten
 
 #: Raw bytes decoded by one worker task.
 TASK_BYTES = 4 << 20
@@ -36,29 +36,6 @@ class VerifyReport:
     chunks: int
     raw_bytes: int
     stored_bytes: int
-
-
-TENSOR_KINDS = ("tensor", "view", "ndarray")
-LEAF_KINDS = (*TENSOR_KINDS, "bytes", "bytearray")
-
-
-def _leaf_nodes(node: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
-    """Every node of a tree that refers to a leaf, with its key path, in tree order."""
-    if not isinstance(node, dict):
-        return
-    kind = node.get("t")
-    if kind in LEAF_KINDS:
-        yield path, node
-    elif kind in ("list", "tuple") and isinstance(node.get("v"), list):
-        for i, child in enumerate(node["v"]):
-            yield from _leaf_nodes(child, (*path, i))
-    elif kind == "dict":
-        if isinstance(node.get("o"), dict):
-            for key, child in node["o"].items():
-                yield from _leaf_nodes(child, (*path, key))
-        elif isinstance(node.get("k"), list) and isinstance(node.get("v"), list):
-            for key, child in zip(node["k"], node["v"]):
-                yield from _leaf_nodes(child, (*path, key if not isinstance(key, dict) else "?"))
 
 
 class CheckpointFile:
@@ -173,11 +150,18 @@ class CheckpointFile:
         return base
 
     def _key_nodes(self) -> dict[str, dict[str, Any]]:
+        """Tensor nodes by dotted key path (``#2``, ``#3`` set colliding paths apart)."""
         if self._keys is None:
             self._keys = {}
-            for path, node in _leaf_nodes(self.header.tree):
-                if node["t"] in TENSOR_KINDS:
-                    self._keys.setdefault(render_path(path), node)
+            for path, node in leaf_refs(self.header.tree):
+                if node["t"] not in TENSOR_KINDS:
+                    continue
+                name = key = ".".join(path) if path else "<root>"
+                n = 1
+                while key in self._keys:
+                    n += 1
+                    key = f"{name}#{n}"
+                self._keys[key] = node
         return self._keys
 
     def keys(self) -> list[str]:
@@ -200,7 +184,7 @@ class CheckpointFile:
         return self._build(self.header.tree, map_location, progress=progress)
 
     def _build(self, node: Any, map_location: Any, progress: bool = False) -> Any:
-        wanted = {n.get("i") for _, n in _leaf_nodes(node)}
+        wanted = {n.get("i") for _, n in leaf_refs(node)}
         valid = sorted(i for i in wanted if type(i) is int and 0 <= i < len(self.leaves))
         decoded = self.read_leaves(valid, progress=progress)
         device = _device(map_location)
@@ -232,7 +216,11 @@ class CheckpointFile:
         for done in ordered_map(self._decode_task, _group(jobs), self.threads):
             bar.update(done)
         bar.close()
-        return {i: self._finish_leaf(self.leaves[i], buffers[i], bases.get(i)) for i in indices}
+        result = {i: self._finish_leaf(self.leaves[i], buffers[i], bases.get(i)) for i in indices}
+        if self._base is not None:  # each base tensor serves one tensor here: free it
+            for i in bases:
+                self._base.release(self.leaves[i].extra["base"]["name"])
+        return result
 
     def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None) -> torch.Tensor:
         """View decoded bytes as the stored array, then undo whole-tensor transforms."""

@@ -125,6 +125,16 @@ def open_source(path: PathLike) -> Source:
     return FileSource(local_path(path))
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask can only set it, racing threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    return 0o022
+
+
 def _fsync_dir(directory: str) -> None:
     with contextlib.suppress(OSError):  # not every platform/filesystem lets us open directories
         fd = os.open(directory or ".", os.O_RDONLY)
@@ -148,6 +158,7 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
         raise Error(f"{target}: cannot create a file in {directory}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w+b") as handle:
+            os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; match open()
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

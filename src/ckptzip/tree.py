@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,23 +81,11 @@ class _TensorRef:
 class _Flattener:
     def __init__(self) -> None:
         self.leaves: list[Leaf] = []
-        self.names: set[str] = set()
         self.torch_refs: list[_TensorRef] = []
         self.by_object: dict[int, int] = {}
 
-    def unique_name(self, path: KeyPath) -> str:
-        name = render_path(path)
-        candidate, n = name, 1
-        while candidate in self.names:
-            n += 1
-            candidate = f"{name}#{n}"
-        self.names.add(candidate)
-        return candidate
-
     def add_leaf(self, path: KeyPath, dtype: DType, tensor: torch.Tensor) -> int:
-        self.leaves.append(
-            Leaf(self.unique_name(path), path, dtype, tuple(tensor.shape), tensor)
-        )
+        self.leaves.append(Leaf(render_path(path), path, dtype, tuple(tensor.shape), tensor))
         return len(self.leaves) - 1
 
     def visit(self, value: Any, path: KeyPath) -> Any:
@@ -252,7 +240,62 @@ def flatten(state: Any) -> tuple[Any, list[Leaf]]:
     flattener = _Flattener()
     node = flattener.visit(state, ())
     flattener.assign_torch_leaves()
+    for leaf, name in zip(flattener.leaves, leaf_names(node, len(flattener.leaves))):
+        leaf.name = name
     return node, flattener.leaves
+
+
+TENSOR_KINDS = ("tensor", "view", "ndarray")
+LEAF_KINDS = (*TENSOR_KINDS, "bytes", "bytearray")
+
+
+def _key_text(key: Any) -> str:
+    """A dict key node as text in a dotted name: ``3``, ``name``, ``(2,x)`` for a tuple key."""
+    if isinstance(key, dict):
+        items = key.get("v")
+        if key.get("t") in ("tuple", "list") and isinstance(items, list):
+            return "(" + ",".join(_key_text(item) for item in items) + ")"
+        return "?"
+    return str(key)
+
+
+def leaf_refs(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every node of a tree that refers to a leaf, with its key path as text, in tree order."""
+    if not isinstance(node, dict):
+        return
+    kind = node.get("t")
+    if kind in LEAF_KINDS:
+        yield path, node
+    elif kind in ("list", "tuple") and isinstance(node.get("v"), list):
+        for i, child in enumerate(node["v"]):
+            yield from leaf_refs(child, (*path, str(i)))
+    elif kind == "dict":
+        if isinstance(node.get("o"), dict):
+            for key, child in node["o"].items():
+                yield from leaf_refs(child, (*path, key))
+        elif isinstance(node.get("k"), list) and isinstance(node.get("v"), list):
+            for key, child in zip(node["k"], node["v"]):
+                yield from leaf_refs(child, (*path, _key_text(key)))
+
+
+def leaf_names(node: Any, n_leaves: int) -> list[str]:
+    """Each leaf's name: the dotted key path of the first place the tree refers to it; ``#2``,
+    ``#3`` set apart names that would otherwise collide. Writers and readers both derive names
+    this way, so files need not store them."""
+    names: list[str | None] = [None] * n_leaves
+    taken: set[str] = set()
+    for path, ref in leaf_refs(node):
+        index = ref.get("i")
+        if type(index) is not int or not 0 <= index < n_leaves or names[index] is not None:
+            continue
+        name = candidate = ".".join(path) if path else "<root>"
+        n = 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{name}#{n}"
+        taken.add(candidate)
+        names[index] = candidate
+    return [name if name is not None else f"<unreferenced {i}>" for i, name in enumerate(names)]
 
 
 LeafGetter = Callable[[int], torch.Tensor]

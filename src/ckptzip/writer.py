@@ -7,8 +7,9 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
 from .errors import ConfigError
 from .parallel import ordered_map, resolve_threads
 from .pipeline import Pipeline
-from .policy import Encoded, Policy, policy_for
+from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
 from .progress import Progress
 from .tree import Leaf, flatten, tensor_bytes
 
@@ -66,6 +67,11 @@ class _LeafPlan:
     precoded: bytes | None = None
     #: The array a whole-tensor transform made of the leaf (lossy modes); None: the leaf itself.
     array: torch.Tensor | None = None
+
+    @property
+    def n_chunks(self) -> int:
+        size = self.leaf.nbytes if self.array is None else self.array.numel() * self.array.element_size()
+        return -(-size // self.chunk_bytes)
 
 
 _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
@@ -246,45 +252,74 @@ def _estimate_header(
     base_location: str | None, encoded: dict[int, _LeafPlan],
 ) -> int:
     """An upper bound for the header's size before any chunk is written: every number of the chunk
-    tables at its widest, each tensor with its longest candidate pipeline and a base reference,
-    plus a little slack per tensor for what codecs record as they go."""
+    tables at its widest, every candidate pipeline in the pipeline table, each tensor with a base
+    reference, plus a little slack per tensor for what codecs record as they go."""
     widest = [2**53, 0xFFFFFFFF, 0xFFFFFFFF]
-    entries = []
+    worst: list[_LeafPlan] = []
+    candidates: list[Pipeline] = []
     for index, leaf in enumerate(leaves):
-        chunk_bytes = policy.chunk_bytes(leaf)
         if index in encoded:
             plan = encoded[index]
             assert plan.array is not None
-            n_chunks = -(-plan.array.numel() * plan.array.element_size() // plan.chunk_bytes)
-            entries.append(_leaf_entry(plan, offset=2**53, table=[widest] * n_chunks))
-            continue
-        pipelines = [policy.pipeline_for(leaf)]
-        extra: dict[str, Any] = {}
-        if base is not None and base.tensor(leaf.name) is not None:
-            pipelines += policy.delta_candidates(leaf)
-            extra = {"base": {"name": leaf.name, "crc": 0xFFFFFFFF}}
-        longest = max(pipelines, key=lambda p: len(_header_json({"p": p.get_config()})))
-        plan = _LeafPlan(leaf, longest, chunk_bytes, [], extra=extra)
-        n_chunks = -(-leaf.nbytes // chunk_bytes)
-        entries.append(_leaf_entry(plan, offset=2**53, table=[widest] * n_chunks))
-    worst = {**header, "leaves": entries, "data_length": 2**53, "id": "0" * 32}
+            size = plan.array.numel() * plan.array.element_size()
+        else:
+            pipelines = [policy.pipeline_for(leaf)]
+            extra: dict[str, Any] = {}
+            if base is not None and base.tensor(leaf.name) is not None:
+                pipelines += policy.delta_candidates(leaf)
+                extra = {"base": {"name": leaf.name, "crc": 0xFFFFFFFF}}
+            candidates += pipelines
+            plan = _LeafPlan(leaf, pipelines[0], policy.chunk_bytes(leaf), [], extra=extra)
+            size = leaf.nbytes
+        worst.append(replace(plan, offset=2**53, table=[widest] * -(-size // plan.chunk_bytes)))
+    pipelines_table, entries, chunk = _leaf_entries(worst, extra_pipelines=candidates)
+    for entry in entries:
+        entry["pipeline"] = len(pipelines_table)  # the widest index
+        entry["chunk"] = chunk
+    full = {**header, "chunk": chunk, "pipelines": pipelines_table, "leaves": entries,
+            "data_length": 2**53, "id": "0" * 32}
     if base is not None:
-        worst.update(base={"id": base.id, "path": base_location}, chain_depth=2**31)
-    return len(_header_json(worst)) + 64 * len(leaves) + 256
+        full.update(base={"id": base.id, "path": base_location}, chain_depth=2**31)
+    return len(_header_json(full)) + 64 * len(leaves) + 256
 
 
-def _leaf_entry(plan: _LeafPlan, offset: int, table: list[list[int]]) -> dict[str, Any]:
-    leaf = plan.leaf
-    return {
-        "name": leaf.name,
-        "dtype": leaf.dtype.name,
-        "shape": list(leaf.shape),
-        "pipeline": plan.pipeline.get_config(),
-        "chunk": plan.chunk_bytes,
-        "offset": offset,
-        "chunks": table,
-        **plan.extra,
-    }
+def _leaf_entries(
+    plans: list[_LeafPlan], extra_pipelines: Sequence[Pipeline] = ()
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]], int]:
+    """The header's pipeline table, leaf entries and default chunk size.
+
+    Each distinct pipeline config is stored once and leaves name it by index; a leaf states its
+    chunk size only where it differs from the most common one."""
+    table: list[list[dict[str, Any]]] = []
+    index_of: dict[str, int] = {}
+
+    def index(pipeline: Pipeline) -> int:
+        config = pipeline.get_config()
+        key = json.dumps(config, sort_keys=True)
+        if key not in index_of:
+            index_of[key] = len(table)
+            table.append(config)
+        return index_of[key]
+
+    sizes = Counter(plan.chunk_bytes for plan in plans)
+    chunk = sizes.most_common(1)[0][0] if sizes else DEFAULT_CHUNK_BYTES
+    entries = []
+    for plan in plans:
+        leaf = plan.leaf
+        entry: dict[str, Any] = {
+            "dtype": leaf.dtype.name,
+            "shape": list(leaf.shape),
+            "pipeline": index(plan.pipeline),
+            "offset": max(plan.offset, 0),
+            "chunks": plan.table,
+            **plan.extra,
+        }
+        if plan.chunk_bytes != chunk:
+            entry["chunk"] = plan.chunk_bytes
+        entries.append(entry)
+    for pipeline in extra_pipelines:
+        index(pipeline)
+    return table, entries, chunk
 
 
 def encode_state(
@@ -355,11 +390,13 @@ def encode_state(
             plan.table.append([len(stored), crc, raw_crc])
             sink.write(stored)
             bar.update(raw_length)
+            if len(plan.table) == plan.n_chunks:  # done with this tensor: free what it held
+                plan.base_raw = plan.array = plan.precoded = None
     bar.close()
     if base is not None and any("base" in plan.extra for plan in plans):
         header["base"] = {"id": base.id, "path": base_location}
         header["chain_depth"] = base.depth + 1
-    header["leaves"] = [_leaf_entry(p, max(p.offset, 0), p.table) for p in plans]
+    header["pipelines"], header["leaves"], header["chunk"] = _leaf_entries(plans)
     header["data_length"] = sink.position
     header["id"] = hashlib.sha256(_header_json(header)).hexdigest()[:32]
     header_bytes = _header_json(header)
