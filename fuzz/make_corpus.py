@@ -58,7 +58,8 @@ def samples() -> list[tuple[int, bytes]]:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for old in OUT.iterdir():
-        old.unlink()
+        if not old.name.startswith("legacy-"):  # streams today's encoder no longer writes
+            old.unlink()
     total = 0
     for ctl, stream in samples():
         blob = bytes([ctl]) + stream

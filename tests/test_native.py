@@ -214,6 +214,54 @@ def test_decode_argument_errors() -> None:
         N.encode(b"", 0)
 
 
+# ---- rANS segments ------------------------------------------------------------------------------
+
+# A mode-3 (4-stream rANS) segment as the encoder wrote it before RANS32 replaced it: 3000 symbols
+# of legacy_rans_data().  The decoder keeps reading such streams.
+LEGACY_RANS_STREAM = bytes.fromhex(
+    "01b8170103970200074d58810174000000e61c4e3a40d28590002b6e44a9498b20ee7e41ab8af39c479b15c7"
+    "823118d6111fe490fbc602c53cd3fa37302b3ba8dd386830ab44334bfbee2e3b640f50b0156debf46a7c385b"
+    "a33c34204458fdfac294ef859fca0300cb5d31576e808752e337e1c955b3b6791b48e0010982a212d6b489c4"
+    "7d168e53a247d98038cf5eed5d060dcd991c04e72b077dbdad5c958103004cf6ee85059547a5df0afab0e27f"
+    "fbf5c30894c376eb9f4a911f89abb5704a10743a824c5dcf5ad01bbb93f8c91917c368b405120d938e2e43f7"
+    "6dafd5a33c2d742d32e3b27c8ef794010d04ad567e5727fe3b9b0f39275a2e8f1a59417782e9d24d4a11d2f8"
+    "c5ca142690769d97496fdd799f55f33e7fc44d793bc8"
+)
+
+
+def legacy_rans_data() -> bytes:
+    out, r = bytearray(), 12345
+    for _ in range(3000):
+        r = (r * 1103515245 + 12345) & 0xFFFFFFFF
+        v = (r >> 16) % 100
+        out.append(7 if v < 90 else v % 4)
+    return bytes(out)
+
+
+def test_legacy_rans_stream_decodes() -> None:
+    assert LEGACY_RANS_STREAM[4] == 3  # one segment, mode RANS
+    out = bytearray(3000)
+    N.decode(LEGACY_RANS_STREAM, out)
+    assert bytes(out) == legacy_rans_data()
+    enc = roundtrip(legacy_rans_data())
+    assert enc[4] == 4  # written as RANS32 now
+    for cut in range(len(LEGACY_RANS_STREAM)):
+        with pytest.raises(ValueError):
+            N.decode(LEGACY_RANS_STREAM[:cut], bytearray(3000))
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 65_536, 300_001])
+def test_rans32_lanes_and_tails(n: int) -> None:
+    """Low entropy: a few words cover thousands of symbols, so the decoder's padded tail and its
+    scalar remainder (n % 32 symbols) both run."""
+    rng = np.random.default_rng(n)
+    data = np.where(rng.random(n) < 0.998, 9, rng.integers(0, 3, n)).astype(np.uint8)
+    data[: min(n, 2)] = [0, 1][: min(n, 2)]
+    enc = roundtrip(data.tobytes())
+    if n >= 65_536:  # the only segment is RANS32 (short ones favour HUFF: 128 state bytes)
+        assert enc[1 + (n.bit_length() + 6) // 7 + 1] == 4
+
+
 # ---- context-bucketed planes (encode_planes_ctx) -------------------------------------------------
 
 CTX_ELEM_ROTATE = [(k, r) for k in (1, 2, 4, 8) for r in sorted({0, 1, 8 * k - 1})]

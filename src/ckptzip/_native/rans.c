@@ -133,67 +133,6 @@ static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
     }
 }
 
-/* Encoder step: flush one 16-bit word if x >= x_max, then map x.  A branch, not a select, for
- * the reason given at RANS_STEP: it keeps the flush off the state's dependency chain. */
-#define RANS_ENC_PUT(x, p, e)                                                                  \
-    do {                                                                                       \
-        if ((x) >= (e)->x_max) {                                                               \
-            (p) -= 2;                                                                          \
-            (p)[0] = (uint8_t)(x);                                                             \
-            (p)[1] = (uint8_t)((x) >> 8);                                                      \
-            (x) >>= 16;                                                                        \
-        }                                                                                      \
-        uint32_t q_ = (uint32_t)(((unsigned __int128)(x) * (e)->rcp_freq) >> 64 >>            \
-                                 (e)->rcp_shift);                                              \
-        (x) = (x) + (e)->bias + q_ * (e)->cmpl_freq; /* (x / f) * SCALE + x % f + start */    \
-    } while (0)
-
-/* Bytes reserved per stream: a symbol of frequency >= 1 emits at most PROB_BITS bits on average
- * (2 bytes reserved, the most one step can flush), plus the 4 state bytes. */
-static size_t region_size(size_t n) {
-    return 2 * ((n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS) + 4;
-}
-
-size_t ckz_rans_scratch_size(size_t n) { return CKZ_HUF_STREAMS * region_size(n); }
-
-void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
-                     const uint8_t *start[CKZ_HUF_STREAMS], size_t size[CKZ_HUF_STREAMS]) {
-    enc_sym es[256];
-    uint32_t cum = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
-        cum += freq[s];
-    }
-    size_t region = region_size(n);
-    /* rANS is last-in first-out: each quarter is coded backwards, its bytes written backwards
-     * from the end of its region, so the decoder reads forwards.  The four quarters run in
-     * lockstep (independent chains) over the positions all of them have. */
-    const uint8_t *s0 = src, *s1 = src + ckz_huf_stream_start(n, 1);
-    const uint8_t *s2 = src + ckz_huf_stream_start(n, 2), *s3 = src + ckz_huf_stream_start(n, 3);
-    uint8_t *p0 = scratch + region, *p1 = p0 + region, *p2 = p1 + region, *p3 = p2 + region;
-    uint32_t x0 = L, x1 = L, x2 = L, x3 = L;
-    size_t common = ckz_huf_stream_count(n, 3);
-    for (size_t i = ckz_huf_stream_count(n, 0); i-- > common;) {
-        RANS_ENC_PUT(x0, p0, &es[s0[i]]);
-        if (i < ckz_huf_stream_count(n, 1)) RANS_ENC_PUT(x1, p1, &es[s1[i]]);
-        if (i < ckz_huf_stream_count(n, 2)) RANS_ENC_PUT(x2, p2, &es[s2[i]]);
-    }
-    for (size_t i = common; i-- > 0;) {
-        RANS_ENC_PUT(x0, p0, &es[s0[i]]);
-        RANS_ENC_PUT(x1, p1, &es[s1[i]]);
-        RANS_ENC_PUT(x2, p2, &es[s2[i]]);
-        RANS_ENC_PUT(x3, p3, &es[s3[i]]);
-    }
-    uint32_t xs[CKZ_HUF_STREAMS] = {x0, x1, x2, x3};
-    uint8_t *ps[CKZ_HUF_STREAMS] = {p0, p1, p2, p3};
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-        uint8_t *p = ps[k] - 4;
-        ckz_store32(p, xs[k]);
-        start[k] = p;
-        size[k] = (size_t)(scratch + (k + 1) * region - p);
-    }
-}
-
 /* ---- decoder -------------------------------------------------------------------------------- */
 
 /* One decode step: emit the symbol of x's slot, advance the state, refill one 16-bit word if
@@ -288,5 +227,180 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
             return ckz_fail(err, "rans stream %u: final state 0x%08x (expected 0x%08x), %zu of "
                             "%zu bytes used", k, x, L, ps, size[k]);
     }
+    return 0;
+}
+
+/* ---- 32-lane interleaved rANS ---------------------------------------------------------------- */
+
+#define LANES CKZ_RANS32_LANES
+
+void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
+                       const uint8_t **start, size_t *size) {
+    enc_sym es[256];
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
+        cum += freq[s];
+    }
+    uint32_t x[LANES];
+    for (unsigned l = 0; l < LANES; l++) x[l] = L;
+    /* Backwards over the symbols, words written backwards from the end: the decoder reads them
+     * forwards in symbol order.  The flush is branch-free: the word is always stored below p
+     * (scratch keeps 2 bytes of slack for that) and p moves only when the flush happens; a
+     * branch mispredicts on the ~H/16 of symbols that flush. */
+    uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
+    for (size_t i = n; i-- > 0;) {
+        const enc_sym *e = &es[src[i]];
+        uint32_t xl = x[i % LANES], flush = xl >= e->x_max;
+        p[-2] = (uint8_t)xl;
+        p[-1] = (uint8_t)(xl >> 8);
+        p -= 2 * flush;
+        xl >>= 16 * flush;
+        uint32_t q = (uint32_t)(((unsigned __int128)xl * e->rcp_freq) >> 64 >> e->rcp_shift);
+        x[i % LANES] = xl + e->bias + q * e->cmpl_freq;
+    }
+    p -= CKZ_RANS32_STATE_BYTES;
+    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
+    *start = p;
+    *size = (size_t)(end - p);
+}
+
+/* Portable decoder from symbol i on: lanes' states x, words at in[*pos..len).  Returns -1 when a
+ * refill finds no word left (the caller reports it). */
+static int rans32_scalar(const uint32_t *T, uint32_t x[LANES], const uint8_t *in, size_t len,
+                         size_t *pos, uint8_t *out, size_t i, size_t n) {
+    size_t ps = *pos;
+    for (; i < n; i++) {
+        uint32_t xl = x[i % LANES], e = T[xl & (SCALE - 1)];
+        out[i] = (uint8_t)e;
+        xl = (e >> 20) * (xl >> PROB_BITS) + ((e >> 8) & 0xfff);
+        if (xl < L) {
+            if (len - ps < 2) return -1;
+            xl = (xl << 16) | ckz_load16(in + ps);
+            ps += 2;
+        }
+        x[i % LANES] = xl;
+    }
+    *pos = ps;
+    return 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#include <immintrin.h>
+#define CKZ_HAVE_AVX2_RANS 1
+
+/* refill_rank[mask][j]: the rank of lane j among the refilling lanes of `mask` (lanes below j
+ * that refill), i.e. which of the next words lane j takes.  Filled once by ckz_rans_init. */
+static uint8_t refill_rank[256][8];
+
+void ckz_rans_init(void) {
+    for (unsigned mask = 0; mask < 256; mask++)
+        for (unsigned j = 0, rank = 0; j < 8; j++) {
+            refill_rank[mask][j] = (uint8_t)rank;
+            rank += (mask >> j) & 1;
+        }
+}
+
+/* One AVX2 step: 8 lanes decode one symbol each, and the lanes whose state fell below L take
+ * the next words in lane order (refill_rank permutes them into place).  Reads 16 bytes at *p;
+ * consumes 2 per refilling lane. */
+__attribute__((target("avx2"))) static inline __m256i
+rans32_step8(const uint32_t *T, __m256i x, const uint8_t **p, uint8_t *out) {
+    const __m256i slot_mask = _mm256_set1_epi32(SCALE - 1), lo12 = _mm256_set1_epi32(0xfff);
+    __m256i e = _mm256_i32gather_epi32((const int *)T, _mm256_and_si256(x, slot_mask), 4);
+    __m256i f = _mm256_srli_epi32(e, 20), bias = _mm256_and_si256(_mm256_srli_epi32(e, 8), lo12);
+    /* f <= 2^12 - 1 and x >> 12 < 2^20: the product fits 32 bits, and so does the sum (it is
+     * below f * ((x >> 12) + 1) <= 2^32). */
+    x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, PROB_BITS)), bias);
+    /* symbols: byte 0 of each lane */
+    __m256i sym = _mm256_shuffle_epi8(e, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                                          -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1,
+                                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    uint32_t lo = (uint32_t)_mm256_extract_epi32(sym, 0), hi = (uint32_t)_mm256_extract_epi32(sym, 4);
+    ckz_store64(out, (uint64_t)lo | (uint64_t)hi << 32);
+    __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
+    unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
+    __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)refill_rank[mask]));
+    __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)*p));
+    words = _mm256_permutevar8x32_epi32(words, idx);
+    x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), words), need);
+    *p += 2 * (size_t)__builtin_popcount(mask);
+    return x;
+}
+
+/* Whole 32-symbol rounds while the words in hand [p, end) cover one (a round reads <= 64 bytes:
+ * 4 steps of <= 16 bytes, each loading 16 bytes at its start).  Returns symbols decoded. */
+__attribute__((target("avx2"))) static size_t
+rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+            uint8_t *out, size_t i, size_t n) {
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
+            x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
+            x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
+            x3 = _mm256_loadu_si256((const __m256i *)(x + 24));
+    const uint8_t *p = *pp;
+    size_t start = i;
+    for (; n - i >= LANES && end - p >= 4 * 16; i += LANES) {
+        x0 = rans32_step8(T, x0, &p, out + i);
+        x1 = rans32_step8(T, x1, &p, out + i + 8);
+        x2 = rans32_step8(T, x2, &p, out + i + 16);
+        x3 = rans32_step8(T, x3, &p, out + i + 24);
+    }
+    _mm256_storeu_si256((__m256i *)x, x0);
+    _mm256_storeu_si256((__m256i *)(x + 8), x1);
+    _mm256_storeu_si256((__m256i *)(x + 16), x2);
+    _mm256_storeu_si256((__m256i *)(x + 24), x3);
+    *pp = p;
+    return i - start;
+}
+#else
+void ckz_rans_init(void) {}
+#endif
+
+int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
+                      size_t n, ckz_err *err) {
+    uint32_t T[SCALE]; /* as in ckz_rans_decode */
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        for (uint32_t j = 0; j < freq[s]; j++)
+            T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
+        cum += freq[s];
+    }
+    if (len < CKZ_RANS32_STATE_BYTES)
+        return ckz_fail(err, "rans32 stream has %zu bytes, fewer than its %d state bytes", len,
+                        CKZ_RANS32_STATE_BYTES);
+    uint32_t x[LANES];
+    for (unsigned l = 0; l < LANES; l++) x[l] = ckz_load32(in + 4 * l);
+    size_t pos = CKZ_RANS32_STATE_BYTES, i = 0;
+#ifdef CKZ_HAVE_AVX2_RANS
+    if (ckz_cpu_v3) {
+        /* In place while 64 bytes remain, then the last < 64 bytes from a zero-padded copy, so
+         * the 16-byte loads never leave the buffer.  A round that runs past the real end (a
+         * corrupt stream) stops the loop, and the final position check reports it. */
+        const uint8_t *p = in + pos;
+        i = rans32_avx2(T, x, &p, in + len, out, i, n);
+        uint8_t tail[2 * 4 * 16] = {0};
+        size_t rest = (size_t)(in + len - p); /* < 64 unless the symbols ran out first */
+        if (rest < 4 * 16 && n - i >= LANES) {
+            memcpy(tail, p, rest);
+            const uint8_t *q = tail;
+            while (n - i >= LANES && q <= tail + rest) {
+                const uint8_t *q_end = tail + rest + 4 * 16; /* loads stay inside tail */
+                i += rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
+            }
+            if (q > tail + rest)
+                return ckz_fail(err, "rans32 stream ends %zu bytes early", (size_t)(q - tail) - rest);
+            p += q - tail;
+        }
+        pos = (size_t)(p - in);
+    }
+#endif
+    if (rans32_scalar(T, x, in, len, &pos, out, i, n))
+        return ckz_fail(err, "rans32 stream ends before symbol %zu of %zu", i, n);
+    for (unsigned l = 0; l < LANES; l++)
+        if (x[l] != L)
+            return ckz_fail(err, "rans32 lane %u: final state 0x%08x (expected 0x%08x)", l, x[l],
+                            L);
+    if (pos != len)
+        return ckz_fail(err, "rans32 stream: %zu of %zu bytes used", pos, len);
     return 0;
 }

@@ -1,10 +1,11 @@
 /* rans.h - static rANS (32-bit states, 16-bit renormalization) for segments where Huffman's
  * whole-bit codes waste too much: low-entropy planes whose top symbol has probability near or
- * above 1/2.
+ * above 1/2.  Frequencies are normalized to sum 2^CKZ_RANS_PROB_BITS.
  *
- * Same stream layout as huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
- * (ckz_huf_stream_count), quarter k coded into its own stream, so the decoder runs that many
- * independent state chains.  Frequencies are normalized to sum 2^CKZ_RANS_PROB_BITS.
+ * Two layouts.  RANS (segment mode 3, decoded only: streams written before RANS32) has the stream
+ * layout of huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
+ * (ckz_huf_stream_count), quarter k coded into its own stream.  RANS32 (mode 4, written now)
+ * interleaves CKZ_RANS32_LANES states in one stream, for a vectorized decoder.
  */
 #ifndef CKZ_RANS_H
 #define CKZ_RANS_H
@@ -32,17 +33,38 @@ size_t ckz_rans_write_table(const uint16_t freq[256], uint8_t *out);
 int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], size_t *used_bytes,
                         ckz_err *err);
 
-/* Worst-case bytes ckz_rans_encode needs in `scratch` for n symbols. */
-size_t ckz_rans_scratch_size(size_t n);
-
-/* Codes src[0..n) into CKZ_HUF_STREAMS streams built backwards inside scratch; on return
- * stream k is start[k][0..size[k]).  Every symbol of src must have freq > 0. */
-void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
-                     const uint8_t *start[CKZ_HUF_STREAMS], size_t size[CKZ_HUF_STREAMS]);
-
 /* Decodes the streams into out[0..n).  Fails unless each stream is consumed exactly and every
  * state returns to its initial value. */
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err);
+
+/* ---- 32-lane interleaved rANS (segment mode RANS32) ----------------------------------------
+ * Same states, renormalization and table as above, but CKZ_RANS32_LANES states share one word
+ * stream: symbol i belongs to lane i % CKZ_RANS32_LANES, symbols are decoded in index order, and
+ * each refill takes the next 16-bit word, so 8 consecutive symbols are one AVX2 step (gather,
+ * 32-bit multiply, refill by a pdep-computed permutation).  Stream: the lanes' u32 initial
+ * states, lane 0 first, then the words; decoding must use every byte and leave every state at L.
+ */
+#define CKZ_RANS32_LANES 32
+
+/* Fills the decoder's constant tables; call once before any decode (module init). */
+void ckz_rans_init(void);
+#define CKZ_RANS32_STATE_BYTES (4 * CKZ_RANS32_LANES)
+
+/* Worst-case scratch for n symbols: two bytes per symbol (one word at most), the states, and
+ * the two bytes the branch-free flush may store below the stream. */
+static inline size_t ckz_rans32_scratch_size(size_t n) {
+    return 2 * n + CKZ_RANS32_STATE_BYTES + 2;
+}
+
+/* Codes src[0..n) into the end of scratch (ckz_rans32_scratch_size(n) bytes); the stream is
+ * *start[0..*size).  Every symbol of src must have freq > 0. */
+void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
+                       const uint8_t **start, size_t *size);
+
+/* Decodes a stream of len bytes into out[0..n).  Fails unless every byte is used and every state
+ * ends at L. */
+int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
+                      size_t n, ckz_err *err);
 
 #endif /* CKZ_RANS_H */

@@ -79,8 +79,8 @@ typedef struct {
     uint8_t len[256];                /* HUFF: code lengths */
     uint16_t freq[256];              /* RANS: normalized frequencies */
     size_t size[CKZ_HUF_STREAMS];    /* HUFF, RANS: bytes of each stream */
-    const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS: the streams, inside scratch */
-    uint8_t *scratch;                /* RANS: owned buffer holding the coded streams */
+    const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS32: start[0] is the stream, inside scratch */
+    uint8_t *scratch;                /* RANS32: owned buffer holding the coded stream */
     size_t body;                     /* bytes this segment contributes after the header */
 } seg_plan;
 
@@ -105,8 +105,10 @@ static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
     return body;
 }
 
-/* Replaces a HUFF plan by RANS when that pays (see RANS_TRY_PCT).  On allocation failure the
- * segment simply stays HUFF. */
+/* Replaces a HUFF plan by RANS32 when that pays (see RANS_TRY_PCT).  The choice uses the exact
+ * code length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final
+ * states, so a rejected trial costs no coding; the real body differs from the estimate by the
+ * states' fractional bits only.  On allocation failure the segment simply stays HUFF. */
 static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p) {
     double entropy_bits = 0, huff_bits = 0;
     for (unsigned v = 0; v < 256; v++) {
@@ -115,24 +117,24 @@ static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_
         huff_bits += (double)total[v] * p->len[v];
     }
     if (huff_bits * 100 <= entropy_bits * (100 + RANS_TRY_PCT)) return;
-    uint8_t *scratch = malloc(ckz_rans_scratch_size(m));
-    if (!scratch) return;
     uint16_t freq[256];
-    const uint8_t *start[CKZ_HUF_STREAMS];
-    size_t size[CKZ_HUF_STREAMS];
     ckz_rans_normalize(total, m, freq);
-    ckz_rans_encode(s, m, freq, scratch, start, size);
-    size_t body = streams_body(ckz_rans_table_size(freq), size);
-    if ((uint64_t)body * 100 >= (uint64_t)p->body * (100 - RANS_KEEP_PCT)) {
-        free(scratch);
-        return;
-    }
-    p->mode = CKZ_MODE_RANS;
-    p->body = body;
+    double rans_bits = 0;
+    for (unsigned v = 0; v < 256; v++)
+        if (total[v]) rans_bits += (double)total[v] * log2((double)CKZ_RANS_PROB_SCALE / freq[v]);
+    double estimate = (double)ckz_rans_table_size(freq) + rans_bits / 8 + CKZ_RANS32_STATE_BYTES;
+    if (estimate * 100 >= (double)p->body * (100 - RANS_KEEP_PCT)) return;
+    uint8_t *scratch = malloc(ckz_rans32_scratch_size(m));
+    if (!scratch) return;
+    const uint8_t *start;
+    size_t size;
+    ckz_rans32_encode(s, m, freq, scratch, &start, &size);
+    p->mode = CKZ_MODE_RANS32;
+    p->body = ckz_rans_table_size(freq) + size;
     p->scratch = scratch;
     memcpy(p->freq, freq, sizeof freq);
-    memcpy(p->start, start, sizeof start);
-    memcpy(p->size, size, sizeof size);
+    p->start[0] = start;
+    p->size[0] = size;
 }
 
 static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
@@ -184,13 +186,10 @@ static size_t write_body(const uint8_t *s, size_t m, const seg_plan *p, uint8_t 
         for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
         ckz_huf_encode(s, m, p->len, p->size, o);
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
-    } else if (p->mode == CKZ_MODE_RANS) {
+    } else if (p->mode == CKZ_MODE_RANS32) {
         o += ckz_rans_write_table(p->freq, o);
-        for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
-        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-            memcpy(o, p->start[k], p->size[k]);
-            o += p->size[k];
-        }
+        memcpy(o, p->start[0], p->size[0]);
+        o += p->size[0];
         free(p->scratch);
     }
     return (size_t)(o - out);
@@ -279,6 +278,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
             break;
         case CKZ_MODE_HUFF:
         case CKZ_MODE_RANS:
+        case CKZ_MODE_RANS32:
             if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
             if (v > (uint64_t)(end - p))
                 return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", j,
@@ -311,6 +311,7 @@ static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t 
                               : ckz_rans_read_table(body, len, freq, &used, err))
         return -1;
     const uint8_t *p = body + used, *end = body + len;
+    if (mode == CKZ_MODE_RANS32) return ckz_rans32_decode(freq, p, (size_t)(end - p), out, m, err);
     const uint8_t *in[CKZ_HUF_STREAMS];
     size_t size[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) {
@@ -353,6 +354,7 @@ int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t
         break;
     case CKZ_MODE_HUFF:
     case CKZ_MODE_RANS:
+    case CKZ_MODE_RANS32:
         if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
         if (v > (uint64_t)(end - p))
             return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", seg,

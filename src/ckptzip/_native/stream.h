@@ -18,7 +18,14 @@
 #define CKZ_MAX_VARINT 9         /* LEB128 bytes for values < 2^63 */
 #define CKZ_MAX_DECODED ((uint64_t)1 << 56) /* declared lengths beyond this are rejected */
 
-enum { CKZ_MODE_RAW = 0, CKZ_MODE_CONST = 1, CKZ_MODE_HUFF = 2, CKZ_MODE_RANS = 3 };
+enum {
+    CKZ_MODE_RAW = 0,
+    CKZ_MODE_CONST = 1,
+    CKZ_MODE_HUFF = 2,
+    CKZ_MODE_RANS = 3,   /* 4 streams of rANS (decoded; no longer written) */
+    CKZ_MODE_RANS32 = 4, /* 32-lane interleaved rANS in one word stream */
+    CKZ_MODE_LAST = CKZ_MODE_RANS32
+};
 
 /* Largest stream ckz_encode can produce for n bytes in `segments` segments: coded segments are
  * never larger than raw ones, so it is n plus the largest header. */
