@@ -127,11 +127,10 @@ def open_source(path: PathLike) -> Source:
 
 def _umask() -> int:
     """The process umask, read without changing it (os.umask can only set it, racing threads)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     return 0o022
 
 
