@@ -15,14 +15,14 @@ $(STAMP): pyproject.toml setup.py $(NATIVE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev,examples]"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ckptzip demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks fuzz
+	$(BIN)/ruff check src tests benchmarks fuzz examples
 	$(BIN)/mypy
 
 # clang (for the libFuzzer smoke run in the tests) is installed from Debian when missing.
