@@ -70,6 +70,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="say more")
 
 
+def _output_options(parser: argparse.ArgumentParser, done: str) -> None:
+    parser.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--rm", action="store_true", help=f"remove each SRC after it is {done}")
+    _common(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckptzip",
@@ -91,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keyframe-every", type=int, metavar="K",
                    help="with --base: write a standalone keyframe instead when B already heads a "
                         "chain of K-1 deltas")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
-    p.add_argument("--rm", action="store_true", help="remove each SRC after it is compressed")
-    _common(p)
+    _output_options(p, "compressed")
 
     p = sub.add_parser("decompress", help="restore .ckz to safetensors, torch.save or a directory",
                        description="Restore a .ckz. By default it becomes what it was compressed "
@@ -102,9 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only)")
     p.add_argument("--to", choices=("safetensors", "pt", "dir"), help="output format")
     p.add_argument("--base", metavar="B", help="the base of a delta, if not beside it")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
-    p.add_argument("--rm", action="store_true", help="remove each SRC.ckz after it is restored")
-    _common(p)
+    _output_options(p, "restored")
 
     p = sub.add_parser("inspect", help="list tensors: dtype, shape, codec, ratio; then totals")
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")

@@ -182,12 +182,7 @@ def _parse_leaf(
     if not isinstance(entry, dict):
         raise FormatError(f"{source}: leaf {index} is not an object")
     where = f"{source}: tensor {name!r}"
-    try:
-        dtype = from_name(str(entry.get("dtype")))
-    except UnsupportedError as exc:
-        raise FormatError(f"{where}: {exc}") from None
-    dims = _dims(entry.get("shape"), where)
-    nbytes = math.prod(dims) * dtype.itemsize
+    dtype, dims, nbytes = _array_type(entry, where)
     width = 1
     pipeline = pipelines[_int(entry.get("pipeline"), "pipeline index", where, 0, len(pipelines) - 1)]
     array_dtype, array_dims, array_nbytes = dtype, dims, nbytes
@@ -195,12 +190,7 @@ def _parse_leaf(
     if pipeline.transforms:
         if not isinstance(encoded, dict):
             raise FormatError(f"{where}: a pipeline with transforms needs an 'encoded' array")
-        try:
-            array_dtype = from_name(str(encoded.get("dtype")))
-        except UnsupportedError as exc:
-            raise FormatError(f"{where}: {exc}") from None
-        array_dims = _dims(encoded.get("shape"), where)
-        array_nbytes = math.prod(array_dims) * array_dtype.itemsize
+        array_dtype, array_dims, array_nbytes = _array_type(encoded, where)
         if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1):
             raise FormatError(
                 f"{where}: {nbytes} bytes claimed from an encoded array of {array_nbytes}"
@@ -236,6 +226,16 @@ def _parse_leaf(
              if k not in ("dtype", "shape", "pipeline", "chunk", "chunks", "offset", "encoded")}
     return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra,
                     array_dtype, array_dims, array_nbytes)
+
+
+def _array_type(entry: dict[str, Any], where: str) -> tuple[DType, tuple[int, ...], int]:
+    """An entry's ``dtype`` and ``shape``, validated, and the byte size they make."""
+    try:
+        dtype = from_name(str(entry.get("dtype")))
+    except UnsupportedError as exc:
+        raise FormatError(f"{where}: {exc}") from None
+    dims = _dims(entry.get("shape"), where)
+    return dtype, dims, math.prod(dims) * dtype.itemsize
 
 
 def _dims(shape: Any, where: str) -> tuple[int, ...]:
