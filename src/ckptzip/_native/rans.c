@@ -234,37 +234,6 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
 
 #define LANES CKZ_RANS32_LANES
 
-void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
-                       const uint8_t **start, size_t *size) {
-    enc_sym es[256];
-    uint32_t cum = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
-        cum += freq[s];
-    }
-    uint32_t x[LANES];
-    for (unsigned l = 0; l < LANES; l++) x[l] = L;
-    /* Backwards over the symbols, words written backwards from the end: the decoder reads them
-     * forwards in symbol order.  The flush is branch-free: the word is always stored below p
-     * (scratch keeps 2 bytes of slack for that) and p moves only when the flush happens; a
-     * branch mispredicts on the ~H/16 of symbols that flush. */
-    uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
-    for (size_t i = n; i-- > 0;) {
-        const enc_sym *e = &es[src[i]];
-        uint32_t xl = x[i % LANES], flush = xl >= e->x_max;
-        p[-2] = (uint8_t)xl;
-        p[-1] = (uint8_t)(xl >> 8);
-        p -= 2 * flush;
-        xl >>= 16 * flush;
-        uint32_t q = (uint32_t)(((unsigned __int128)xl * e->rcp_freq) >> 64 >> e->rcp_shift);
-        x[i % LANES] = xl + e->bias + q * e->cmpl_freq;
-    }
-    p -= CKZ_RANS32_STATE_BYTES;
-    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
-    *start = p;
-    *size = (size_t)(end - p);
-}
-
 /* Portable decoder from symbol i on: lanes' states x, words at in[*pos..len).  Returns -1 when a
  * refill finds no word left (the caller reports it). */
 static int rans32_scalar(const uint32_t *T, uint32_t x[LANES], const uint8_t *in, size_t len,
@@ -292,13 +261,20 @@ static int rans32_scalar(const uint32_t *T, uint32_t x[LANES], const uint8_t *in
 /* refill_rank[mask][j]: the rank of lane j among the refilling lanes of `mask` (lanes below j
  * that refill), i.e. which of the next words lane j takes.  Filled once by ckz_rans_init. */
 static uint8_t refill_rank[256][8];
+/* flush_lane[mask][t]: for the encoder, the lane whose word goes to position t of 8, so that the
+ * flushing lanes of `mask` fill the top positions in lane order (the rest are don't-cares). */
+static uint8_t flush_lane[256][8];
 
 void ckz_rans_init(void) {
-    for (unsigned mask = 0; mask < 256; mask++)
+    for (unsigned mask = 0; mask < 256; mask++) {
+        unsigned count = (unsigned)__builtin_popcount(mask), t = 8 - count;
+        memset(flush_lane[mask], 0, 8);
         for (unsigned j = 0, rank = 0; j < 8; j++) {
             refill_rank[mask][j] = (uint8_t)rank;
             rank += (mask >> j) & 1;
+            if ((mask >> j) & 1) flush_lane[mask][t++] = (uint8_t)j;
         }
+    }
 }
 
 /* One AVX2 step: 8 lanes decode one symbol each, and the lanes whose state fell below L take
@@ -352,9 +328,124 @@ rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint
     *pp = p;
     return i - start;
 }
+
+/* Encoder tables for the vector path: fc[s] = f | c << 12, inv[s] = 1.0 / f (f = 1 for unused
+ * symbols, which never occur). */
+typedef struct {
+    uint32_t fc[256];
+    double inv[256];
+} enc_vec_table;
+
+/* One AVX2 encoder step for 8 lanes (symbols sym[0..8)), the inverse of rans32_step8: flush the
+ * lanes with x >= f << 20 (= x_max), their low words stored in lane order just below *p (16-byte
+ * store at *p - 16: scratch keeps that slack), then x = (x / f) << 12 + x % f + c.  The quotient
+ * comes from doubles: after the flush x < f 2^20, so x / f < 2^20 and x * fl(1/f) is within 2^-32
+ * of it; adding 2^-24 before truncating gives floor(x / f) exactly, since a non-integer x / f is
+ * at least 1/f > 2^-12 below the next integer. */
+__attribute__((target("avx2"))) static inline __m256i
+rans32_put8(const enc_vec_table *t, __m256i x, const uint8_t *sym, uint8_t **p) {
+    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sym));
+    __m256i e = _mm256_i32gather_epi32((const int *)t->fc, s, 4);
+    __m256i f = _mm256_and_si256(e, _mm256_set1_epi32(0xfff)), c = _mm256_srli_epi32(e, 12);
+    __m256i x_max = _mm256_slli_epi32(f, 20);
+    __m256i flush = _mm256_cmpeq_epi32(_mm256_max_epu32(x, x_max), x);
+    unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(flush));
+    __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)flush_lane[mask]));
+    __m256i w = _mm256_permutevar8x32_epi32(x, idx);
+    w = _mm256_shuffle_epi8(w, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
+                                                -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1,
+                                                -1, -1, -1, -1));
+    w = _mm256_permute4x64_epi64(w, 0x08); /* qwords 0 and 2: the 8 words in order */
+    _mm_storeu_si128((__m128i *)(*p - 16), _mm256_castsi256_si128(w));
+    *p -= 2 * (size_t)__builtin_popcount(mask);
+    x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), flush);
+    const __m256d two31 = _mm256_set1_pd(2147483648.0), eps = _mm256_set1_pd(0x1p-24);
+    __m256i xs = _mm256_xor_si256(x, _mm256_set1_epi32((int)0x80000000u)); /* signed convert */
+    __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
+    __m256d hi = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
+    lo = _mm256_add_pd(_mm256_mul_pd(lo, _mm256_i32gather_pd(t->inv, _mm256_castsi256_si128(s), 8)),
+                       eps);
+    hi = _mm256_add_pd(
+        _mm256_mul_pd(hi, _mm256_i32gather_pd(t->inv, _mm256_extracti128_si256(s, 1), 8)), eps);
+    __m256i q = _mm256_set_m128i(_mm256_cvttpd_epi32(hi), _mm256_cvttpd_epi32(lo));
+    __m256i r = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f)); /* q < 2^20, f < 2^12 */
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, PROB_BITS), r), c);
+}
+
+/* Whole rounds [0, rounds) backwards (the encoder's order), the states in x; returns the new p. */
+__attribute__((target("avx2"))) static uint8_t *
+rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
+                   uint32_t x[LANES], uint8_t *p) {
+    enc_vec_table t;
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        uint32_t f = freq[s] ? freq[s] : 1;
+        t.fc[s] = f | cum << 12;
+        t.inv[s] = 1.0 / f;
+        cum += freq[s];
+    }
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
+            x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
+            x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
+            x3 = _mm256_loadu_si256((const __m256i *)(x + 24));
+    for (size_t r = rounds; r-- > 0;) {
+        const uint8_t *s = src + r * LANES;
+        x3 = rans32_put8(&t, x3, s + 24, &p);
+        x2 = rans32_put8(&t, x2, s + 16, &p);
+        x1 = rans32_put8(&t, x1, s + 8, &p);
+        x0 = rans32_put8(&t, x0, s, &p);
+    }
+    _mm256_storeu_si256((__m256i *)x, x0);
+    _mm256_storeu_si256((__m256i *)(x + 8), x1);
+    _mm256_storeu_si256((__m256i *)(x + 16), x2);
+    _mm256_storeu_si256((__m256i *)(x + 24), x3);
+    return p;
+}
 #else
 void ckz_rans_init(void) {}
 #endif
+
+void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
+                       const uint8_t **start, size_t *size) {
+    enc_sym es[256];
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        enc_sym_init(&es[s], cum, freq[s] ? freq[s] : 1);
+        cum += freq[s];
+    }
+    uint32_t x[LANES];
+    for (unsigned l = 0; l < LANES; l++) x[l] = L;
+    /* Backwards over the symbols, words written backwards from the end: the decoder reads them
+     * forwards in symbol order.  The last n % LANES symbols go first, one at a time, then whole
+     * rounds (vectorized where the CPU allows).  The scalar flush is branch-free: the word is
+     * always stored below p (scratch keeps slack for that) and p moves only when the flush
+     * happens; a branch would mispredict on the ~H/16 of symbols that flush. */
+    uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
+    size_t i = n, rounds = n / LANES;
+#ifdef CKZ_HAVE_AVX2_RANS
+    size_t stop = ckz_cpu_v3 ? rounds * LANES : 0;
+#else
+    size_t stop = 0;
+#endif
+    for (; i > stop; i--) {
+        const enc_sym *e = &es[src[i - 1]];
+        uint32_t xl = x[(i - 1) % LANES], flush = xl >= e->x_max;
+        p[-2] = (uint8_t)xl;
+        p[-1] = (uint8_t)(xl >> 8);
+        p -= 2 * flush;
+        xl >>= 16 * flush;
+        uint32_t q = (uint32_t)(((unsigned __int128)xl * e->rcp_freq) >> 64 >> e->rcp_shift);
+        x[(i - 1) % LANES] = xl + e->bias + q * e->cmpl_freq;
+    }
+#ifdef CKZ_HAVE_AVX2_RANS
+    if (stop) p = rans32_encode_avx2(src, rounds, freq, x, p);
+#endif
+    p -= CKZ_RANS32_STATE_BYTES;
+    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
+    *start = p;
+    *size = (size_t)(end - p);
+}
+
 
 int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
                       size_t n, ckz_err *err) {

@@ -52,9 +52,10 @@ void ckz_rans_init(void);
 #define CKZ_RANS32_STATE_BYTES (4 * CKZ_RANS32_LANES)
 
 /* Worst-case scratch for n symbols: two bytes per symbol (one word at most), the states, and
- * the two bytes the branch-free flush may store below the stream. */
+ * the 16 bytes the branch-free flushes may store below the stream (a vector step stores 8
+ * words at once). */
 static inline size_t ckz_rans32_scratch_size(size_t n) {
-    return 2 * n + CKZ_RANS32_STATE_BYTES + 2;
+    return 2 * n + CKZ_RANS32_STATE_BYTES + 16;
 }
 
 /* Codes src[0..n) into the end of scratch (ckz_rans32_scratch_size(n) bytes); the stream is
