@@ -157,3 +157,9 @@ def test_delta_chain_from_the_command_line(tmp_path: Path, capsys) -> None:
     assert main(["verify", last]) == 1
     assert "missing" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "flat.ckz")]) == 0
+
+
+def test_bench_compares_with_peers_on_the_same_bytes(model_file: Path, capsys) -> None:
+    assert main(["bench", "-q", "--repeat", "1", str(model_file)]) == 0
+    table = capsys.readouterr().out
+    assert "ckptzip" in table and "zstd-1" in table and "ratio" in table.lower()
