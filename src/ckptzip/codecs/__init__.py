@@ -11,14 +11,22 @@ from .base import (
 )
 from .byteplanes import BytePlanes
 from .entropy import Entropy
+from .kmeans import KMeans
+from .log_ratio import LogRatio
+from .lossy_residual import LossyResidual
 from .residual import Residual
+from .sparse import Sparse
 
 __all__ = [
     "BytePlanes",
     "BytesToBytes",
     "Codec",
     "Entropy",
+    "KMeans",
+    "LogRatio",
+    "LossyResidual",
     "Residual",
+    "Sparse",
     "TensorToBytes",
     "TensorToTensor",
     "TransformContext",

@@ -1,0 +1,208 @@
+"""Tensor to tensor: non-uniform (1-D k-means) quantization to one uint8 code per element.
+
+Code 0 means exactly zero (a pruned element); codes 1..k index a sorted codebook fitted to the
+non-zero values, in the linear domain or, for positive values with a wide range (Adam's second
+moments), in the log domain. The codebook is stored in the header as half-precision numbers (as
+ExCP does; their bit patterns, as ints) times one power of two, ``2**scale_exp``, so that fp16's
+narrow range cannot flush small values to zero; in the log domain it holds the logarithms, which
+fp16 covers for any range; ``precision="fp32"`` stores fp32 numbers.
+
+The fit is Lloyd's algorithm on sorted data: with prefix sums, one iteration costs k binary
+searches instead of a pass over the data, and a fixed initialisation makes it deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from .. import dtypes
+from ..errors import ConfigError
+from .base import TensorToTensor, TransformContext, register
+
+#: Most centroids a uint8 code can address (code 0 is zero).
+MAX_CENTROIDS = 255
+#: Values a fit looks at; larger tensors are fitted on an evenly strided sample.
+FIT_SAMPLES = 1 << 20
+#: fp16's largest power of two below its maximum (65504): scaled centroids stay under it.
+_HALF_TOP = 14
+DOMAINS = ("linear", "log")
+PRECISIONS = ("fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Centroids fitted to sorted values, with each cluster's population and squared error."""
+
+    centroids: np.ndarray  # float64, ascending
+    counts: np.ndarray  # int64
+    sse: float
+
+
+def lloyd_sorted(values: np.ndarray, k: int, iterations: int = 40) -> Fit:
+    """1-D k-means of ascending float64 ``values`` into at most ``k`` clusters.
+
+    Clusters of sorted data are contiguous, split at the midpoints between centroids, so one
+    Lloyd step is a ``searchsorted`` of the k-1 midpoints plus sums read off prefix sums. It runs
+    on the host (numpy): the values are a sample, and the steps are too small for a device.
+    """
+    n = values.size
+    if n == 0:
+        return Fit(np.zeros(0), np.zeros(0, dtype=np.int64), 0.0)
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    squares = np.concatenate([[0.0], np.cumsum(values * values)])
+    # initialisation: the middles of equal-population slices (the bulk), and as many evenly
+    # spaced points over the range (the tails, which carry most of the squared error)
+    bulk = k - k // 2
+    picks = ((np.arange(bulk) + 0.5) * n / bulk).astype(np.int64).clip(max=n - 1)
+    spread = np.linspace(values[0], values[-1], k // 2 + 2)[1:-1]
+    centroids = np.unique(np.concatenate([values[picks], spread]))
+    for _ in range(iterations):
+        edges = _edges(values, centroids)
+        counts = np.diff(edges)
+        keep = counts > 0
+        means = (sums[edges[1:]] - sums[edges[:-1]])[keep] / counts[keep]
+        if means.size == centroids.size and np.array_equal(means, centroids):
+            break
+        centroids = means
+    edges = _edges(values, centroids)
+    counts = np.diff(edges)
+    s1 = sums[edges[1:]] - sums[edges[:-1]]
+    s2 = squares[edges[1:]] - squares[edges[:-1]]
+    # sum over a cluster of (x - c)^2 = s2 - 2 c s1 + n c^2
+    sse = float(max((s2 - 2 * centroids * s1 + counts * centroids * centroids).sum(), 0.0))
+    return Fit(centroids, counts, sse)
+
+
+def _edges(values: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Start offsets of each centroid's cluster in sorted ``values``, plus the end."""
+    inner = np.searchsorted(values, (centroids[1:] + centroids[:-1]) / 2, side="right")
+    return np.concatenate([[0], inner, [values.size]])
+
+
+def half_scale_exponent(max_abs: float) -> int:
+    """The power of two that brings ``max_abs`` to fp16's top octave (0 for zero)."""
+    if not max_abs > 0 or not math.isfinite(max_abs):
+        return 0
+    return math.frexp(max_abs)[1] - 1 - _HALF_TOP
+
+
+def sample_sorted(values: torch.Tensor, limit: int = FIT_SAMPLES) -> np.ndarray:
+    """``values`` (1-D), or an evenly strided sample of ``limit`` of them, ascending, float64, on
+    the host."""
+    step = max(1, -(-values.numel() // limit))
+    return values[::step].double().sort().values.cpu().numpy()
+
+
+@register
+class KMeans(TensorToTensor):
+    codec_id: ClassVar[str] = "kmeans"
+
+    def __init__(
+        self,
+        k: int,
+        dtype: str,
+        domain: str = "linear",
+        precision: str = "fp16",
+        centroids: list[int] | list[float] | None = None,
+        scale_exp: int = 0,
+    ) -> None:
+        if type(k) is not int or not 1 <= k <= MAX_CENTROIDS:
+            raise ConfigError(f"kmeans: k must be an int in 1..{MAX_CENTROIDS}, not {k!r}")
+        if domain not in DOMAINS or precision not in PRECISIONS:
+            raise ConfigError(f"kmeans: domain {domain!r} / precision {precision!r} unsupported")
+        out = dtypes.from_name(dtype)
+        if out.kind != "float":
+            raise ConfigError(f"kmeans: output dtype {dtype!r} is not a real float type")
+        self.k, self.dtype, self.domain, self.precision = k, out, domain, precision
+        self.centroids = centroids  # learned by encode
+        self.scale_exp = scale_exp
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "id": self.codec_id, "k": self.k, "dtype": self.dtype.name, "domain": self.domain,
+            "precision": self.precision,
+        }
+        if self.centroids is not None:
+            config.update(centroids=self.centroids, scale_exp=self.scale_exp)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> KMeans:
+        centroids = config.get("centroids")
+        scale_exp = config.get("scale_exp", 0)
+        codec = cls(config["k"], config["dtype"], config["domain"], config["precision"])
+        if not isinstance(centroids, list) or len(centroids) > codec.k:
+            raise ValueError(f"kmeans: the codebook must hold at most k entries, not {centroids!r:.80}")
+        if codec.precision == "fp16":
+            # fp16 bit patterns, finite ones only (exponent field not all ones)
+            valid = all(type(c) is int and 0 <= c < 1 << 16 and c & 0x7C00 != 0x7C00 for c in centroids)
+        else:
+            valid = all(type(c) in (int, float) and math.isfinite(c) for c in centroids)
+        if not valid or type(scale_exp) is not int or abs(scale_exp) > 1000:
+            raise ValueError(f"kmeans: bad codebook {centroids!r:.80} or scale exponent {scale_exp!r}")
+        codec.centroids, codec.scale_exp = centroids, scale_exp
+        return codec
+
+    def fit(self, values: torch.Tensor) -> Fit:
+        """Fit the codebook to the non-zero ``values`` (1-D) and store it; returns the fit in the
+        fitting domain (before rounding)."""
+        if self.domain == "log":
+            if bool((values <= 0).any()):
+                raise ConfigError("kmeans: the log domain needs positive values")
+            values = values.double().log()
+        fit = lloyd_sorted(sample_sorted(values), self.k)
+        table = fit.centroids  # in the log domain the codebook holds logarithms
+        if self.precision == "fp16":
+            self.scale_exp = 0 if self.domain == "log" else half_scale_exponent(
+                float(np.abs(table).max()) if table.size else 0.0)
+            halves = (table * 2.0**-self.scale_exp).astype(np.float16)
+            self.centroids = [int(b) for b in halves.view(np.uint16)]
+        else:
+            self.centroids = [float(c) for c in table.astype(np.float32)]
+        return fit
+
+    def table(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Value of each code, code 0 (zero) first, in float64."""
+        if self.centroids is None:
+            raise ConfigError("kmeans: no codebook yet; encode first")
+        if self.precision == "fp16":
+            halves = np.array(self.centroids, dtype=np.uint16).view(np.float16).astype(np.float64)
+            values = torch.from_numpy(halves) * 2.0**self.scale_exp
+        else:
+            values = torch.tensor(self.centroids, dtype=torch.float64)
+        if self.domain == "log":
+            values = values.exp()
+        return torch.cat([values.new_zeros(1), values]).to(device)
+
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        """Codes of ``tensor`` (zeros stay code 0); fits the codebook first unless it has one."""
+        flat = tensor.reshape(-1)
+        nonzero = flat != 0
+        if self.centroids is None:
+            self.fit(flat[nonzero])
+        table = self.table(tensor.device)[1:]
+        codes = torch.zeros(flat.shape, dtype=torch.uint8, device=tensor.device)
+        if table.numel():
+            values = flat[nonzero].double()
+            # nearest codebook entry, in the fitting domain, by the midpoints between entries
+            keys = table.log() if self.domain == "log" else table
+            if self.domain == "log":
+                values = values.log()
+            mids = (keys[1:] + keys[:-1]) / 2
+            codes[nonzero] = (torch.searchsorted(mids, values) + 1).to(torch.uint8)
+        return codes.reshape(tensor.shape)
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        if tensor.dtype != torch.uint8:
+            raise ValueError(f"kmeans: codes must be uint8, not {tensor.dtype}")
+        table = self.table(tensor.device)
+        if tensor.numel() and int(tensor.max()) >= table.numel():
+            raise ValueError(f"kmeans: code {int(tensor.max())} beyond a codebook of {table.numel() - 1}")
+        assert self.dtype.torch_dtype is not None
+        compute = torch.float64 if self.dtype.itemsize == 8 else torch.float32
+        return table.to(compute)[tensor.long()].to(self.dtype.torch_dtype)

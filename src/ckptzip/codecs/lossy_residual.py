@@ -1,0 +1,56 @@
+"""Tensor to tensor, against a base: the arithmetic difference from the base's reconstruction.
+
+Lossy modes code a tensor as ``new - base`` in floating point (fp32, or fp64 for fp64 tensors),
+where ``base`` is the *decoded* base checkpoint, so that the errors of a chain do not add up
+(closed loop, as in ExCP). Later stages prune and quantize the difference; decoding adds it back
+to the base and casts to the tensor's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from .. import dtypes
+from ..errors import ConfigError
+from .base import TensorToTensor, TransformContext, register
+
+
+@register
+class LossyResidual(TensorToTensor):
+    codec_id: ClassVar[str] = "lossy-residual"
+
+    def __init__(self, dtype: str) -> None:
+        out = dtypes.from_name(dtype)
+        if out.kind != "float":
+            raise ConfigError(f"lossy-residual: dtype {dtype!r} is not a real float type")
+        self.dtype = out
+
+    def get_config(self) -> dict[str, Any]:
+        return {"id": self.codec_id, "dtype": self.dtype.name}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LossyResidual:
+        return cls(config["dtype"])
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch.float64 if self.dtype.itemsize == 8 else torch.float32
+
+    def _base(self, shape: torch.Size, context: TransformContext) -> torch.Tensor:
+        base = context.base
+        if base is None:
+            raise ValueError(f"lossy-residual: {context.name} needs its base tensor")
+        if tuple(base.shape) != tuple(shape):
+            raise ValueError(f"lossy-residual: base shape {list(base.shape)} is not {list(shape)}")
+        return base
+
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        base = self._base(tensor.shape, context).to(tensor.device, self.compute_dtype)
+        return tensor.to(self.compute_dtype) - base
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        base = self._base(tensor.shape, context).to(tensor.device, self.compute_dtype)
+        assert self.dtype.torch_dtype is not None
+        return (base + tensor.to(self.compute_dtype)).to(self.dtype.torch_dtype)

@@ -1,0 +1,189 @@
+"""``mode="adaptive"``: ckptzip's own lossy policy, the smallest checkpoint within an error budget.
+
+Per tensor and per checkpoint it searches pruning fractions and codebook sizes and keeps the
+combination with the fewest estimated bits whose error is within the budget:
+
+* weights: the residual against the base's reconstruction (closed loop), its largest elements
+  kept and k-means quantized; the error is relative to the update since the base,
+  ``|W^ - W| / |W - W_base|``;
+* ``exp_avg``: pruned and k-means quantized on its own; error ``|m^ - m| / |m|``;
+* ``exp_avg_sq``: its log-ratio to the base's reconstruction, less the tensor's median drift
+  (:class:`ckptzip.codecs.LogRatio`), pruned and quantized, so that the elements whose second
+  moment kept pace with the rest cost nothing; the error is the RMS relative error of
+  ``sqrt(v)``, by which Adam divides.
+
+Because the search reads the error and the entropy of each candidate off sorted values and
+prefix sums, it costs one sort per tensor and a few k-means fits of a few dozen iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..chain import Base
+from ..codecs import KMeans, LogRatio, TransformContext
+from ..codecs.kmeans import lloyd_sorted
+from ..errors import ConfigError
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded
+from ..tree import Leaf
+from .common import GroupValues, JointPolicy, coded, decode, error_record, finish
+from .pairing import MOMENTS
+
+STATES = ("weight", *MOMENTS)
+#: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md).
+DEFAULT_BUDGET = {"weight": 0.5, "exp_avg": 0.6, "exp_avg_sq": 0.25}
+#: Kept fractions and codebook sizes the search tries.
+FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
+CODEBOOKS = (2, 4, 8, 15)
+#: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
+SEARCH_SAMPLES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Choice:
+    kept: int
+    k: int
+    bits: float
+    error: float
+
+
+def _entropy_bits(counts: np.ndarray) -> float:
+    """Order-0 entropy of a symbol histogram, in bits for all symbols."""
+    counts = counts[counts > 0].astype(np.float64)
+    total = float(counts.sum())
+    return float(-(counts * np.log2(counts / total)).sum()) if total else 0.0
+
+
+def search(values: torch.Tensor, scale_sq: float, budget: float) -> Choice:
+    """The cheapest (kept elements, codebook size) whose error ``sqrt((pruned energy + quantization
+    error) / scale_sq)`` is within ``budget``; else the most accurate candidate."""
+    flat = values.reshape(-1).double()
+    n = flat.numel()
+    magnitudes = flat.abs().sort(descending=True).values
+    energy = torch.cat([flat.new_zeros(1), magnitudes.pow(2).cumsum(0)])
+    total = float(energy[-1])
+    ordered = flat.sort().values
+    best: Choice | None = None
+    for fraction in FRACTIONS:  # largest first: the pruning error only grows
+        kept = round(fraction * n)
+        pruned = max(total - float(energy[kept]), 0.0)
+        if math.sqrt(pruned / scale_sq) > budget:
+            break
+        if kept == 0:
+            candidates = [Choice(0, 1, 0.0, math.sqrt(total / scale_sq))]
+        else:
+            candidates = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS)
+        for choice in candidates:
+            if choice.error <= budget:  # the first that fits: larger codebooks cost more
+                best = choice if best is None or choice.bits < best.bits else best
+                break
+    if best is None:  # nothing fits: the most accurate candidate
+        kept = round(FRACTIONS[0] * n)
+        pruned = max(total - float(energy[kept]), 0.0)
+        best = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:])[0]
+    return best
+
+
+def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
+                scale_sq: float, codebooks: tuple[int, ...]) -> list[Choice]:
+    """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive."""
+    threshold = float(magnitudes[kept - 1])
+    survivors = torch.cat([ordered[ordered <= -threshold], ordered[ordered >= threshold]])
+    step = max(1, -(-survivors.numel() // SEARCH_SAMPLES))
+    sample = survivors[::step].cpu().numpy()
+    scale = survivors.numel() / sample.size
+    mask_bits = n * _binary_entropy(kept / n)
+    choices = []
+    for k in codebooks:
+        fit = lloyd_sorted(sample, k)
+        bits = mask_bits + _entropy_bits(fit.counts) * scale
+        choices.append(Choice(kept, k, bits, math.sqrt((pruned + fit.sse * scale) / scale_sq)))
+    return choices
+
+
+def _binary_entropy(p: float) -> float:
+    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def prune(values: torch.Tensor, kept: int) -> torch.Tensor:
+    """``values`` with all but its ``kept`` largest magnitudes set to zero."""
+    flat = values.reshape(-1)
+    if kept >= flat.numel():
+        return values
+    if kept == 0:
+        return torch.zeros_like(values)
+    threshold = flat.abs().kthvalue(flat.numel() - kept).values
+    return values * (values.abs() > threshold)
+
+
+class AdaptivePolicy(JointPolicy):
+    mode = "adaptive"
+
+    def __init__(self, error_budget: float | Mapping[str, float] | None = None,
+                 pairing: Mapping[str, int] | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        super().__init__(pairing, chunk_bytes)
+        self.budget = dict(DEFAULT_BUDGET)
+        if isinstance(error_budget, Mapping):
+            unknown = set(error_budget) - set(STATES)
+            if unknown:
+                raise ConfigError(f"adaptive: error_budget keys must be among {STATES}, not {unknown}")
+            self.budget.update(error_budget)
+        elif error_budget is not None:
+            self.budget = dict.fromkeys(STATES, error_budget)
+        if not all(isinstance(b, (int, float)) and b >= 0 for b in self.budget.values()):
+            raise ConfigError(f"adaptive: error budgets must be numbers >= 0, not {error_budget!r}")
+
+    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
+        group, plans = values.group, {}
+        if values.weight is not None and values.w is not None and values.w_base is not None:
+            assert group.weight is not None
+            delta = values.w - values.w_base
+            plans[group.weight] = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
+                                                 "weight", residual=True, base=values.w_base)
+        if group.exp_avg is not None and values.m is not None:
+            plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
+                                                  float(values.m.pow(2).sum()), "exp_avg")
+        if group.exp_avg_sq is not None and values.v is not None:
+            plan = self._second_moment(leaves[group.exp_avg_sq], values.v, base)
+            if plan is not None:
+                plans[group.exp_avg_sq] = plan
+        return plans
+
+    def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
+                  residual: bool = False, base: torch.Tensor | None = None) -> Encoded:
+        budget = self.budget[state]
+        choice = search(array, max(scale_sq, 1e-300), budget)
+        encoded = finish(leaf, prune(array, choice.kept), KMeans(choice.k, leaf.dtype.name),
+                         residual=residual, base=base)
+        encoded.extra["error"]["budget"] = budget
+        return encoded
+
+    def _second_moment(self, leaf: Leaf, v: torch.Tensor, base: Base) -> Encoded | None:
+        """``exp_avg_sq`` against the base's: the log-ratio, pruned and quantized. None (lossless)
+        where the base has no such tensor or its zeros differ."""
+        found = base.tensor(leaf.name)
+        if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
+            return None
+        v_base = base.value(leaf.name).to(v.device)
+        if not LogRatio.applies(v, v_base):
+            return None
+        budget = self.budget["exp_avg_sq"]
+        ratio_stage = LogRatio(leaf.dtype.name)
+        context = TransformContext(leaf.name, v_base)
+        ratio = ratio_stage.encode(v, context)
+        # a log-ratio error e makes sqrt(v) wrong by a factor exp(e / 2): RMS of e / 2
+        choice = search(ratio, 4.0 * ratio.numel(), budget)
+        quantizer = KMeans(choice.k, "float32")
+        stages = (ratio_stage, quantizer)
+        codes = quantizer.encode(prune(ratio, choice.kept), context)
+        decoded = decode(stages, codes, context)
+        sqrt_error = error_record(v.sqrt(), decoded.float().sqrt())
+        extra = {"error": {**error_record(v, decoded, kept=choice.kept / max(ratio.numel(), 1)),
+                           "rel_sqrt": sqrt_error["rel"], "budget": budget}}
+        return Encoded(coded(stages, codes), codes, extra, uses_base=True)

@@ -1,0 +1,176 @@
+"""``mode="bitsnap"``: BitSnap (arXiv 2511.12376): bitmask sparsification of the model-state
+delta, cluster quantization of the optimizer states, adapted to the training stage and each
+tensor's role.
+
+* Model states: the delta against the base's reconstruction keeps its largest ``density``
+  fraction of elements; the mask (a bitmask, or an index list below 3% density) is entropy-coded
+  and the kept values are stored as half-precision numbers (:class:`ckptzip.codecs.Sparse`).
+* Optimizer states: 8-bit k-means (255 clusters; ``exp_avg_sq`` in the log domain, where its
+  wide range lives), every element kept.
+* Adaptation: the kept fraction starts from ``density`` and scales with the tensor's role (norms
+  and biases are kept whole, embeddings at half), with the learning-rate phase (more during
+  warmup, less while it decays: the phase is read from the trend of the effective step size
+  ``rms(dW) / rms(exp_avg / sqrt(exp_avg_sq))`` per optimizer step, against the base's), and
+  with the tensor's update size relative to the whole model's; it never exceeds the fraction of
+  elements that changed at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ..chain import Base, FileBase
+from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
+from ..codecs.sparse import layout_for
+from ..errors import ConfigError
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded
+from ..tree import Leaf
+from .common import GroupValues, JointPolicy, coded, decode, error_record, finish, role_of
+from .pairing import group_state
+
+#: Kept fraction per role, as a multiple of ``density``.
+ROLE_SCALE = {"norm": math.inf, "bias": math.inf, "embedding": 0.5, "attention": 1.0, "mlp": 1.0,
+              "other": 1.0}
+PHASE_SCALE = {"warmup": 1.5, "stable": 1.0, "decay": 0.75, "unknown": 1.0}
+#: Relative change of the effective step size that marks warmup or decay.
+PHASE_TREND = 0.1
+ADAM_EPS = 1e-8
+
+
+@dataclass
+class Stage:
+    """Where training is, measured from the state and its base."""
+
+    #: Fraction of weight elements that differ from the base.
+    changed: float
+    #: ``|dW| / |W|`` over all weights.
+    rel_update: float
+    #: ``rms(dW) / rms(exp_avg / sqrt(exp_avg_sq))`` per optimizer step (0 if unknown).
+    step_size: float
+    phase: str
+
+
+class BitsnapPolicy(JointPolicy):
+    mode = "bitsnap"
+
+    def __init__(self, density: float = 0.05, moment_bits: int = 8,
+                 pairing: Mapping[str, int] | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        if not 0 < density <= 1 or type(moment_bits) is not int or not 1 <= moment_bits <= 8:
+            raise ConfigError(f"bitsnap: need 0 < density <= 1 and moment_bits in 1..8, not "
+                              f"{density!r}, {moment_bits!r}")
+        super().__init__(pairing, chunk_bytes)
+        self.density, self.centroids = density, 2**moment_bits - 1
+        self.stage: Stage | None = None
+
+    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+        if base is None:
+            return {}
+        groups = [self._values(leaves, g, base)
+                  for g in group_state(leaves, self.pairing, self.mode)]
+        self.stage = measure_stage(leaves, groups, base)
+        plans: dict[int, Encoded] = {}
+        for values in groups:
+            plans.update(self.plan_group(leaves, values, base))
+        return plans
+
+    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
+        assert self.stage is not None
+        group, plans = values.group, {}
+        if values.weight is not None and values.w is not None and values.w_base is not None:
+            assert group.weight is not None
+            plans[group.weight] = self._sparsify(values.weight, values.w, values.w_base)
+        for index, moment, domain in ((group.exp_avg, values.m, "linear"),
+                                      (group.exp_avg_sq, values.v, "log")):
+            if index is not None and moment is not None:
+                quantizer = KMeans(self.centroids, leaves[index].dtype.name, domain, "fp16")
+                plans[index] = finish(leaves[index], moment, quantizer)
+        return plans
+
+    def _sparsify(self, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor) -> Encoded:
+        assert self.stage is not None
+        delta = (w - w_base).reshape(-1)
+        role = role_of(leaf.name, len(leaf.shape))
+        changed = float((delta != 0).float().mean())
+        rel = float(delta.norm()) / max(float(w.norm()), 1e-30)
+        size_scale = min(2.0, max(0.5, math.sqrt(rel / self.stage.rel_update))) if (
+            self.stage.rel_update > 0) else 1.0
+        density = min(changed, self.density * ROLE_SCALE[role] * PHASE_SCALE[self.stage.phase]
+                      * size_scale)
+        keep = round(density * delta.numel())
+        if 0 < keep < delta.numel():
+            threshold = delta.abs().kthvalue(delta.numel() - keep).values
+            delta = delta * (delta.abs() > threshold)
+        elif keep == 0:
+            delta = torch.zeros_like(delta)
+        residual = LossyResidual(leaf.dtype.name)
+        sparse = Sparse(layout_for(density), str(residual.compute_dtype).removeprefix("torch."),
+                        list(leaf.shape))
+        stages: tuple[TensorToTensor, ...] = (residual, sparse)
+        context = TransformContext(leaf.name, w_base)
+        array = sparse.encode(delta.reshape(leaf.shape), context)
+        decoded = decode(stages, array, context)
+        extra: dict[str, Any] = {
+            "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean())),
+            "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
+        }
+        return Encoded(coded(stages, array), array, extra, uses_base=True)
+
+
+def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in fields.items()}
+
+
+def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base) -> Stage:
+    """The training stage: how much changed, how big the update is, and the LR phase."""
+    changed = total = 0
+    delta_sq = weight_sq = 0.0
+    delta_rms, direction_rms = [], []
+    for values in groups:
+        if values.w is None or values.w_base is None:
+            continue
+        delta = values.w - values.w_base
+        changed += int((delta != 0).sum())
+        total += delta.numel()
+        delta_sq += float(delta.pow(2).sum())
+        weight_sq += float(values.w.pow(2).sum())
+        if values.m is not None and values.v is not None:
+            delta_rms.append(float(delta.pow(2).mean()))
+            direction_rms.append(float((values.m / (values.v.sqrt() + ADAM_EPS)).pow(2).mean()))
+    steps = _steps_between(leaves, base)
+    step_size = 0.0
+    if direction_rms and sum(direction_rms) > 0 and steps:
+        step_size = math.sqrt(sum(delta_rms) / sum(direction_rms)) / steps
+    previous = _previous_step_size(base)
+    phase = "unknown"
+    if step_size and previous:
+        trend = step_size / previous - 1
+        phase = "warmup" if trend > PHASE_TREND else "decay" if trend < -PHASE_TREND else "stable"
+    return Stage(changed / total if total else 0.0,
+                 math.sqrt(delta_sq / weight_sq) if weight_sq else 0.0, step_size, phase)
+
+
+def _steps_between(leaves: list[Leaf], base: Base) -> int:
+    """Optimizer steps since the base, from the first Adam ``step`` counter (0 if none)."""
+    for leaf in leaves:
+        if leaf.path[-1:] == ("step",) and "state" in leaf.path and leaf.numel == 1:
+            found = base.tensor(leaf.name)
+            if found is not None and found.shape == leaf.shape:
+                return int(float(leaf.tensor.reshape(-1)[0]) - float(base.value(leaf.name).reshape(-1)[0]))
+    return 0
+
+
+def _previous_step_size(base: Base) -> float:
+    """The step size the base checkpoint measured, when it is a bitsnap file."""
+    if not isinstance(base, FileBase):
+        return 0.0
+    for leaf in base.checkpoint.leaves:
+        policy = leaf.extra.get("policy")
+        if isinstance(policy, dict) and isinstance(policy.get("step_size"), (int, float)):
+            return float(policy["step_size"])
+    return 0.0

@@ -1,0 +1,152 @@
+"""Which tensors of a state are float weights and Adam moments, and which moments are whose.
+
+Joint pruning (ExCP) needs each weight's own ``exp_avg`` and ``exp_avg_sq``. A checkpoint laid out
+as ``{"model": model.state_dict(), "optimizer": optimizer.state_dict()}`` (PyTorch, the HF Trainer,
+Lightning) numbers the optimizer's parameters 0, 1, ... group after group, and each group lists
+its parameters in the model's order. So the optimizer's states, by index, are the model's
+parameters (tied ones once, frozen ones left out) in one ordered run, or two (weight decay and
+no decay, as the HF Trainer and nanoGPT make them); they are paired by matching shapes along the
+model's order, trying each split into two runs. Equal shapes in both groups could be told apart
+only by the optimizer's ``param_groups``: pass ``pairing`` for layouts of more groups. An
+explicit ``pairing`` (weight name -> optimizer state index) overrides this; where neither
+works, the moments are coded on their own, with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..tree import Leaf
+
+MOMENTS = ("exp_avg", "exp_avg_sq")
+#: Float tensors smaller than this stay lossless: nothing to gain, and statistics are meaningless.
+MIN_LOSSY_ELEMENTS = 16
+
+
+class PairingWarning(UserWarning):
+    """The optimizer's moments could not be matched to the model's weights."""
+
+
+@dataclass
+class Group:
+    """A weight and its Adam moments (leaf indices; any of them may be missing)."""
+
+    weight: int | None = None
+    exp_avg: int | None = None
+    exp_avg_sq: int | None = None
+    #: The optimizer's index of the parameter, when the moments come from an optimizer state.
+    param_id: int | None = None
+
+
+def _moment_of(leaf: Leaf) -> tuple[tuple[object, ...], int, str] | None:
+    """``(optimizer root path, parameter index, moment)`` for a leaf like
+    ``optimizer.state.3.exp_avg``."""
+    path = leaf.path
+    if len(path) >= 3 and path[-1] in MOMENTS and path[-3] == "state" and type(path[-2]) is int:
+        return path[:-3], path[-2], str(path[-1])
+    return None
+
+
+def _in_optimizer_state(leaf: Leaf) -> bool:
+    """Under some optimizer's per-parameter ``state`` (moments, momentum buffers, steps)."""
+    return any(a == "state" and type(b) is int for a, b in zip(leaf.path, leaf.path[1:]))
+
+
+def lossy_candidate(leaf: Leaf) -> bool:
+    return leaf.dtype.kind == "float" and leaf.numel >= MIN_LOSSY_ELEMENTS
+
+
+def group_state(leaves: list[Leaf], pairing: Mapping[str, int] | None, mode: str) -> list[Group]:
+    """Every lossy-coded tensor of the state, grouped as weight + moments where possible."""
+    states: dict[int, Group] = {}
+    roots: set[tuple[object, ...]] = set()
+    for index, leaf in enumerate(leaves):
+        found = _moment_of(leaf)
+        if found is None or not lossy_candidate(leaf):
+            continue
+        root, param_id, moment = found
+        roots.add(root)
+        group = states.setdefault(param_id, Group(param_id=param_id))
+        setattr(group, moment, index)
+    weights = [
+        i for i, leaf in enumerate(leaves)
+        if lossy_candidate(leaf) and not _in_optimizer_state(leaf)
+    ]
+    if not states:
+        return [Group(weight=w) for w in weights]
+    if len(roots) > 1:
+        return _unpaired(weights, states, mode, f"the state holds {len(roots)} optimizers")
+    matched = _explicit(leaves, weights, states, pairing) if pairing is not None else (
+        _by_order(leaves, weights, states)
+    )
+    if matched is None:
+        return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
+    for param_id, weight in matched.items():
+        states[param_id].weight = weight
+    paired = set(matched.values())
+    return [*states.values(), *(Group(weight=w) for w in weights if w not in paired)]
+
+
+def _shape(leaves: list[Leaf], group: Group) -> tuple[int, ...]:
+    index = group.exp_avg if group.exp_avg is not None else group.exp_avg_sq
+    assert index is not None
+    return leaves[index].shape
+
+
+def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int, Group]) -> dict[int, int] | None:
+    """Pair optimizer states (by index) with weights (in model order): one run in model order,
+    or two (decay and no-decay groups), split where both runs fit."""
+    ids = sorted(states)
+    wanted = [_shape(leaves, states[i]) for i in ids]
+    shapes = [leaves[w].shape for w in weights]
+    for split in [len(ids), *range(len(ids) - 1, 0, -1)]:
+        first = _run(wanted[:split], shapes, set())
+        second = None if first is None else _run(wanted[split:], shapes, set(first))
+        if first is not None and second is not None:
+            return {i: weights[k] for i, k in zip(ids, first + second)}
+    return None
+
+
+def _run(wanted: list[tuple[int, ...]], shapes: list[tuple[int, ...]], used: set[int]) -> list[int] | None:
+    """Positions of ``wanted`` as a subsequence of ``shapes`` (skipping ``used``), earliest first."""
+    found: list[int] = []
+    position = 0
+    for shape in wanted:
+        while position < len(shapes) and (position in used or shapes[position] != shape):
+            position += 1
+        if position == len(shapes):
+            return None
+        found.append(position)
+        position += 1
+    return found
+
+
+def _explicit(
+    leaves: list[Leaf], weights: list[int], states: dict[int, Group], pairing: Mapping[str, int]
+) -> dict[int, int]:
+    by_name = {leaves[w].name: w for w in weights}
+    matched: dict[int, int] = {}
+    for name, param_id in pairing.items():
+        weight = by_name.get(name)
+        if weight is None or param_id not in states:
+            raise ConfigError(
+                f"pairing: {name!r} -> {param_id!r} names no float weight or no optimizer state; "
+                f"use dotted key paths (as `ckptzip inspect` lists them) and state indices"
+            )
+        if leaves[weight].shape != _shape(leaves, states[param_id]):
+            raise ConfigError(f"pairing: {name!r} and optimizer state {param_id} differ in shape")
+        matched[param_id] = weight
+    return matched
+
+
+def _unpaired(weights: list[int], states: dict[int, Group], mode: str, why: str) -> list[Group]:
+    warnings.warn(
+        f"ckptzip mode {mode!r}: cannot pair the optimizer's moments with the model's weights "
+        f"({why}); coding them on their own, which compresses less. Pass pairing={{weight name: "
+        f"optimizer state index}} to pair them.",
+        PairingWarning, stacklevel=5,
+    )
+    return [*states.values(), *(Group(weight=w) for w in weights)]

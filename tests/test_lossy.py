@@ -1,0 +1,324 @@
+"""The lossy modes (excp, bitsnap, adaptive), their codecs, and the pairing of weights with moments."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import ckptzip
+from ckptzip.codecs import KMeans, LogRatio, LossyResidual, Sparse, TransformContext, codec_from_config
+from ckptzip.codecs.kmeans import lloyd_sorted
+from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
+from ckptzip.errors import ConfigError, CorruptError, FormatError
+from ckptzip.modes import PairingWarning
+from ckptzip.modes.pairing import group_state
+from ckptzip.tree import flatten
+
+LOSSY = ("excp", "bitsnap", "adaptive")
+CTX = TransformContext("t")
+
+
+def roundtrip(stage, tensor, base=None):
+    """Encode, store the config as JSON would, rebuild the stage from it, decode."""
+    context = TransformContext("t", base)
+    array = stage.encode(tensor, context)
+    rebuilt = codec_from_config(stage.get_config())
+    return array, rebuilt.decode(array, context)
+
+
+# -- codecs -------------------------------------------------------------------------------------
+
+def test_lloyd_matches_brute_force_and_is_exact_on_few_values():
+    rng = np.random.default_rng(0)
+    values = np.sort(rng.standard_normal(5000))
+    fit = lloyd_sorted(values, 8)
+    nearest = np.abs(values[:, None] - fit.centroids[None]).argmin(1)
+    assert np.array_equal(np.bincount(nearest, minlength=fit.centroids.size), fit.counts)
+    assert fit.sse == pytest.approx(float(((values - fit.centroids[nearest]) ** 2).sum()), rel=1e-9)
+    few = np.sort(np.array([3.0, -1.0, 2.0, 2.0, 7.0]))
+    assert np.array_equal(lloyd_sorted(few, 15).centroids, [-1.0, 2.0, 3.0, 7.0])
+
+
+@pytest.mark.parametrize("domain", ["linear", "log"])
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_kmeans_roundtrip(domain, precision, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(3, 1000).mul(2).exp().mul(1e-9) if domain == "log" else torch.randn(3, 1000)
+    x = x.to(dtype)
+    x[0, :100] = 0
+    codes, decoded = roundtrip(KMeans(15, str(dtype)[6:], domain, precision), x)
+    assert codes.dtype == torch.uint8 and int(codes.max()) <= 15
+    assert decoded.dtype == dtype and decoded.shape == x.shape
+    assert bool((decoded[0, :100] == 0).all()) and bool((codes[0, :100] == 0).all())
+    if domain == "log":  # fitted to log(x): the error is relative, per element
+        nonzero = x != 0
+        assert float((decoded[nonzero].double() / x[nonzero].double()).log().abs().median()) < 0.3
+    else:
+        assert float((decoded.double() - x.double()).norm() / x.double().norm()) < 0.25
+
+
+def test_kmeans_edge_cases():
+    codes, decoded = roundtrip(KMeans(15, "float32"), torch.zeros(40))
+    assert bool((codes == 0).all()) and bool((decoded == 0).all())
+    few = torch.tensor([0.0, 1.5, -2.25, 1.5, 0.0, 1e-3])
+    _, decoded = roundtrip(KMeans(15, "float32", precision="fp32"), few)
+    assert torch.equal(decoded, few)  # no more distinct values than centroids: exact
+    _, empty = roundtrip(KMeans(4, "float32"), torch.zeros(0, 3))
+    assert empty.shape == (0, 3)
+    with pytest.raises(ConfigError):
+        KMeans(4, "float32", "log").encode(torch.tensor([1.0, -1.0]), CTX)
+
+
+def test_kmeans_rejects_bad_configs_and_codes():
+    stage = KMeans(3, "float32")
+    stage.encode(torch.randn(100), CTX)
+    good = stage.get_config()
+    for bad in ({"centroids": [1, 2, 3, 4]}, {"centroids": [0x7C00]}, {"centroids": "x"},
+                {"scale_exp": 10**6}, {"k": 0}, {"dtype": "int32"}, {"domain": "cubic"}):
+        with pytest.raises(FormatError):
+            codec_from_config({**good, **bad})
+    with pytest.raises(ValueError, match="beyond a codebook"):
+        stage.decode(torch.full((4,), 9, dtype=torch.uint8), CTX)
+    with pytest.raises(ValueError, match="uint8"):
+        stage.decode(torch.zeros(4, dtype=torch.int16), CTX)
+
+
+@pytest.mark.parametrize("layout", ["bitmask", "indices"])
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.3, 1.0])
+def test_sparse_roundtrip(layout, density):
+    torch.manual_seed(1)
+    x = torch.randn(37, 11) * 1e-4
+    x = x * (torch.rand_like(x) < density)
+    array, decoded = roundtrip(Sparse(layout, "float32", [37, 11]), x)
+    assert array.dtype == torch.uint8
+    assert bool(((decoded != 0) == (x != 0)).all())
+    assert torch.allclose(decoded, x, rtol=1e-3, atol=0)
+
+
+def test_sparse_rejects_inconsistent_data():
+    stage = Sparse("bitmask", "float32", [64])
+    x = torch.zeros(64)
+    x[::4] = 1.0
+    array = stage.encode(x, CTX)
+    with pytest.raises(ValueError):
+        stage.decode(array[:-1], CTX)
+    flipped = array.clone()
+    flipped[0] ^= 2  # one more bit set than values stored
+    with pytest.raises(ValueError):
+        stage.decode(flipped, CTX)
+    indices = Sparse("indices", "float32", [64])
+    array = indices.encode(x, CTX)
+    array[0] = 255  # a gap pointing past the end
+    with pytest.raises(ValueError):
+        indices.decode(array, CTX)
+
+
+def test_residual_stages_need_and_use_the_base():
+    torch.manual_seed(2)
+    base = torch.randn(50).abs() + 0.1
+    x = base * torch.exp(0.1 * torch.randn(50))
+    _, decoded = roundtrip(LossyResidual("float32"), x, base)
+    assert torch.allclose(decoded, x)
+    ratio = LogRatio("float32")
+    _, decoded = roundtrip(ratio, x, base)
+    assert torch.allclose(decoded, x, rtol=1e-5)
+    assert LogRatio.applies(x, base) and not LogRatio.applies(x, base * (torch.arange(50) > 0))
+    with pytest.raises(ValueError, match="base"):
+        LossyResidual("float32").decode(x, CTX)
+
+
+# -- pairing ------------------------------------------------------------------------------------
+
+def trained(steps=3, config="tiny", total=20, seed=0):
+    trainer = make_trainer(CONFIGS[config], total, seed)
+    train, _ = load_data(CONFIGS[config])
+    trainer.train(train, steps)
+    return trainer, train
+
+
+def expected_pairs(trainer):
+    """weight name -> optimizer state index, from the live objects."""
+    names = {id(p): f"model.{n}" for n, p in trainer.model.named_parameters()}
+    order = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+    return {names[id(p)]: i for i, p in enumerate(order)}
+
+
+def pairs_of(state, pairing=None, mode="test"):
+    _, leaves = flatten(state)
+    out = {}
+    for g in group_state(leaves, pairing, mode):
+        if g.weight is not None and g.param_id is not None:
+            assert leaves[g.exp_avg].name == f"optimizer.state.{g.param_id}.exp_avg"
+            out[leaves[g.weight].name] = g.param_id
+    return out
+
+
+def test_pairing_follows_parameter_groups_and_tied_weights():
+    trainer, _ = trained()
+    # the demo's optimizer puts matrices first, then vectors: two runs in model order
+    assert pairs_of(trainer.state()) == expected_pairs(trainer)
+
+
+def test_pairing_with_frozen_parameters_and_explicit_mapping():
+    trainer, train = trained(steps=0)
+    trainer.model.wpe.weight.requires_grad_(False)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    trainer.optimizer = torch.optim.AdamW(params, lr=1e-3)
+    trainer.train(train, 2)
+    expected = expected_pairs(trainer)
+    state = trainer.state()
+    assert pairs_of(state) == expected
+    assert pairs_of(state, pairing=expected) == expected
+    with pytest.raises(ConfigError):
+        pairs_of(state, pairing={"model.nothing": 0})
+
+
+def test_unpairable_moments_warn_and_still_compress():
+    trainer, _ = trained()
+    state = trainer.state()
+    state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(7, 3)
+    state["optimizer"]["state"][0]["exp_avg_sq"] = torch.zeros(7, 3)
+    with pytest.warns(PairingWarning, match="pairing="):
+        pairs_of(state)
+
+
+# -- modes end to end ---------------------------------------------------------------------------
+
+def flat(state, prefix=""):
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    items = state.items() if isinstance(state, dict) else enumerate(state)
+    out = {}
+    for k, v in items:
+        if isinstance(v, (dict, list, tuple, torch.Tensor)):
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def lossless_part(state):
+    """Everything that must come back bit-exact: all but the float weights and Adam moments."""
+    state = copy.copy(state)
+    state.pop("model")
+    opt = copy.deepcopy(state.pop("optimizer"))
+    for s in opt["state"].values():
+        s.pop("exp_avg")
+        s.pop("exp_avg_sq")
+    return {**state, "optimizer": opt}
+
+
+@pytest.fixture(scope="module")
+def chain_states():
+    trainer, train = trained(steps=4, total=40)
+    states = [copy.deepcopy(trainer.state())]
+    for _ in range(3):
+        trainer.train(train, 4)
+        states.append(copy.deepcopy(trainer.state()))
+    return states
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_chain_keyframe_lossless_deltas_closed_loop(mode, chain_states, tmp_path):
+    paths = [tmp_path / f"{i}.ckz" for i in range(len(chain_states))]
+    previous = None
+    for state, path in zip(chain_states, paths):
+        ckptzip.save(state, path, mode=mode, base=previous, keyframe_every=3)
+        previous = path
+    assert same_state(ckptzip.load(paths[0]), chain_states[0])  # the keyframe is lossless
+    assert same_state(ckptzip.load(paths[3]), chain_states[3])  # keyframe_every=3: a new keyframe
+    for i in (1, 2):
+        decoded = ckptzip.load(paths[i])
+        assert same_state(lossless_part(decoded), lossless_part(chain_states[i]))
+        original = flat(chain_states[i])
+        for name, tensor in flat(decoded).items():
+            assert tensor.dtype == original[name].dtype and tensor.shape == original[name].shape
+        with ckptzip.open(paths[i]) as checkpoint:
+            errors = {leaf.name: leaf.extra["error"] for leaf in checkpoint.leaves if "error" in leaf.extra}
+            assert checkpoint.chain_depth == i
+        assert "model.blocks.0.mlp.c_fc.weight" in errors and "optimizer.state.0.exp_avg_sq" in errors
+        for name, error in errors.items():
+            measured = (flat(decoded)[name].double() - original[name].double()).norm()
+            assert error["rel"] == pytest.approx(float(measured / original[name].double().norm()),
+                                                 rel=1e-2, abs=1e-6), name
+    # closed loop: delta 2 is coded against delta 1 as decoded, and decodes the same in a copy
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for path in paths[:3]:
+        (moved / path.name).write_bytes(path.read_bytes())
+    assert same_state(ckptzip.load(moved / "2.ckz"), ckptzip.load(paths[2]))
+
+
+def test_excp_prunes_weights_and_moments_jointly(chain_states):
+    data = ckptzip.dumps(chain_states[1], mode="excp", base=chain_states[0])
+    decoded = ckptzip.loads(data, base=chain_states[0])
+    base_w = chain_states[0]["model"]["blocks.0.mlp.c_fc.weight"]
+    w = decoded["model"]["blocks.0.mlp.c_fc.weight"]
+    params = list(chain_states[1]["model"])
+    index = params.index("blocks.0.mlp.c_fc.weight")
+    moments = decoded["optimizer"]["state"][expected_index(chain_states, index)]
+    kept = w != base_w
+    assert 0 < float(kept.float().mean()) < 1
+    assert not bool(((moments["exp_avg"] != 0) & ~kept).any())  # moments only where dW is kept
+    assert torch.equal(moments["exp_avg"] != 0, moments["exp_avg_sq"] != 0)
+    for t in (moments["exp_avg"], moments["exp_avg_sq"]):
+        assert len(torch.unique(t[t != 0])) <= 15
+    steps = (w.double() - base_w.double())[kept]  # W^ = base + centroid, rounded to fp32
+    assert len(torch.unique((steps / steps.abs().max() * 200).round())) <= 15
+
+
+def expected_index(chain_states, model_index):
+    """The demo optimizer's index of the model's parameter number ``model_index``."""
+    model = chain_states[0]["model"]
+    names = [n for n in model if n != "lm_head.weight"]
+    order = [n for n in names if model[n].dim() >= 2] + [n for n in names if model[n].dim() < 2]
+    return order.index(list(model)[model_index])
+
+
+def test_adaptive_meets_its_budget_and_options_are_checked(chain_states):
+    loose = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0], error_budget=0.9)
+    tight = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0],
+                          error_budget={"weight": 0.05, "exp_avg": 0.05, "exp_avg_sq": 0.02})
+    assert len(loose) < len(tight)
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(tight), base=chain_states[0]) as f:
+        for leaf in f.leaves:
+            if "error" in leaf.extra:
+                error = leaf.extra["error"]
+                assert error.get("rel_sqrt", error.get("rel_delta", error["rel"])) <= error["budget"] * 1.05
+    for mode, options in (("adaptive", {"error_budget": -1}), ("adaptive", {"error_budget": {"x": 1}}),
+                          ("excp", {"alpha": 0}), ("bitsnap", {"density": 2}), ("excp", {"nope": 1})):
+        with pytest.raises(ConfigError):
+            ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0], **options)
+
+
+def test_damaged_codebook_is_reported(chain_states, tmp_path):
+    data = bytearray(ckptzip.dumps(chain_states[1], mode="excp", base=chain_states[0]))
+    start = data.find(b'"centroids":[') + len(b'"centroids":[')
+    data[start : start + 1] = b"9"  # still JSON, but the header checksum no longer matches
+    with pytest.raises(CorruptError):
+        ckptzip.loads(bytes(data), base=chain_states[0])
+
+
+def test_bare_state_dict_without_optimizer(chain_states):
+    weights = [s["model"] for s in chain_states[:2]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = ckptzip.dumps(weights[1], mode="adaptive", base=weights[0])
+    decoded = ckptzip.loads(data, base=weights[0])
+    assert decoded.keys() == weights[1].keys()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", LOSSY)
+def test_transforms_run_on_the_device(mode, chain_states):
+    cuda = [ckptzip.loads(ckptzip.dumps(s), map_location="cuda") for s in chain_states[:2]]
+    data = ckptzip.dumps(cuda[1], mode=mode, base=chain_states[0])
+    decoded = ckptzip.loads(data, base=chain_states[0])
+    reference = ckptzip.loads(ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0]),
+                              base=chain_states[0])
+    for name, tensor in flat(decoded).items():
+        assert torch.allclose(tensor.double(), flat(reference)[name].double(), rtol=1e-3, atol=1e-6)
