@@ -3,8 +3,10 @@
  * Stream = header, then the segments' bodies in order (docs/STREAMS.md):
  *   u8 format | varint n | varint segments | per segment: u8 mode, then
  *     RAW: nothing (body = the n/segments bytes)   CONST: u8 value (no body)
- *     HUFF, RANS: varint body length
+ *     HUFF, RANS, RANS32: varint body length
  * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
+ * RANS32 body = table | 32 u32 states | words.  RANS is decoded only (streams written before
+ * RANS32).  ckz_put_segment/ckz_get_segment give ctx.c the same segments, self-delimiting.
  * The decoder checks every field against the bytes actually present before using it.
  */
 #include "stream.h"
