@@ -368,6 +368,10 @@ def test_ctx_argument_errors() -> None:
         N.decode_planes_ctx(N.encode_planes(delta, 2, 1), ctx, out, 2, 1)
     with pytest.raises(ValueError, match="format byte"):
         N.decode(enc, out)
+    with pytest.raises(ValueError, match="element count"):
+        N.decoded_size(b"\x02\x80\x80\x80\x80\x10\x01\x00")  # 2^32 elements
+    with pytest.raises(ValueError, match="bucket count"):
+        N.decode_planes_ctx(b"\x02\x01\x01\x21", b"\x00", bytearray(1), 1, 0)  # 33 > 32
     buf = memoryview(bytearray(enc + bytes(len(delta))))
     with pytest.raises(ValueError, match="overlaps"):
         N.decode_planes_ctx(buf[: len(enc)], ctx, buf[len(enc) - 1 :][: len(delta)], 2, 1)

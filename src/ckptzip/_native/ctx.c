@@ -267,6 +267,9 @@ static int parse_ctx_header(const uint8_t *src, size_t len, ctx_header *h, ckz_e
         return ckz_fail(err, "%llu elements of %u bytes exceed %llu bytes",
                         (unsigned long long)h->n, h->elem_size,
                         (unsigned long long)CKZ_MAX_DECODED);
+    if (h->n > CKZ_CTX_MAX_ELEMENTS)
+        return ckz_fail(err, "element count %llu exceeds %llu", (unsigned long long)h->n,
+                        CKZ_CTX_MAX_ELEMENTS);
     if (ckz_get_varint(&p, end, &h->buckets, "bucket count", err)) return -1;
     if (h->buckets > CKZ_CTX_MAX_BUCKETS)
         return ckz_fail(err, "bucket count %llu exceeds %d", (unsigned long long)h->buckets,

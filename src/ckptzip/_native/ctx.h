@@ -31,6 +31,7 @@
 #define CKZ_CTX_MIN_BUCKET 2048  /* elements a bucket needs at least (a table costs 10-80 B) */
 #define CKZ_CTX_MAX_BUCKETS 32   /* buckets per plane at most: larger chunks get larger buckets */
 #define CKZ_CTX_HEADER (1 + CKZ_MAX_VARINT + 1 + CKZ_MAX_VARINT) /* format, n, elem_size, B */
+#define CKZ_CTX_MAX_ELEMENTS 0xffffffffull /* per call: the context histograms count in 32 bits */
 
 /* Element sizes the context coder takes: the IEEE and integer widths. */
 static inline int ckz_ctx_elem_ok(unsigned elem_size) {
@@ -45,8 +46,8 @@ void ckz_context_bytes(const uint8_t *src, size_t n, unsigned elem_size, unsigne
 /* Largest stream ckz_encode_planes_ctx produces for n elements. */
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size);
 
-/* Codes n elements of src (n * elem_size bytes) against the context ctx[0..n).  Fails (-1, err
- * set) only when the scratch allocation (n * elem_size bytes) fails. */
+/* Codes n <= CKZ_CTX_MAX_ELEMENTS elements of src (n * elem_size bytes) against the context
+ * ctx[0..n).  Fails (-1, err set) only when the scratch allocation (n * elem_size bytes) fails. */
 int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
                           unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err);
 

@@ -366,9 +366,10 @@ static PyObject *py_encode_planes_ctx(PyObject *self, PyObject *args, PyObject *
         PyErr_Format(PyExc_ValueError, "ctx holds %zd bytes but src has %zu elements", c.len, n);
         goto done;
     }
-    if ((uint64_t)s.len > CKZ_MAX_DECODED) {
-        PyErr_Format(PyExc_ValueError, "src of %zd bytes exceeds %llu", s.len,
-                     (unsigned long long)CKZ_MAX_DECODED);
+    if ((uint64_t)s.len > CKZ_MAX_DECODED || (uint64_t)n > CKZ_CTX_MAX_ELEMENTS) {
+        PyErr_Format(PyExc_ValueError, "src of %zd bytes (%zu elements) exceeds %llu bytes or "
+                     "%llu elements: code it in chunks", s.len, n,
+                     (unsigned long long)CKZ_MAX_DECODED, CKZ_CTX_MAX_ELEMENTS);
         goto done;
     }
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ckz_encode_ctx_bound(n, (unsigned)k));
