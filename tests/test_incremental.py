@@ -141,3 +141,23 @@ def test_missing_and_wrong_bases_are_reported(tmp_path: Path) -> None:
 def test_bad_keyframe_every() -> None:
     with pytest.raises(ckptzip.ConfigError):
         ckptzip.dumps({}, keyframe_every=0)
+
+
+def test_context_bucketed_planes_are_exact_and_chosen_when_they_pay() -> None:
+    states = training_states(20, 10)
+    base = {k: v.bfloat16() for k, v in states[0]["model"].items()}
+    new = {k: v.bfloat16() for k, v in states[1]["model"].items()}
+    blob = ckptzip.dumps(new, base=base)
+    out = ckptzip.loads(blob, base=base)
+    for key, value in new.items():
+        assert_bit_equal(value, out[key])
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as ckpt:
+        serializers = {type(leaf.pipeline.serializer).__name__ for leaf in ckpt.leaves}
+    assert "ContextPlanes" in serializers
+
+
+def test_ctxplanes_must_follow_a_residual() -> None:
+    from ckptzip.pipeline import Pipeline
+
+    with pytest.raises(ckptzip.FormatError, match="ctxplanes"):
+        Pipeline.from_config([{"id": "ctxplanes", "width": 2, "rotate": 0}])

@@ -16,6 +16,7 @@ from .codecs import (
     BytePlanes,
     BytesToBytes,
     Codec,
+    ContextPlanes,
     Entropy,
     Residual,
     TensorToBytes,
@@ -63,7 +64,15 @@ class Pipeline:
                 compressors.append(codec)
             else:
                 raise FormatError(f"{source}: codec {codec.codec_id!r} is out of order in {configs}")
+        if isinstance(serializer, ContextPlanes) and (residual is None or compressors):
+            raise FormatError(f"{source}: ctxplanes must follow a residual and end the pipeline")
         return cls(tuple(transforms), residual, serializer, tuple(compressors))
+
+    @property
+    def relative_cost(self) -> float:
+        """The slowest stage's :attr:`Codec.relative_cost`."""
+        stages = [*self.transforms, self.residual, self.serializer, *self.compressors]
+        return max((stage.relative_cost for stage in stages if stage is not None), default=1.0)
 
     @property
     def _fused_planes(self) -> BytePlanes | None:
@@ -79,6 +88,9 @@ class Pipeline:
             if base is None:
                 raise ValueError("a residual pipeline needs the base chunk")
             raw = self.residual.encode(raw, base)
+        if isinstance(self.serializer, ContextPlanes):
+            assert base is not None  # from_config admits ctxplanes only after a residual
+            return self.serializer.encode_with_base(raw, base)
         planes = self._fused_planes
         if planes is not None:
             return _native.encode_planes(raw, planes.width, planes.rotate)
@@ -98,10 +110,18 @@ class Pipeline:
         Raises :class:`CorruptError` if the stream is malformed or does not decode to exactly
         ``len(out)`` bytes.
         """
-        self._decode_stream(data, out)
+        if self.residual is not None and base is None:
+            raise ValueError("a residual pipeline needs the base chunk")
+        if isinstance(self.serializer, ContextPlanes):
+            assert base is not None
+            try:
+                self.serializer.decode_with_base(data, base, out)
+            except ValueError as exc:
+                raise CorruptError(str(exc)) from None
+        else:
+            self._decode_stream(data, out)
         if self.residual is not None:
-            if base is None:
-                raise ValueError("a residual pipeline needs the base chunk")
+            assert base is not None
             self.residual.decode_inplace(out, base)
 
     def _decode_stream(self, data: Buffer, out: Buffer) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 
 from .chain import Base
-from .codecs import BytePlanes, Entropy, Residual
+from .codecs import BytePlanes, ContextPlanes, Entropy, Residual
 from .errors import ConfigError
 from .pipeline import Pipeline
 from .tree import Leaf
@@ -75,12 +75,16 @@ class LosslessPolicy:
         if width not in (1, 2, 4, 8):
             return []
         diff = "float-diff" if leaf.dtype.is_float else "int-diff"
-        return [
+        candidates = [
             Pipeline(residual=Residual("xor", width), serializer=BytePlanes(width, rotate),
                      compressors=(Entropy(),)),
             Pipeline(residual=Residual(diff, width), serializer=BytePlanes(width, 0),
                      compressors=(Entropy(),)),
         ]
+        if leaf.dtype.is_float and width in (2, 4, 8):
+            # planes coded in buckets of the base's exponent: smaller, but slower to code
+            candidates.append(Pipeline(residual=Residual(diff, width), serializer=ContextPlanes(width)))
+        return candidates
 
     def chunk_bytes(self, leaf: Leaf) -> int:
         width = leaf.dtype.plane_layout[0]

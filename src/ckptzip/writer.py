@@ -124,6 +124,8 @@ def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | No
     return _LeafPlan(leaf, encoding.pipeline, chunk_bytes, [], extra=extra, array=array)
 
 
+#: How much smaller a representation that codes twice as slowly must be to be chosen (2%).
+SPEED_WEIGHT = 0.02
 #: Bytes of a tensor on which the candidate representations against a base are tried.
 TRIAL_BYTES = 64 << 10
 
@@ -145,10 +147,12 @@ def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
     start = (len(raw) - size) // 2 // width * width
     sample = slice(start, start + size)
     best, best_out = dense, dense.encode_chunk(raw[sample])
+    best_score = float(len(best_out))
     for candidate in policy.delta_candidates(leaf):
         out = candidate.encode_chunk(raw[sample], base_raw[sample])
-        if len(out) < len(best_out):
-            best, best_out = candidate, out
+        score = len(out) * (1 + SPEED_WEIGHT * (candidate.relative_cost - 1))
+        if score < best_score:
+            best, best_out, best_score = candidate, out, score
     whole = size == len(raw) <= chunk_bytes
     precoded = best_out if whole else None
     if best is dense:

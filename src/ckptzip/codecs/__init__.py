@@ -10,9 +10,9 @@ from .base import (
     registered_ids,
 )
 from .byteplanes import BytePlanes
+from .context import ContextPlanes
 from .entropy import Entropy
 from .kmeans import KMeans
-from .log_ratio import LogRatio
 from .lossy_residual import LossyResidual
 from .residual import Residual
 from .sparse import Sparse
@@ -21,9 +21,9 @@ __all__ = [
     "BytePlanes",
     "BytesToBytes",
     "Codec",
+    "ContextPlanes",
     "Entropy",
     "KMeans",
-    "LogRatio",
     "LossyResidual",
     "Residual",
     "Sparse",

@@ -42,6 +42,9 @@ def register(cls: C) -> C:
 
 class Codec(ABC):
     codec_id: ClassVar[str]
+    #: Time to code a byte, relative to the default lossless stages (which are 1.0); choosing
+    #: between representations trades a little size for speed with it.
+    relative_cost: ClassVar[float] = 1.0
 
     def get_config(self) -> dict[str, Any]:
         """The JSON config stored in the header: ``{"id": codec_id, **parameters}``."""
