@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ckptzip
-from ckptzip.codecs import KMeans, LogRatio, LossyResidual, Sparse, TransformContext, codec_from_config
+from ckptzip.codecs import KMeans, LossyResidual, Sparse, TransformContext, codec_from_config
 from ckptzip.codecs.kmeans import lloyd_sorted
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
 from ckptzip.errors import ConfigError, CorruptError, FormatError
@@ -124,10 +124,6 @@ def test_residual_stages_need_and_use_the_base():
     x = base * torch.exp(0.1 * torch.randn(50))
     _, decoded = roundtrip(LossyResidual("float32"), x, base)
     assert torch.allclose(decoded, x)
-    ratio = LogRatio("float32")
-    _, decoded = roundtrip(ratio, x, base)
-    assert torch.allclose(decoded, x, rtol=1e-5)
-    assert LogRatio.applies(x, base) and not LogRatio.applies(x, base * (torch.arange(50) > 0))
     with pytest.raises(ValueError, match="base"):
         LossyResidual("float32").decode(x, CTX)
 
@@ -281,7 +277,7 @@ def expected_index(chain_states, model_index):
 def test_adaptive_meets_its_budget_and_options_are_checked(chain_states):
     loose = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0], error_budget=0.9)
     tight = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0],
-                          error_budget={"weight": 0.05, "exp_avg": 0.05, "exp_avg_sq": 0.02})
+                          error_budget={"weight": 0.05, "exp_avg": 0.1, "exp_avg_sq": 0.05})
     assert len(loose) < len(tight)
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(tight), base=chain_states[0]) as f:
         for leaf in f.leaves:

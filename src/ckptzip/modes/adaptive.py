@@ -7,10 +7,11 @@ combination with the fewest estimated bits whose error is within the budget:
   kept and k-means quantized; the error is relative to the update since the base,
   ``|W^ - W| / |W - W_base|``;
 * ``exp_avg``: pruned and k-means quantized on its own; error ``|m^ - m| / |m|``;
-* ``exp_avg_sq``: its log-ratio to the base's reconstruction, less the tensor's median drift
-  (:class:`ckptzip.codecs.LogRatio`), pruned and quantized, so that the elements whose second
-  moment kept pace with the rest cost nothing; the error is the RMS relative error of
-  ``sqrt(v)``, by which Adam divides.
+* ``exp_avg_sq``: kept where ``exp_avg`` is kept and zero elsewhere, so that both moments of a
+  pruned element restart together, as ExCP's joint mask makes them (a pruned ``exp_avg`` beside
+  an intact ``exp_avg_sq`` would shrink the element's next steps tenfold); quantized in the log
+  domain with the fewest centroids that keep the relative error of ``sqrt(v)``, by which Adam
+  divides, within budget.
 
 Because the search reads the error and the entropy of each candidate off sorted values and
 prefix sums, it costs one sort per tensor and a few k-means fits of a few dozen iterations.
@@ -26,20 +27,20 @@ import numpy as np
 import torch
 
 from ..chain import Base
-from ..codecs import KMeans, LogRatio, TransformContext
-from ..codecs.kmeans import lloyd_sorted
+from ..codecs import KMeans, TransformContext
+from ..codecs.kmeans import lloyd_sorted, sample_sorted
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, coded, decode, error_record, finish
+from .common import GroupValues, JointPolicy, finish
 from .pairing import MOMENTS
 
 STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md).
-DEFAULT_BUDGET = {"weight": 0.5, "exp_avg": 0.6, "exp_avg_sq": 0.25}
+DEFAULT_BUDGET = {"weight": 0.3, "exp_avg": 0.6, "exp_avg_sq": 0.5}
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
-CODEBOOKS = (2, 4, 8, 15)
+CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
 #: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
 SEARCH_SAMPLES = 1 << 16
 
@@ -144,46 +145,44 @@ class AdaptivePolicy(JointPolicy):
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
             delta = values.w - values.w_base
-            plans[group.weight] = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
-                                                 "weight", residual=True, base=values.w_base)
+            plans[group.weight], _ = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
+                                                    "weight", residual=True, base=values.w_base)
+        kept = None
         if group.exp_avg is not None and values.m is not None:
-            plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
-                                                  float(values.m.pow(2).sum()), "exp_avg")
+            plans[group.exp_avg], kept = self._quantize(leaves[group.exp_avg], values.m,
+                                                        float(values.m.pow(2).sum()), "exp_avg")
         if group.exp_avg_sq is not None and values.v is not None:
-            plan = self._second_moment(leaves[group.exp_avg_sq], values.v, base)
-            if plan is not None:
-                plans[group.exp_avg_sq] = plan
+            plans[group.exp_avg_sq] = self._second_moment(
+                leaves[group.exp_avg_sq], values.v, values.v != 0 if kept is None else kept)
         return plans
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
-                  residual: bool = False, base: torch.Tensor | None = None) -> Encoded:
+                  residual: bool = False, base: torch.Tensor | None = None
+                  ) -> tuple[Encoded, torch.Tensor]:
+        """Prune and quantize within the state's budget; also returns the mask of kept elements."""
         budget = self.budget[state]
         choice = search(array, max(scale_sq, 1e-300), budget)
-        encoded = finish(leaf, prune(array, choice.kept), KMeans(choice.k, leaf.dtype.name),
-                         residual=residual, base=base)
+        pruned = prune(array, choice.kept)
+        encoded = finish(leaf, pruned, KMeans(choice.k, leaf.dtype.name), residual=residual, base=base)
         encoded.extra["error"]["budget"] = budget
-        return encoded
+        return encoded, pruned != 0
 
-    def _second_moment(self, leaf: Leaf, v: torch.Tensor, base: Base) -> Encoded | None:
-        """``exp_avg_sq`` against the base's: the log-ratio, pruned and quantized. None (lossless)
-        where the base has no such tensor or its zeros differ."""
-        found = base.tensor(leaf.name)
-        if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
-            return None
-        v_base = base.value(leaf.name).to(v.device)
-        if not LogRatio.applies(v, v_base):
-            return None
+    def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor) -> Encoded:
+        """``exp_avg_sq`` where ``exp_avg`` is kept, zero elsewhere (both moments restart there,
+        as ExCP's joint mask makes them), quantized in the log domain with the fewest centroids
+        that keep ``sqrt(v)`` within the budget."""
         budget = self.budget["exp_avg_sq"]
-        ratio_stage = LogRatio(leaf.dtype.name)
-        context = TransformContext(leaf.name, v_base)
-        ratio = ratio_stage.encode(v, context)
-        # a log-ratio error e makes sqrt(v) wrong by a factor exp(e / 2): RMS of e / 2
-        choice = search(ratio, 4.0 * ratio.numel(), budget)
-        quantizer = KMeans(choice.k, "float32")
-        stages = (ratio_stage, quantizer)
-        codes = quantizer.encode(prune(ratio, choice.kept), context)
-        decoded = decode(stages, codes, context)
-        sqrt_error = error_record(v.sqrt(), decoded.float().sqrt())
-        extra = {"error": {**error_record(v, decoded, kept=choice.kept / max(ratio.numel(), 1)),
-                           "rel_sqrt": sqrt_error["rel"], "budget": budget}}
-        return Encoded(coded(stages, codes), codes, extra, uses_base=True)
+        array = v * kept
+        logs = sample_sorted(array[array > 0].double().log())
+        k = CODEBOOKS[-1]
+        for size in CODEBOOKS:
+            # an error e in log(v) makes sqrt(v) wrong by a factor exp(e / 2): RMS of e / 2
+            if math.sqrt(lloyd_sorted(logs, size).sse / max(logs.size, 1)) / 2 <= budget:
+                k = size
+                break
+        encoded = finish(leaf, array, KMeans(k, leaf.dtype.name, "log"))
+        decoded = encoded.pipeline.transforms[0].decode(encoded.array, TransformContext(leaf.name))
+        ratio = (decoded.double()[array > 0] / array.double()[array > 0]).sqrt() - 1
+        error = float(ratio.pow(2).mean().sqrt()) if ratio.numel() else 0.0
+        encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)
+        return encoded

@@ -30,7 +30,16 @@ from ..codecs.sparse import layout_for
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, coded, decode, error_record, finish, role_of
+from .common import (
+    GroupValues,
+    JointPolicy,
+    coded,
+    decode,
+    delta_error,
+    error_record,
+    finish,
+    role_of,
+)
 from .pairing import group_state
 
 #: Kept fraction per role, as a multiple of ``density``.
@@ -116,7 +125,8 @@ class BitsnapPolicy(JointPolicy):
         array = sparse.encode(delta.reshape(leaf.shape), context)
         decoded = decode(stages, array, context)
         extra: dict[str, Any] = {
-            "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean())),
+            "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean()),
+                                  rel_delta=delta_error(leaf.tensor, decoded, w_base)),
             "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
         }
         return Encoded(coded(stages, array), array, extra, uses_base=True)

@@ -50,6 +50,13 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, **more: float) -
     return {k: float(f"{v:.4g}") for k, v in record.items()}
 
 
+def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor) -> float:
+    """The error relative to the update since the base: ``|x^ - x| / |x - base|``."""
+    update = float((original.double() - base.double()).norm())
+    error = float((decoded.double() - original.double()).norm())
+    return error / update if update else float(error > 0)
+
+
 def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,
            context: TransformContext) -> torch.Tensor:
     """What a reader will decode from ``array`` (run the stages backwards)."""
@@ -130,5 +137,7 @@ def finish(
     decoded = decode(stages, array, context)
     reference = leaf.tensor if original is None else original
     more.setdefault("kept", float((array != 0).float().mean()) if array.numel() else 0.0)
+    if residual and base is not None:
+        more["rel_delta"] = delta_error(reference, decoded, base)
     return Encoded(coded(stages, array), array, {"error": error_record(reference, decoded, **more)},
                    uses_base=residual)
