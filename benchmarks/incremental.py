@@ -32,6 +32,7 @@ from common import OUT_DIR, info_markdown, machine_info, thread_counts, write_re
 
 import ckptzip
 from ckptzip import peers
+from ckptzip.codecs import ContextPlanes
 from ckptzip.demo.datasets import default_cache_dir
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer
 
@@ -120,6 +121,8 @@ def measure_ckptzip(data: str, g: int, new: Any, base: Any | None, threads: int,
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as ckpt:
         for leaf in ckpt.leaves:
             kind = leaf.pipeline.residual.kind if leaf.pipeline.residual else "dense"
+            if isinstance(leaf.pipeline.serializer, ContextPlanes):
+                kind += "+buckets"
             picks[kind] += leaf.nbytes
     summary = ", ".join(f"{k} {v / raw:.0%}" for k, v in picks.most_common())
     tool = "ckptzip delta" if base is not None else "ckptzip dense"
