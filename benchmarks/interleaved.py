@@ -1,0 +1,73 @@
+"""ckptzip against zipnn on one thread with the two tools' runs interleaved, best of N.
+
+On a shared machine, load changes between the blocks of a long benchmark; running ckptzip and
+zipnn alternately on the same bytes, and keeping each one's best time, compares them under the
+same conditions. Ratios and MB/s (raw bytes per second) for the bf16 and fp32 weight sets.
+
+    python benchmarks/interleaved.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from common import machine_info
+
+import ckptzip
+from ckptzip import peers
+from ckptzip.demo.datasets import gpt_training_run, minilm_state_dict
+from ckptzip.tree import flatten
+
+
+def sets() -> dict[str, dict[str, torch.Tensor]]:
+    model = gpt_training_run(300, 30, progress=False)[-1][1]["model"]
+    return {
+        "GPT weights bf16": {k: v.bfloat16() for k, v in model.items()},
+        "GPT weights fp32": dict(model),
+        "MiniLM bf16": minilm_state_dict(torch.bfloat16),
+        "MiniLM fp32": minilm_state_dict(torch.float32),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    info = machine_info()
+    print(f"load average {info['load_average']:.2f}, commit {info['commit']}, {info['date']}")
+    zipnn = peers.get("zipnn")
+    print("| set | ckptzip ratio | zipnn ratio | ckptzip c / d MB/s | zipnn c / d MB/s | c x | d x |")
+    print("|---|---|---|---|---|---|---|")
+    for name, state in sets().items():
+        leaves = flatten(state)[1]
+        raw = sum(leaf.nbytes for leaf in leaves)
+        arrays = [(leaf.host_bytes(), leaf.dtype.name) for leaf in leaves]
+        best = dict.fromkeys(("c", "d", "zc", "zd"), float("inf"))
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            blob = ckptzip.dumps(state, threads=1)
+            best["c"] = min(best["c"], time.perf_counter() - t)
+            t = time.perf_counter()
+            out = ckptzip.loads(blob, threads=1)
+            best["d"] = min(best["d"], time.perf_counter() - t)
+            t = time.perf_counter()
+            blobs = [zipnn.compress(a, threads=1, dtype=dt) for a, dt in arrays]
+            best["zc"] = min(best["zc"], time.perf_counter() - t)
+            t = time.perf_counter()
+            back = [zipnn.decompress(b, a, threads=1, dtype=dt) for b, (a, dt) in zip(blobs, arrays)]
+            best["zd"] = min(best["zd"], time.perf_counter() - t)
+        for leaf, (a, _), z in zip(flatten(out)[1], arrays, back):
+            if not (np.array_equal(leaf.host_bytes(), a) and np.array_equal(z.view(np.uint8), a)):
+                raise SystemExit(f"{name}: a round trip was not exact")
+        mbps = {k: raw / v / 1e6 for k, v in best.items()}
+        z_ratio = raw / sum(map(len, blobs))
+        print(f"| {name} | {raw / len(blob):.4f} | {z_ratio:.4f} | {mbps['c']:.0f} / {mbps['d']:.0f} | "
+              f"{mbps['zc']:.0f} / {mbps['zd']:.0f} | {mbps['c'] / mbps['zc']:.2f} | "
+              f"{mbps['d'] / mbps['zd']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
