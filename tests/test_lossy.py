@@ -12,6 +12,7 @@ import torch
 import ckptzip
 from ckptzip.codecs import KMeans, LossyResidual, Sparse, TransformContext, codec_from_config
 from ckptzip.codecs.kmeans import lloyd_sorted
+from ckptzip.demo.gpt import make_scheduler
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
 from ckptzip.errors import ConfigError, CorruptError, FormatError
 from ckptzip.modes import PairingWarning
@@ -165,6 +166,7 @@ def test_pairing_with_frozen_parameters_and_explicit_mapping():
     trainer.model.wpe.weight.requires_grad_(False)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     trainer.optimizer = torch.optim.AdamW(params, lr=1e-3)
+    trainer.scheduler = make_scheduler(trainer.optimizer, 1, 20)
     trainer.train(train, 2)
     expected = expected_pairs(trainer)
     state = trainer.state()

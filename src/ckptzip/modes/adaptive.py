@@ -37,7 +37,7 @@ from .pairing import MOMENTS
 
 STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md).
-DEFAULT_BUDGET = {"weight": 0.3, "exp_avg": 0.6, "exp_avg_sq": 0.5}
+DEFAULT_BUDGET = {"weight": 0.22, "exp_avg": 0.65, "exp_avg_sq": 0.8}
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
 CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
@@ -175,7 +175,7 @@ class AdaptivePolicy(JointPolicy):
         array = v * kept
         logs = sample_sorted(array[array > 0].double().log())
         k = CODEBOOKS[-1]
-        for size in CODEBOOKS:
+        for size in (1, *CODEBOOKS):  # one centroid: the mask alone, where v varies little
             # an error e in log(v) makes sqrt(v) wrong by a factor exp(e / 2): RMS of e / 2
             if math.sqrt(lloyd_sorted(logs, size).sse / max(logs.size, 1)) / 2 <= budget:
                 k = size
