@@ -115,3 +115,12 @@ def test_saved_files_follow_the_umask(tmp_path) -> None:
     path = tmp_path / "mode.ckz"
     ckptzip.save({"w": torch.ones(3)}, path)
     assert path.stat().st_mode & 0o777 == 0o666 & ~ckptzip.storage._umask()
+
+
+def test_small_files_carry_no_header_padding(tmp_path) -> None:
+    state = {f"t{i}": torch.randn(100 + i) for i in range(30)}
+    path = tmp_path / "small.ckz"
+    ckptzip.save(state, path)
+    assert path.stat().st_size == len(ckptzip.dumps(state))  # exactly the in-memory layout
+    out = ckptzip.load(path)
+    assert all(torch.equal(out[k], v) for k, v in state.items())

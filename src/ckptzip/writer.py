@@ -210,8 +210,17 @@ class MemorySink(Sink):
 
 
 class FileSink(Sink):
-    """Streams chunks into a seekable file behind a space reserved for the header. If the header
-    outgrows the reservation (rare), the data section is moved once."""
+    """Streams chunks into a seekable file behind a space reserved for the header.
+
+    The reservation is an upper bound, so the header is usually padded with spaces. If the header
+    outgrows it (rare), or if a small file would carry much padding (lossy checkpoints of many
+    small tensors), the data section is moved once to fit the header exactly.
+    """
+
+    #: Files whose data section is at most this large drop their padding: moving them is cheap.
+    TRIM_DATA_BYTES = 64 << 20
+    #: Padding below this is left in place.
+    TRIM_MIN_PADDING = 256
 
     def __init__(self, handle: IO[bytes]) -> None:
         super().__init__()
@@ -226,28 +235,30 @@ class FileSink(Sink):
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
-        if len(header) <= self.reserved:
-            header = header + b" " * (self.reserved - len(header))
-        else:
+        padding = self.reserved - len(header)
+        trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES
+        if padding < 0 or trim:
             self._move_data(len(header))
+        header = header + b" " * (self.reserved - len(header))
         self.handle.seek(0)
         self.handle.write(pack_prelude(header))
         self.handle.write(header)
+        self.handle.truncate(PRELUDE_SIZE + self.reserved + self.position)
         self.handle.seek(0, 2)
 
     def _move_data(self, header_size: int) -> None:
-        """Shift the data section right so that a header of ``header_size`` bytes fits."""
+        """Shift the data section so that it starts right after a header of ``header_size``."""
         shift = header_size - self.reserved
         start = PRELUDE_SIZE + self.reserved
         block = 8 << 20
-        end = start + self.position
-        while end > start:  # copy backwards so that no byte is overwritten before it is moved
-            size = min(block, end - start)
-            self.handle.seek(end - size)
+        # copy away from the direction of the shift, so no byte is overwritten before it moves
+        offsets = list(range(start, start + self.position, block))
+        for offset in reversed(offsets) if shift > 0 else offsets:
+            size = min(block, start + self.position - offset)
+            self.handle.seek(offset)
             data = self.handle.read(size)
-            self.handle.seek(end - size + shift)
+            self.handle.seek(offset + shift)
             self.handle.write(data)
-            end -= size
         self.reserved = header_size
 
 
