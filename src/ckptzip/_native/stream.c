@@ -249,6 +249,18 @@ typedef struct {
     size_t body_len[CKZ_MAX_SEGMENTS];
 } header;
 
+/* A coded segment's body length (a varint), checked against the bytes left in the stream. */
+static int get_body_length(const uint8_t **p, const uint8_t *end, unsigned seg, size_t *len,
+                           ckz_err *err) {
+    uint64_t v = 0;
+    if (ckz_get_varint(p, end, &v, "a segment's body length", err)) return -1;
+    if (v > (uint64_t)(end - *p))
+        return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", seg,
+                        (unsigned long long)v, (size_t)(end - *p));
+    *len = (size_t)v;
+    return 0;
+}
+
 static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err) {
     const uint8_t *p = src, *end = src + len;
     if (!len) return ckz_fail(err, "stream is empty");
@@ -256,7 +268,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
         return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x", *p,
                         CKZ_STREAM_FORMAT);
     p++;
-    uint64_t n = 0, segments = 0, v = 0;
+    uint64_t n = 0, segments = 0;
     if (ckz_get_varint(&p, end, &n, "decoded length", err)) return -1;
     if (n > CKZ_MAX_DECODED)
         return ckz_fail(err, "decoded length %llu exceeds %llu", (unsigned long long)n,
@@ -284,11 +296,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
         case CKZ_MODE_HUFF:
         case CKZ_MODE_RANS:
         case CKZ_MODE_RANS32:
-            if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
-            if (v > (uint64_t)(end - p))
-                return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", j,
-                                (unsigned long long)v, (size_t)(end - p));
-            h->body_len[j] = (size_t)v;
+            if (get_body_length(&p, end, j, &h->body_len[j], err)) return -1;
             break;
         default: return ckz_fail(err, "segment %u has unknown mode %u", j, h->mode[j]);
         }
@@ -342,7 +350,7 @@ static int decode_coded(unsigned mode, const uint8_t *body, size_t len, uint8_t 
 int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t m,
                     unsigned seg, ckz_err *err) {
     const uint8_t *p = *pp;
-    uint64_t v = 0;
+    size_t body = 0;
     if (p == end) return ckz_fail(err, "stream truncated in the mode of segment %u", seg);
     unsigned mode = *p++;
     switch (mode) {
@@ -360,12 +368,9 @@ int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t
     case CKZ_MODE_HUFF:
     case CKZ_MODE_RANS:
     case CKZ_MODE_RANS32:
-        if (ckz_get_varint(&p, end, &v, "a segment's body length", err)) return -1;
-        if (v > (uint64_t)(end - p))
-            return ckz_fail(err, "segment %u body length %llu exceeds the %zu bytes left", seg,
-                            (unsigned long long)v, (size_t)(end - p));
-        if (decode_coded(mode, p, (size_t)v, out, m, seg, err)) return -1;
-        p += v;
+        if (get_body_length(&p, end, seg, &body, err)) return -1;
+        if (decode_coded(mode, p, body, out, m, seg, err)) return -1;
+        p += body;
         break;
     default: return ckz_fail(err, "segment %u has unknown mode %u", seg, mode);
     }
