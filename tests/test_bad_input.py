@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 
 import pytest
 import torch
 
 import ckptzip
 from ckptzip import _native
-from ckptzip.container import MAGIC, PRELUDE_SIZE, pack_prelude
+from ckptzip.container import FLAG_DEFLATE, MAGIC, PRELUDE_SIZE, load_header, pack_prelude
 
 
 def small_state() -> dict:
@@ -36,8 +37,9 @@ def assert_same(a, b) -> None:
 
 
 def split(blob: bytes) -> tuple[dict, bytes]:
-    (header_length,) = struct.unpack_from("<Q", blob, 16)
-    header = json.loads(blob[PRELUDE_SIZE : PRELUDE_SIZE + header_length])
+    (flags, header_length) = struct.unpack_from("<IQ", blob, 12)
+    stored = blob[PRELUDE_SIZE : PRELUDE_SIZE + header_length]
+    header = json.loads(load_header(stored, flags, "<test>"))
     return header, blob[PRELUDE_SIZE + header_length :]
 
 
@@ -178,3 +180,21 @@ def test_unknown_mode_and_bad_threads() -> None:
 
 def test_magic_is_documented_value() -> None:
     assert BLOB.startswith(MAGIC) and MAGIC == b"\x89CKZ\r\n\x1a\n"
+
+
+def test_headers_are_deflated_and_bounded() -> None:
+    (flags,) = struct.unpack_from("<I", BLOB, 12)
+    assert flags == FLAG_DEFLATE
+    header, data = split(BLOB)
+    bomb = zlib.compress(b"[" + b" " * 50_000_000 + b"]", 9)  # 50 MB of JSON from ~50 KB
+    with pytest.raises(ckptzip.FormatError, match="inflates past"):
+        ckptzip.loads(pack_prelude(bomb, FLAG_DEFLATE) + bomb + data)
+    cut = zlib.compress(json.dumps(header).encode())[:-10]
+    with pytest.raises(ckptzip.FormatError, match=r"cut short|does not inflate"):
+        ckptzip.loads(pack_prelude(cut, FLAG_DEFLATE) + cut + data)
+    trailing = zlib.compress(json.dumps(header).encode()) + b"junk"
+    with pytest.raises(ckptzip.FormatError, match="padding"):
+        ckptzip.loads(pack_prelude(trailing, FLAG_DEFLATE) + trailing + data)
+    with pytest.raises(ckptzip.VersionError, match="flags"):
+        raw = json.dumps(header).encode()
+        ckptzip.loads(pack_prelude(raw, 0x80) + raw + data)

@@ -5,9 +5,9 @@ Layout (docs/FORMAT.md has the full specification)::
     offset 0   magic            8 bytes  89 43 4B 5A 0D 0A 1A 0A  ("\\x89CKZ\\r\\n\\x1a\\n")
     offset 8   major version    u16 LE   readers refuse a major they do not know
     offset 10  minor version    u16 LE   additions a reader may ignore
-    offset 12  flags            u32 LE   0 (reserved)
-    offset 16  header length H  u64 LE   bytes of JSON header, trailing spaces included
-    offset 24  header CRC-32C   u32 LE   of the H header bytes
+    offset 12  flags            u32 LE   bit 0: the header is deflate-compressed; others 0
+    offset 16  header length H  u64 LE   bytes of the stored header, trailing spaces included
+    offset 24  header CRC-32C   u32 LE   of the H stored header bytes
     offset 28  prelude CRC-32C  u32 LE   of bytes 0..27
     offset 32  header           H bytes  UTF-8 JSON object, padded with spaces
     offset 32+H data            D bytes  chunks; the header's offsets are relative to here
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +47,53 @@ MAX_DIMS = 64
 MAX_TRANSFORM_EXPANSION = 64
 
 
-def pack_prelude(header: bytes) -> bytes:
-    head = PRELUDE.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0, len(header), _native.crc32c(header), 0)
+#: Prelude flag: the stored header is a zlib (deflate) stream of the JSON, then optional spaces.
+FLAG_DEFLATE = 1
+KNOWN_FLAGS = FLAG_DEFLATE
+#: A deflated header may inflate to at most this many times its stored size (plus 1 MiB): JSON
+#: headers compress 5-20x, and the bound keeps a crafted header from exhausting memory.
+MAX_HEADER_EXPANSION = 256
+
+
+def pack_prelude(header: bytes, flags: int = 0) -> bytes:
+    head = PRELUDE.pack(
+        MAGIC, FORMAT_MAJOR, FORMAT_MINOR, flags, len(header), _native.crc32c(header), 0
+    )
     return head[:28] + struct.pack("<I", _native.crc32c(head[:28]))
+
+
+def store_header(header_json: bytes) -> tuple[bytes, int]:
+    """The header as stored, and its flags: deflated when that makes it smaller (it nearly always
+    does: key names and tree structure repeat)."""
+    deflated = zlib.compress(header_json, 9)
+    if len(deflated) < len(header_json):
+        return deflated, FLAG_DEFLATE
+    return header_json, 0
+
+
+def load_header(stored: bytes, flags: int, source: str) -> bytes:
+    """The header's JSON bytes from what a file stores (spaces may pad it)."""
+    if not flags & FLAG_DEFLATE:
+        return stored
+    limit = MAX_HEADER_EXPANSION * len(stored) + (1 << 20)
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(stored, limit)
+    except zlib.error as exc:
+        raise CorruptError(f"{source}: the header does not inflate ({exc}): the file is damaged") from None
+    if not inflater.eof:
+        what = "is cut short" if not inflater.unconsumed_tail else f"inflates past {limit} bytes"
+        raise FormatError(f"{source}: the deflated header {what}; the file is damaged or hostile")
+    if inflater.unused_data.strip(b" "):
+        raise FormatError(f"{source}: bytes other than padding follow the deflated header")
+    return text
 
 
 @dataclass(frozen=True)
 class Prelude:
     major: int
     minor: int
+    flags: int
     header_length: int
     header_crc: int
 
@@ -70,7 +109,7 @@ def parse_prelude(data: bytes, file_size: int, source: str) -> Prelude:
             f"{source}: truncated: {file_size} bytes, shorter than the {PRELUDE_SIZE}-byte "
             f"prelude; the file was cut off while being written or copied"
         )
-    _, major, minor, _flags, header_length, header_crc, prelude_crc = PRELUDE.unpack(
+    _, major, minor, flags, header_length, header_crc, prelude_crc = PRELUDE.unpack(
         data[:PRELUDE_SIZE]
     )
     if _native.crc32c(data[:28]) != prelude_crc:
@@ -82,12 +121,17 @@ def parse_prelude(data: bytes, file_size: int, source: str) -> Prelude:
         )
     if major < 1:
         raise FormatError(f"{source}: format version {major}.{minor} does not exist")
+    if flags & ~KNOWN_FLAGS:
+        raise VersionError(
+            f"{source}: prelude flags 0x{flags:x} include ones this ckptzip does not know; "
+            f"upgrade: pip install -U ckptzip"
+        )
     if header_length > file_size - PRELUDE_SIZE:
         raise TruncatedError(
             f"{source}: truncated: the header claims {header_length} bytes but the file has "
             f"{file_size - PRELUDE_SIZE} after the prelude; re-copy or re-save it"
         )
-    return Prelude(major, minor, header_length, header_crc)
+    return Prelude(major, minor, flags, header_length, header_crc)
 
 
 @dataclass(frozen=True)

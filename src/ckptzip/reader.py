@@ -14,7 +14,7 @@ import torch
 from . import _native
 from .chain import Base, base_exists, open_base, resolve_relative
 from .codecs import TransformContext
-from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, parse_header, parse_prelude
+from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
@@ -60,7 +60,8 @@ class CheckpointFile:
                 f"restore it from another copy"
             )
         self.data_start = PRELUDE_SIZE + prelude.header_length
-        self.header: Header = parse_header(header_bytes, source.size - self.data_start, self.name)
+        header_json = load_header(header_bytes, prelude.flags, self.name)
+        self.header: Header = parse_header(header_json, source.size - self.data_start, self.name)
         self._keys: dict[str, dict[str, Any]] | None = None
 
     @classmethod

@@ -18,7 +18,7 @@ import torch
 from . import _native, dtypes
 from ._version import __version__
 from .chain import Base
-from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude
+from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
 from .parallel import ordered_map, resolve_threads
 from .pipeline import Pipeline
@@ -191,7 +191,9 @@ class Sink(ABC):
     def write(self, data: bytes) -> None: ...
 
     @abstractmethod
-    def finish(self, header: bytes) -> None: ...
+    def finish(self, header: bytes) -> None:
+        """Store the header's JSON in front of the data; afterwards ``reserved`` is the size of
+        the header as stored."""
 
 
 class MemorySink(Sink):
@@ -205,7 +207,9 @@ class MemorySink(Sink):
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
-        self.result = b"".join([pack_prelude(header), header, *self.parts])
+        stored, flags = store_header(header)
+        self.reserved = len(stored)
+        self.result = b"".join([pack_prelude(stored, flags), stored, *self.parts])
         self.parts = []
 
 
@@ -235,14 +239,15 @@ class FileSink(Sink):
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
-        padding = self.reserved - len(header)
+        stored, flags = store_header(header)
+        padding = self.reserved - len(stored)
         trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES
         if padding < 0 or trim:
-            self._move_data(len(header))
-        header = header + b" " * (self.reserved - len(header))
+            self._move_data(len(stored))
+        stored += b" " * (self.reserved - len(stored))
         self.handle.seek(0)
-        self.handle.write(pack_prelude(header))
-        self.handle.write(header)
+        self.handle.write(pack_prelude(stored, flags))
+        self.handle.write(stored)
         self.handle.truncate(PRELUDE_SIZE + self.reserved + self.position)
         self.handle.seek(0, 2)
 
@@ -414,7 +419,6 @@ def encode_state(
     header["pipelines"], header["leaves"], header["chunk"] = _leaf_entries(plans)
     header["data_length"] = sink.position
     header["id"] = hashlib.sha256(_header_json(header)).hexdigest()[:32]
-    header_bytes = _header_json(header)
-    sink.finish(header_bytes)
-    stored_total = PRELUDE_SIZE + max(len(header_bytes), sink.reserved) + sink.position
+    sink.finish(_header_json(header))
+    stored_total = PRELUDE_SIZE + sink.reserved + sink.position
     return SaveReport(path, raw_total, stored_total, time.perf_counter() - started, len(leaves), mode)
