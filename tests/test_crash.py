@@ -19,14 +19,14 @@ TRIALS = 50
 BATCH = 10  # processes killed side by side, each saving over its own checkpoint
 ELEMENTS = 300_000
 
-CHILD = """
+CHILD = f"""
 import sys, torch, ckptzip
 path, version = sys.argv[1], 1
 print("ready", flush=True)
 while True:
-    ckptzip.save({"w": torch.full((%d,), float(version)), "version": version}, path, threads=1)
+    ckptzip.save({{"w": torch.full(({ELEMENTS},), float(version)), "version": version}}, path, threads=1)
     version += 1
-""" % ELEMENTS
+"""
 
 
 def check(path: Path) -> int:
