@@ -20,7 +20,7 @@ from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .parallel import ordered_map, resolve_threads
 from .progress import Progress
 from .storage import PathLike, Source, open_source
-from .tree import TENSOR_KINDS, leaf_refs, unflatten
+from .tree import TENSOR_KINDS, leaf_refs, unflatten, unique_name
 
 #: Raw bytes decoded by one worker task.
 TASK_BYTES = 4 << 20
@@ -157,12 +157,7 @@ class CheckpointFile:
             for path, node in leaf_refs(self.header.tree):
                 if node["t"] not in TENSOR_KINDS:
                     continue
-                name = key = ".".join(path) if path else "<root>"
-                n = 1
-                while key in self._keys:
-                    n += 1
-                    key = f"{name}#{n}"
-                self._keys[key] = node
+                self._keys[unique_name(path, self._keys)] = node
         return self._keys
 
     def keys(self) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,6 +278,16 @@ def leaf_refs(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str
                 yield from leaf_refs(child, (*path, _key_text(key)))
 
 
+def unique_name(path: tuple[str, ...], taken: Container[str]) -> str:
+    """The dotted name of ``path``, with ``#2``, ``#3`` appended while it is already taken."""
+    name = candidate = ".".join(path) if path else "<root>"
+    n = 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}#{n}"
+    return candidate
+
+
 def leaf_names(node: Any, n_leaves: int) -> list[str]:
     """Each leaf's name: the dotted key path of the first place the tree refers to it; ``#2``,
     ``#3`` set apart names that would otherwise collide. Writers and readers both derive names
@@ -288,13 +298,9 @@ def leaf_names(node: Any, n_leaves: int) -> list[str]:
         index = ref.get("i")
         if type(index) is not int or not 0 <= index < n_leaves or names[index] is not None:
             continue
-        name = candidate = ".".join(path) if path else "<root>"
-        n = 1
-        while candidate in taken:
-            n += 1
-            candidate = f"{name}#{n}"
-        taken.add(candidate)
-        names[index] = candidate
+        name = unique_name(path, taken)
+        taken.add(name)
+        names[index] = name
     return [name if name is not None else f"<unreferenced {i}>" for i, name in enumerate(names)]
 
 

@@ -93,8 +93,8 @@ def _tasks(
             assert plan.array is not None  # every encoded plan carries its array
             raw = tensor_bytes(plan.array)
         else:
-            plan = _plan_leaf(leaf, policy, base)
             raw = leaf.host_bytes()
+            plan = _plan_leaf(leaf, raw, policy, base)
         plans.append(plan)
         if base is not None:
             base.release(leaf.name)
@@ -130,7 +130,7 @@ SPEED_WEIGHT = 0.02
 TRIAL_BYTES = 64 << 10
 
 
-def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
+def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -> _LeafPlan:
     """Pick the leaf's pipeline. Against a base, code a sample from the middle of the tensor with
     each candidate representation (dense included) and keep the smallest. When the sample is the
     whole tensor, the winner's output is kept as the tensor's only chunk."""
@@ -141,7 +141,7 @@ def _plan_leaf(leaf: Leaf, policy: Policy, base: Base | None) -> _LeafPlan:
         leaf.dtype, leaf.shape
     ):
         return _LeafPlan(leaf, dense, chunk_bytes, [])
-    raw, base_raw = leaf.host_bytes(), base.raw(leaf.name)
+    base_raw = base.raw(leaf.name)
     width = leaf.dtype.plane_layout[0]
     size = min(len(raw), max(width, TRIAL_BYTES // width * width))
     start = (len(raw) - size) // 2 // width * width
