@@ -107,13 +107,16 @@ def parse_prelude(data: bytes, file_size: int, source: str) -> Prelude:
     if len(data) < PRELUDE_SIZE:
         raise TruncatedError(
             f"{source}: truncated: {file_size} bytes, shorter than the {PRELUDE_SIZE}-byte "
-            f"prelude; the file was cut off while being written or copied"
+            f"prelude; the file was cut off while being written or copied: re-copy or re-save it"
         )
     _, major, minor, flags, header_length, header_crc, prelude_crc = PRELUDE.unpack(
         data[:PRELUDE_SIZE]
     )
     if _native.crc32c(data[:28]) != prelude_crc:
-        raise CorruptError(f"{source}: the prelude checksum does not match: the file is damaged")
+        raise CorruptError(
+            f"{source}: the prelude checksum does not match: the file is damaged; restore it "
+            f"from another copy"
+        )
     if major > FORMAT_MAJOR:
         raise VersionError(
             f"{source}: written with .ckz format version {major}.{minor}, newer than the "
