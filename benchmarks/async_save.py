@@ -7,6 +7,10 @@ return; the peak is the resident set size, sampled every millisecond from just b
 until the background write has finished, minus the RSS before it.
 
     python benchmarks/async_save.py [--saves 4] [--steps-between 2] [--threads N]
+        [--device cuda] [--modes lossless,excp] [--layers 6 --width 384]
+
+On a GPU (``--device cuda``) the model trains there; a lossy mode's async save transforms the
+state on the device and copies only the codes to the host (CheckpointManager's device path).
 
 Targets (issue 6): async stall <= 1.5x the host copy alone; peak extra memory <= 1.2x the state.
 """
@@ -69,31 +73,44 @@ class Row:
 
 
 def train_steps(model: GPT, optimizer: torch.optim.Optimizer, n: int, seed: int) -> None:
+    device = next(model.parameters()).device
     for i in range(n):
         tokens = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(seed * 100 + i))
+        tokens = tokens.to(device)
         _, loss = model(tokens[:, :-1], tokens[:, 1:])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
-def measure(method: str, saves: int, steps_between: int, threads: int | None,
-            save: Callable[[int, Any], None], finish: Callable[[], None], directory: str) -> Row:
-    """Median stall and total time, and the largest extra memory, over ``saves`` saves."""
+def new_model(config: GPTConfig, device: str) -> tuple[GPT, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    model = GPT(GPTConfig())
-    optimizer = make_optimizer(model)
+    model = GPT(config).to(device)
+    return model, make_optimizer(model)
+
+
+def measure(method: str, saves: int, steps_between: int, config: GPTConfig, device: str,
+            save: Callable[[int, Any], None], finish: Callable[[], None], directory: str) -> Row:
+    """Median stall and total time, and the largest extra memory, over ``saves`` saves (the
+    first, a keyframe even for lossy modes, is not timed when there are more)."""
+    model, optimizer = new_model(config, device)
     stalls, totals, extras = [], [], []
-    for k in range(saves):
+    for k in range(saves + (saves > 1)):
         train_steps(model, optimizer, steps_between, k)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": k}
         peak = PeakRSS()
         started = time.perf_counter()
         save(k, state)
-        stalls.append(time.perf_counter() - started)
+        stall = time.perf_counter() - started
         finish()
-        totals.append(time.perf_counter() - started)
-        extras.append(peak.stop())
+        if k or saves == 1:
+            stalls.append(stall)
+            totals.append(time.perf_counter() - started)
+            extras.append(peak.stop())
+        else:
+            peak.stop()
     size = sum(f.stat().st_size for f in Path(directory).iterdir() if f.is_file()) / max(1, saves)
     return Row(method, statistics.median(stalls), statistics.median(totals), max(extras) / 1e6, size / 1e6)
 
@@ -103,11 +120,15 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=4)
     parser.add_argument("--steps-between", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="where the model trains (cpu, cuda)")
+    parser.add_argument("--modes", default="lossless", help="comma-separated ckptzip modes")
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--width", type=int, default=384, help="n_embd (a multiple of 64)")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
-    torch.manual_seed(0)
-    model = GPT(GPTConfig())
-    optimizer = make_optimizer(model)
+    config = GPTConfig(n_layer=args.layers, n_head=args.width // 64, n_embd=args.width)
+    model, optimizer = new_model(config, args.device)
+    n_params = sum(p.numel() for p in model.parameters())
     train_steps(model, optimizer, 1, 0)
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -126,19 +147,23 @@ def main() -> None:
         def torch_save(step: int, state: Any) -> None:
             torch.save(state, os.path.join(directory, f"step-{step}.pt"))
 
-        rows.append(measure("torch.save", args.saves, args.steps_between, args.threads,
+        rows.append(measure("torch.save", args.saves, args.steps_between, config, args.device,
                             torch_save, lambda: None, directory))
-    for async_save in (False, True):
-        with tempfile.TemporaryDirectory() as directory:
-            manager = CheckpointManager(directory, async_save=async_save, threads=args.threads)
-            rows.append(measure(f"ckptzip manager, async {'on' if async_save else 'off'}", args.saves,
-                                args.steps_between, args.threads, manager.save, manager.wait, directory))
-            manager.close()
+    for mode in args.modes.split(","):
+        for async_save in (False, True):
+            with tempfile.TemporaryDirectory() as directory:
+                manager = CheckpointManager(directory, mode=mode, async_save=async_save,
+                                            threads=args.threads)
+                label = f"ckptzip manager {mode}, async {'on' if async_save else 'off'}"
+                rows.append(measure(label, args.saves, args.steps_between, config, args.device,
+                                    manager.save, manager.wait, directory))
+                manager.close()
 
     info = machine_info()
     lines = [
         "# Stall per save: CheckpointManager async vs sync vs torch.save", "", info_markdown(info), "",
-        f"State: demo GPT (10.8M parameters) + AdamW, {state_bytes / 1e6:.1f} MB; {args.saves} saves, "
+        f"State: GPT ({n_params / 1e6:.1f}M parameters, {args.layers} layers of width {args.width}) "
+        f"+ AdamW on {args.device}, {state_bytes / 1e6:.1f} MB; {args.saves} timed saves, "
         f"{args.steps_between} training steps between; host copy alone (`snapshot`): "
         f"**{host_copy * 1e3:.0f} ms** (median of 5).", "",
         "| method | stall per save (median) | save to durable file (median) | stall / host copy "
@@ -153,7 +178,8 @@ def main() -> None:
         )
     markdown = "\n".join(lines) + "\n"
     print(markdown)
-    write_results("async_save", markdown, {"info": info, "state_bytes": state_bytes,
+    name = "async_save" if args.device == "cpu" else f"async_save_{args.device}"
+    write_results(name, markdown, {"info": info, "state_bytes": state_bytes, "device": args.device,
                                            "host_copy_s": host_copy, "rows": [asdict(r) for r in rows]},
                   args.out)
 

@@ -6,9 +6,10 @@ import os
 from typing import Any
 
 from .chain import open_base, relative_location
+from .errors import ConfigError
 from .reader import CheckpointFile
 from .storage import BytesSource, PathLike, atomic_write
-from .writer import FileSink, MemorySink, SaveReport, encode_state
+from .writer import FileSink, MemorySink, Prepared, SaveReport, encode_state
 
 
 def save(
@@ -34,7 +35,12 @@ def save(
     Other keyword arguments are options of the mode (``chunk_bytes`` for ``lossless``).
     """
     target = os.fspath(path)
-    opened = open_base(base, threads=threads)
+    if isinstance(state, Prepared):  # planned by ckptzip.writer.prepare, which opened its base
+        if base is not None:
+            raise ConfigError("a prepared state carries its base: pass base= to prepare(), not save()")
+        opened = state.base
+    else:
+        opened = open_base(base, threads=threads)
     location = None
     if isinstance(base, (str, os.PathLike)):
         location = relative_location(os.fspath(base), target)

@@ -24,12 +24,13 @@ from typing import Any
 import torch
 
 from .api import load, save
+from .chain import open_base
 from .errors import ConfigError, Error
 from .policy import policy_for
 from .reader import CheckpointFile
 from .storage import TEMP_MARKER
 from .tree import flatten, unflatten
-from .writer import SaveReport
+from .writer import Prepared, SaveReport, prepare
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
 LOCK_NAME = ".ckptzip.lock"
@@ -164,7 +165,8 @@ class CheckpointManager:
             return
         try:
             self._raise_pending_error()
-            future = self._executor.submit(self._write_in_background, step, snapshot(state))
+            copy = self._prepare_on_device(step, state) if self._on_device(state) else snapshot(state)
+            future = self._executor.submit(self._write_in_background, step, copy)
         except BaseException:
             self._slots.release()
             raise
@@ -242,15 +244,50 @@ class CheckpointManager:
     def _path(self, step: int) -> str:
         return os.path.join(self.directory, step_file(step))
 
-    def _write(self, step: int, state: Any) -> SaveReport:
-        """Compress ``state`` as ``step`` against the newest earlier restorable step, then prune."""
+    def _base_for(self, step: int) -> str | None:
+        """The newest restorable step before ``step``: the base of its delta."""
         with self._headers_lock:
             earlier = [s for s in self._restorable() if s < step]
-        base = self._path(earlier[-1]) if earlier else None
-        report = save(
-            state, self._path(step), mode=self.mode, base=base, threads=self.threads,
-            metadata={"step": step}, keyframe_every=self.keyframe_every, **self.mode_options,
-        )
+        return self._path(earlier[-1]) if earlier else None
+
+    def _on_device(self, state: Any) -> bool:
+        """Whether an async save should transform ``state`` on its accelerator before the copy to
+        the host: a lossy mode (whose transforms are torch ops) and a tensor off the CPU."""
+        if self.mode == "lossless":
+            return False
+        return any(leaf.tensor.device.type != "cpu" for leaf in flatten(state)[1])
+
+    def _prepare_on_device(self, step: int, state: Any) -> Prepared:
+        """Run the lossy transforms where the tensors are, then copy to the host only what will
+        be stored (codes and untransformed leaves): less to copy and to hold than the state.
+
+        The delta's base must be on disk first, so this waits for the saves under way."""
+        self.wait()
+        path = self._base_for(step)
+        base = open_base(path, threads=self.threads) if path is not None else None
+        try:
+            prepared = prepare(state, mode=self.mode, base=base,
+                               keyframe_every=self.keyframe_every, mode_options=self.mode_options)
+            host = prepared.to_host()
+        except BaseException:
+            if base is not None:
+                base.close()
+            raise
+        if base is not None and prepared.base is None:  # a keyframe after all
+            base.close()
+        return host
+
+    def _write(self, step: int, state: Any) -> SaveReport:
+        """Compress ``state`` as ``step`` against the newest earlier restorable step (unless it is
+        prepared, and so planned against its base already), then prune."""
+        if isinstance(state, Prepared):
+            report = save(state, self._path(step), threads=self.threads, metadata={"step": step})
+        else:
+            report = save(
+                state, self._path(step), mode=self.mode, base=self._base_for(step),
+                threads=self.threads, metadata={"step": step},
+                keyframe_every=self.keyframe_every, **self.mode_options,
+            )
         if self.keep_last is not None:
             self._prune(self.keep_last)
         return report

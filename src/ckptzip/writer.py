@@ -161,6 +161,89 @@ def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -
     return _LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, precoded=precoded)
 
 
+def chain_base(base: Base | None, keyframe_every: int | None) -> Base | None:
+    """The base a new checkpoint is coded against: none when the chain would reach
+    ``keyframe_every`` checkpoints (this one becomes a standalone keyframe)."""
+    if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
+        raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
+    if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
+        return None
+    return base
+
+
+@dataclass
+class Prepared:
+    """A state flattened and planned ahead of writing.
+
+    :class:`ckptzip.CheckpointManager` prepares a lossy checkpoint of tensors on an accelerator
+    where they are (the transforms are torch ops), copies only the transformed arrays (codes) and
+    the untransformed leaves to the host with :meth:`to_host`, and writes that in the background.
+    """
+
+    tree: Any
+    leaves: list[Leaf]
+    mode: str
+    #: The base the plan was made against (None: a keyframe); closed by whoever writes it.
+    base: Base | None
+    #: Plans of the leaves the mode transformed, by leaf index (their arrays, not their leaves'
+    #: tensors, are what gets stored).
+    encoded: dict[int, _LeafPlan]
+    mode_options: dict[str, Any]
+
+    def to_host(self) -> Prepared:
+        """A copy whose arrays all live in fresh host memory (pinned, with non-blocking copies
+        and one synchronization, for CUDA arrays), so the caller may change its tensors as soon
+        as this returns. A transformed leaf's own tensor is not copied: its plan's array is."""
+        on_cuda = False
+
+        def host(tensor: torch.Tensor) -> torch.Tensor:
+            nonlocal on_cuda
+            pin = tensor.device.type == "cuda"
+            on_cuda |= pin
+            copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
+            return copy.copy_(tensor.detach(), non_blocking=pin)
+
+        encoded = {}
+        leaves = []
+        for index, leaf in enumerate(self.leaves):
+            plan = self.encoded.get(index)
+            if plan is None:
+                leaves.append(replace(leaf, tensor=host(leaf.tensor)))
+                continue
+            assert plan.array is not None
+            array = host(plan.array)
+            # the writer reads only a transformed leaf's name, dtype and shape: its tensor field
+            # holds the stored array, so no reference to the caller's tensor outlives this call
+            leaves.append(replace(leaf, tensor=array))
+            encoded[index] = replace(plan, leaf=leaves[-1], array=array, table=[])
+        if on_cuda:
+            torch.cuda.synchronize()
+        return replace(self, leaves=leaves, encoded=encoded)
+
+
+def prepare(
+    state: Any,
+    *,
+    mode: str = "lossless",
+    base: Base | None = None,
+    keyframe_every: int | None = None,
+    mode_options: dict[str, Any] | None = None,
+) -> Prepared:
+    """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
+    ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
+    so the base's bytes need not stay cached until the write."""
+    options = dict(mode_options or {})
+    policy = policy_for(mode, **options)
+    base = chain_base(base, keyframe_every)
+    tree, leaves = flatten(state)
+    encoded = {}
+    for index, encoding in policy.plan_state(leaves, base).items():
+        encoded[index] = _encoded_plan(leaves[index], encoding, policy, base)
+        if base is not None:
+            base.release(leaves[index].name)
+    return Prepared(tree, leaves, mode, base, encoded, options)
+
+
 def _header_json(header: dict[str, Any]) -> bytes:
     return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
@@ -367,17 +450,16 @@ def encode_state(
     """
     started = time.perf_counter()
     n_threads = resolve_threads(threads)
-    policy = policy_for(mode, **(mode_options or {}))
     user_metadata = _check_metadata(metadata)
-    if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
-        raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
-    if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
-        base = None
-    tree, leaves = flatten(state)
-    encoded = {
-        index: _encoded_plan(leaves[index], encoding, policy, base)
-        for index, encoding in policy.plan_state(leaves, base).items()
-    }
+    if isinstance(state, Prepared):  # planned already: its mode and base hold
+        mode, base, mode_options = state.mode, state.base, state.mode_options
+        tree, leaves, encoded = state.tree, state.leaves, dict(state.encoded)
+        policy = policy_for(mode, **mode_options)
+    else:
+        prepared = prepare(state, mode=mode, base=base, keyframe_every=keyframe_every,
+                           mode_options=mode_options)
+        tree, leaves, encoded, base = prepared.tree, prepared.leaves, prepared.encoded, prepared.base
+        policy = policy_for(mode, **(mode_options or {}))
     header: dict[str, Any] = {
         "format": "ckz",
         "version": [FORMAT_MAJOR, FORMAT_MINOR],

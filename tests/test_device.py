@@ -1,0 +1,150 @@
+"""Lossy checkpoints of accelerator tensors: CheckpointManager transforms them on the device and
+copies only what is stored to the host. The CPU tests drive the same path on CPU tensors; the
+CUDA tests skip without a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import ckptzip
+from ckptzip import manager as manager_module
+from ckptzip.chain import open_base
+from ckptzip.manager import CheckpointManager
+from ckptzip.writer import Prepared, prepare
+from tests.test_manager import assert_same
+
+
+def training_states(steps: int, device: str = "cpu") -> list[dict[str, Any]]:
+    """A small MLP's full state after each of ``steps`` rounds of 3 AdamW steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    states = []
+    for _ in range(steps):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(16, 64, device=device)).square().mean().backward()
+            optimizer.step()
+        states.append(ckptzip.loads(ckptzip.dumps({"model": model.state_dict(),
+                                                   "optimizer": optimizer.state_dict()}),
+                                    map_location=device))
+    return states
+
+
+def stored_host_bytes(prepared: Prepared) -> int:
+    return sum(leaf.tensor.numel() * leaf.tensor.element_size() for leaf in prepared.leaves)
+
+
+def test_prepared_host_copy_holds_codes_not_the_state(tmp_path: Path) -> None:
+    states = training_states(2)
+    ckptzip.save(states[0], tmp_path / "a.ckz")
+    base = open_base(str(tmp_path / "a.ckz"))
+    assert base is not None
+    prepared = prepare(states[1], mode="excp", base=base)
+    host = prepared.to_host()
+    full = sum(leaf.nbytes for leaf in prepared.leaves)
+    # weights and both moments become one uint8 code per element: about a quarter of fp32
+    assert len(prepared.encoded) == 12  # 4 parameters and their 2 moments each
+    assert stored_host_bytes(host) < 0.3 * full
+    assert all(leaf.tensor.device.type == "cpu" for leaf in host.leaves)
+    # written as is, it decodes to what a plain save of the same state decodes to
+    ckptzip.save(host, tmp_path / "b.ckz")
+    ckptzip.save(states[1], tmp_path / "c.ckz", mode="excp", base=tmp_path / "a.ckz")
+    assert_same(ckptzip.load(tmp_path / "b.ckz"), ckptzip.load(tmp_path / "c.ckz"))
+
+
+def test_prepared_state_refuses_a_second_base(tmp_path: Path) -> None:
+    states = training_states(1)
+    with pytest.raises(ckptzip.ConfigError, match="carries its base"):
+        ckptzip.save(prepare(states[0]), tmp_path / "x.ckz", base=tmp_path / "y.ckz")
+
+
+@pytest.mark.parametrize("mode", ["excp", "adaptive"])
+def test_manager_device_path_matches_the_host_path(tmp_path: Path, mode: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device-first path (forced on CPU tensors) writes checkpoints that restore exactly like
+    the synchronous path's, chained, with a keyframe every 3."""
+    states = training_states(5)
+    calls = []
+    original = CheckpointManager._prepare_on_device
+
+    def spy(self: CheckpointManager, step: int, state: Any) -> Prepared:
+        calls.append(step)
+        return original(self, step, state)
+
+    monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, state: True)
+    monkeypatch.setattr(CheckpointManager, "_prepare_on_device", spy)
+    with CheckpointManager(tmp_path / "device", mode=mode, keyframe_every=3) as device:
+        for step, state in enumerate(states):
+            device.save(step, state)
+        device.wait()
+        restored_device = [device.restore(step) for step in range(len(states))]
+    assert calls == list(range(len(states)))
+    monkeypatch.undo()
+    with CheckpointManager(tmp_path / "host", mode=mode, keyframe_every=3,
+                           async_save=False) as host:
+        for step, state in enumerate(states):
+            host.save(step, state)
+        restored_host = [host.restore(step) for step in range(len(states))]
+    for a, b in zip(restored_device, restored_host):
+        assert_same(a, b)
+    depths = [ckptzip.open(tmp_path / "device" / manager_module.step_file(s)).chain_depth
+              for s in range(len(states))]
+    assert depths == [0, 1, 2, 0, 1]
+
+
+def test_device_path_error_is_raised_by_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, state: True)
+    with CheckpointManager(tmp_path, mode="excp") as manager:
+        with pytest.raises(ckptzip.UnsupportedError):
+            manager.save(0, {"w": torch.zeros(3), "bad": object()})
+        assert manager.steps() == []
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("mode", ["excp", "bitsnap", "adaptive"])
+def test_cuda_manager_saves_lossy_checkpoints_from_the_device(tmp_path: Path, mode: str) -> None:
+    """Async saves of CUDA tensors go through the device path, return before the write, and
+    restore exactly like synchronous saves of the same CUDA states."""
+    states = training_states(4, "cuda")
+    with CheckpointManager(tmp_path / "async", mode=mode) as manager:
+        assert manager._on_device(states[0])
+        for step, state in enumerate(states):
+            manager.save(step, state)
+        restored_async = [manager.restore(step) for step in range(len(states))]
+    with CheckpointManager(tmp_path / "sync", mode=mode, async_save=False) as manager:
+        for step, state in enumerate(states):
+            manager.save(step, state)
+        restored_sync = [manager.restore(step) for step in range(len(states))]
+    for a, b in zip(restored_async, restored_sync):
+        assert_same(a, b)
+    # the lossy deltas stay close to the training states they were made from
+    for state, restored in zip(states[1:], restored_async[1:]):
+        for name, value in state["model"].items():
+            error = (restored["model"][name].double() - value.double().cpu()).norm()
+            assert error <= 0.05 * value.double().norm() + 1e-6, name
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_device_path_copies_less_to_the_host(tmp_path: Path) -> None:
+    states = training_states(2, "cuda")
+    ckptzip.save(states[0], tmp_path / "a.ckz")
+    base = open_base(str(tmp_path / "a.ckz"))
+    assert base is not None
+    prepared = prepare(states[1], mode="excp", base=base)
+    assert all(plan.array is not None and plan.array.device.type == "cuda"
+               for plan in prepared.encoded.values())
+    host = prepared.to_host()
+    assert stored_host_bytes(host) < 0.3 * sum(leaf.nbytes for leaf in prepared.leaves)
+    assert all(leaf.tensor.device.type == "cpu" for leaf in host.leaves)
+    base.close()
