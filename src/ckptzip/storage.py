@@ -154,7 +154,10 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{base}{TEMP_MARKER}", dir=directory)
     except OSError as exc:
-        raise Error(f"{target}: cannot create a file in {directory}: {exc.strerror}") from None
+        raise Error(
+            f"{target}: cannot create a file in {directory}: {exc.strerror}; check that the "
+            f"directory exists and is writable, and that the disk is not full"
+        ) from exc
     try:
         with os.fdopen(fd, "w+b") as handle:
             os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; match open()
