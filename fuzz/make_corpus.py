@@ -1,5 +1,12 @@
-"""Regenerates fuzz/corpus/decode: small valid streams of every mode, each behind the harness's
-control byte.  Run from the repository root after building the extension:
+"""Regenerates the libFuzzer seed corpora from real streams of today's encoder:
+
+* fuzz/corpus/decode: small valid streams of every mode, each behind fuzz_decode.c's control byte;
+* fuzz/corpus/delta: delta chunks as the writer makes them (a residual against a base, coded as
+  byte planes or as context planes), each as fuzz_delta.c's control byte | u32 base length | base
+  | stream.
+
+Run from the repository root after building the extension (make_atheris_corpus.py makes the
+atheris harnesses' seeds):
 
     PYTHONPATH=src python fuzz/make_corpus.py
 """
@@ -7,13 +14,18 @@ control byte.  Run from the repository root after building the extension:
 from __future__ import annotations
 
 import hashlib
+import struct
 from pathlib import Path
 
 import numpy as np
 
 from ckptzip import _native as N
 
-OUT = Path(__file__).resolve().parent / "corpus" / "decode"
+CORPUS = Path(__file__).resolve().parent / "corpus"
+OUT = CORPUS / "decode"
+#: codecs/context.py's CONTEXT_ROTATE; codecs/residual.py's kinds.
+CONTEXT_ROTATE = 1
+XOR, FLOAT_DIFF, INT_DIFF = 0, 1, 2
 
 
 def fuzz_context(n: int, ctl: int) -> bytes:
@@ -55,17 +67,51 @@ def samples() -> list[tuple[int, bytes]]:
     ]
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.iterdir():
-        if not old.name.startswith("legacy-"):  # streams today's encoder no longer writes
+def delta_sample(new: bytes, base: bytes, kind: int, width: int, rotate: int, ctx: bool) -> bytes:
+    """A fuzz_delta.c input: the residual of new against base, coded as the writer codes it."""
+    delta = bytearray(len(new))
+    N.residual_encode(new, base, delta, width, kind)
+    if ctx:
+        stream = N.encode_planes_ctx(delta, N.context_bytes(base, width, CONTEXT_ROTATE), width, rotate)
+    else:
+        stream = N.encode_planes(bytes(delta), width, rotate)
+    ctl = kind | (width.bit_length() - 1) << 2 | rotate << 4
+    return bytes([ctl]) + struct.pack("<I", len(base)) + base + stream
+
+
+def delta_samples() -> list[bytes]:
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal(1024) * 0.02).astype(np.float32)
+    step = w - np.float32(1e-3) * np.sign(w) * (rng.random(1024) < 0.3).astype(np.float32)
+    bf, bf_new = (x.view(np.uint32) >> 16 for x in (w, step))
+    ids = rng.integers(0, 1000, 512, dtype=np.int64)
+    return [
+        delta_sample(b"", b"", XOR, 1, 0, False),
+        delta_sample(step.tobytes(), w.tobytes(), FLOAT_DIFF, 4, 1, True),  # fp32, ctxplanes
+        delta_sample(step.tobytes(), w.tobytes(), XOR, 4, 1, False),  # fp32, byteplanes
+        delta_sample(bf_new.astype(np.uint16).tobytes(), bf.astype(np.uint16).tobytes(), FLOAT_DIFF,
+                     2, 1, True),  # bf16, ctxplanes
+        delta_sample((ids + 1).tobytes(), ids.tobytes(), INT_DIFF, 8, 0, True),  # int64 steps
+        delta_sample((ids ^ 5).astype(np.uint8).tobytes(), ids.astype(np.uint8).tobytes(), XOR, 1,
+                     0, False),
+    ]
+
+
+def write_seeds(out: Path, blobs: list[bytes], keep_legacy: bool = False) -> None:
+    """Replace out's seeds by blobs, named by content (``legacy-*`` seeds stay when asked)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if not (keep_legacy and old.name.startswith("legacy-")):
             old.unlink()
-    total = 0
-    for ctl, stream in samples():
-        blob = bytes([ctl]) + stream
-        (OUT / hashlib.sha1(blob).hexdigest()[:16]).write_bytes(blob)
-        total += len(blob)
-    print(f"{len(samples())} seeds, {total} bytes in {OUT}")
+    for blob in blobs:
+        (out / hashlib.sha1(blob).hexdigest()[:16]).write_bytes(blob)
+    print(f"{len(blobs)} seeds, {sum(map(len, blobs))} bytes in {out}")
+
+
+def main() -> None:
+    # legacy-*: streams today's encoder no longer writes
+    write_seeds(OUT, [bytes([ctl]) + stream for ctl, stream in samples()], keep_legacy=True)
+    write_seeds(CORPUS / "delta", delta_samples())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""atheris harness: every registered codec's decode, reached the way the reader reaches it.
+
+Input: ``u16 LE spec length | JSON spec | payload``. The spec's ``pipeline`` (a list of codec
+configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of every codec id), then:
+
+* a pipeline with chunk stages (residual, byteplanes or ctxplanes, entropy) decodes one chunk of
+  ``raw`` bytes with ``Pipeline.decode_chunk``; for a residual the payload starts with the base's
+  ``raw`` bytes, the stored stream follows;
+* a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual) undoes them with the
+  reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's ``encoded``
+  array, with the leaf's base tensor taken from the rest of the payload when it holds one.
+
+The harness admits only what the container's parser guarantees (chunks of whole serializer
+elements, a base chunk as long as the chunk, an encoded array of the declared size, a tensor at
+most MAX_TRANSFORM_EXPANSION times larger), so any outcome but a value or a ckptzip.Error is a
+finding.
+
+    .venv/bin/python fuzz/atheris_codecs.py -runs=1000000 -rss_limit_mb=2048 -timeout=10 \
+        fuzz/build/corpus-atheris-codecs fuzz/corpus/codecs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from atheris_boot import fuzz, instrumented
+
+with instrumented():
+    import numpy as np
+    import torch
+
+    import ckptzip
+    from ckptzip.container import MAX_TRANSFORM_EXPANSION, LeafInfo, _array_type
+    from ckptzip.pipeline import Pipeline
+    from ckptzip.reader import CheckpointFile
+
+#: Largest chunk the harness decodes: memory per run, not safety.
+MAX_RAW = 1 << 20
+
+
+class _Reader:
+    """The one attribute of a CheckpointFile that _finish_leaf uses."""
+
+    name = "<fuzz>"
+
+
+def _chunk(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> None:
+    raw = spec.get("raw")
+    if type(raw) is not int or not 0 <= raw <= MAX_RAW:
+        return
+    raw -= raw % getattr(pipeline.serializer, "width", 1)  # the container's whole-element rule
+    base = None
+    if pipeline.residual is not None:
+        if len(payload) < raw:
+            return
+        base, payload = np.frombuffer(payload, np.uint8, raw), payload[raw:]
+    out = np.zeros(raw, np.uint8)
+    pipeline.decode_chunk(payload, out, base)
+
+
+def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> None:
+    if not isinstance(spec.get("encoded"), dict):
+        return
+    dtype, shape, nbytes = _array_type(spec, "<fuzz>")
+    array_dtype, array_shape, array_nbytes = _array_type(spec["encoded"], "<fuzz>")
+    if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) or len(payload) < array_nbytes:
+        return
+    leaf = LeafInfo(0, "t", dtype, shape, nbytes, 1, pipeline, (), {}, array_dtype, array_shape,
+                    array_nbytes)
+    buffer = torch.empty(array_nbytes, dtype=torch.uint8)
+    buffer.numpy()[:] = np.frombuffer(payload, np.uint8, array_nbytes)
+    tail = payload[array_nbytes:]
+    base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
+    CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base)  # type: ignore[arg-type]
+
+
+def test_one_input(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    size = int.from_bytes(data[:2], "little")
+    try:
+        spec = json.loads(data[2 : 2 + size])
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(spec, dict):
+        return
+    payload = data[2 + size :]
+    try:
+        pipeline = Pipeline.from_config(spec.get("pipeline"), "<fuzz>")
+        if pipeline.residual or pipeline.serializer or pipeline.compressors:
+            _chunk(pipeline, spec, payload)
+        elif pipeline.transforms:
+            _transforms(pipeline, spec, payload)
+    except ckptzip.Error:
+        pass
+
+
+if __name__ == "__main__":
+    fuzz(test_one_input)

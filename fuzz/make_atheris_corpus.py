@@ -1,0 +1,123 @@
+"""Regenerates the atheris harnesses' seed corpora from real files of today's writer:
+
+* fuzz/corpus/container: small ``.ckz`` files: lossless (deflated header, plain header, small
+  chunks, every leaf kind), a lossless delta and the lossy modes (excp, bitsnap, adaptive), each
+  coded against fuzz_states.base_state() (the base the harnesses pass);
+* fuzz/corpus/codecs: one input of atheris_codecs.py per chunk and per whole-tensor transform of
+  those files, plus context-plane chunks (``u16 LE spec length | JSON spec | payload``).
+
+Run from the repository root after building the extension:
+
+    PYTHONPATH=src python fuzz/make_atheris_corpus.py
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fuzz_states  # noqa: E402
+from make_corpus import write_seeds  # noqa: E402
+
+import ckptzip  # noqa: E402
+from ckptzip.chain import MemoryBase  # noqa: E402
+from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
+from ckptzip.pipeline import Pipeline  # noqa: E402
+from ckptzip.reader import CheckpointFile  # noqa: E402
+from ckptzip.storage import BytesSource  # noqa: E402
+
+
+def plain_header(blob: bytes, flags: int = 0) -> bytes:
+    """The same file with its header stored as plain JSON, under ``flags``: with FLAG_DEFLATE the
+    harnesses deflate it before loading (atheris_common.fix_checksums), so mutations edit JSON."""
+    stored_flags, length = struct.unpack_from("<IQ", blob, 12)
+    raw = load_header(blob[PRELUDE_SIZE : PRELUDE_SIZE + length], stored_flags, "<seed>")
+    return pack_prelude(raw, flags) + raw + blob[PRELUDE_SIZE + length :]
+
+
+def container_files() -> list[bytes]:
+    base, new, mixed = fuzz_states.base_state(), fuzz_states.next_state(), fuzz_states.mixed_state()
+    meta = {"run": "seed", "step": 2, "tags": ["a", None, 1.5]}
+    lossless = ckptzip.dumps(mixed, threads=1, metadata=meta)
+    seeds = [
+        lossless,
+        plain_header(lossless),
+        ckptzip.dumps(mixed, threads=1, chunk_bytes=64),
+        ckptzip.dumps(base, threads=1),
+        ckptzip.dumps(new, base=base, threads=1),
+    ]
+    seeds += [ckptzip.dumps(new, base=base, mode=m, threads=1) for m in ("excp", "bitsnap", "adaptive")]
+    return seeds
+
+
+def container_seeds(files: list[bytes]) -> list[bytes]:
+    """The files with plain JSON headers under the deflate flag, the first two as written (one
+    truly deflated, one plain)."""
+    return list(dict.fromkeys(files[:2] + [plain_header(blob, FLAG_DEFLATE) for blob in files]))
+
+
+def codec_input(spec: dict[str, Any], payload: bytes) -> bytes:
+    text = json.dumps(spec, separators=(",", ":")).encode()
+    return struct.pack("<H", len(text)) + text + payload
+
+
+def codec_seeds(files: list[bytes]) -> list[bytes]:
+    """Per chunk: its pipeline's chunk stages, raw length, base chunk and stored bytes. Per leaf
+    with transforms: the transforms, the leaf and encoded types, the encoded array and the base."""
+    base = MemoryBase(fuzz_states.base_state())
+    seeds: list[bytes] = []
+    for blob in files:
+        ckpt = CheckpointFile(BytesSource(blob), threads=1, base=base)
+        for leaf in ckpt.leaves:
+            p = leaf.pipeline
+            chunk_stages = Pipeline((), p.residual, p.serializer, p.compressors)
+            base_raw = ckpt._base_raw(leaf) if "base" in leaf.extra else None
+            array = bytearray(leaf.array_nbytes)
+            for k, chunk in enumerate(leaf.chunks):
+                start = ckpt.data_start + chunk.offset
+                stored = blob[start : start + chunk.length]
+                lo, hi = k * leaf.chunk_bytes, k * leaf.chunk_bytes + chunk.raw_length
+                chunk_base = b"" if p.residual is None or base_raw is None else base_raw[lo:hi].tobytes()
+                p.decode_chunk(stored, memoryview(array)[lo:hi], chunk_base or None)
+                if k < 2:  # two chunks of a leaf are plenty
+                    spec = {"pipeline": chunk_stages.get_config(), "raw": chunk.raw_length}
+                    seeds.append(codec_input(spec, chunk_base + stored))
+            if p.transforms:
+                spec = {
+                    "pipeline": [t.get_config() for t in p.transforms],
+                    "dtype": leaf.dtype.name, "shape": list(leaf.shape),
+                    "encoded": {"dtype": leaf.array_dtype.name, "shape": list(leaf.array_shape)},
+                }
+                tail = b"" if base_raw is None else base_raw.tobytes()
+                seeds.append(codec_input(spec, bytes(array) + tail))
+        ckpt.close()
+    # context planes: only large tensors choose them in a file, so code two chunks directly
+    rng = np.random.default_rng(4)
+    for dtype, width in ((torch.float32, 4), (torch.bfloat16, 2)):
+        old = torch.from_numpy(rng.standard_normal(256).astype(np.float32)).to(dtype)
+        new = old + (torch.from_numpy(rng.standard_normal(256).astype(np.float32)) * 1e-3).to(dtype)
+        old_raw, new_raw = (t.view(torch.uint8).numpy().tobytes() for t in (old, new))
+        config = [{"id": "residual", "kind": "float-diff", "width": width},
+                  {"id": "ctxplanes", "width": width, "rotate": 1}]
+        stream = Pipeline.from_config(config).encode_chunk(new_raw, old_raw)
+        seeds.append(codec_input({"pipeline": config, "raw": len(new_raw)}, old_raw + stream))
+    return list(dict.fromkeys(seeds))
+
+
+def main() -> None:
+    files = container_files()
+    write_seeds(HERE / "corpus" / "container", container_seeds(files))
+    write_seeds(HERE / "corpus" / "codecs", codec_seeds(files))
+
+
+if __name__ == "__main__":
+    main()
