@@ -256,6 +256,7 @@ def test_broken_base_is_refused_by_name(tmp_path: Path) -> None:
         with pytest.raises(ckptzip.CorruptError, match=r"b\.ckz.*damaged.*restore") as info:
             ckptzip.load(path)
         assert "chunk" in str(info.value)
+        assert str(info.value).startswith(f"{path}: ")  # names the file asked for, and b
     assert bits_equal(ckptzip.load(a), states[0])
     flip(b, data_at, 0x10)
     flip(b, 40, 0x01)  # the header of the middle link
@@ -316,5 +317,6 @@ def test_chain_with_the_middle_link_replaced(tmp_path: Path) -> None:
     shutil.copy(saved_b, b)
     ckptzip.save({"w": torch.ones(4096), "step": 0}, a)
     for path in (b, c):
-        with pytest.raises(ckptzip.BaseMismatchError, match=r"b\.ckz: its base must have id"):
+        with pytest.raises(ckptzip.BaseMismatchError, match=r"b\.ckz: its base must have id") as info:
             ckptzip.load(path)
+        assert str(info.value).startswith(f"{path}: ")

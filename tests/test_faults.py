@@ -438,8 +438,11 @@ def test_injected_read_errors_at_every_read(
                                                 r"check the disk") as info:
             ckptzip.load(path, threads=threads)
         assert failing.injector.fired == "pread"
-        name = Path(str(info.value).split(":")[0]).name
-        named[name] += 1  # the file whose read failed: the delta or its base
+        message = str(info.value)
+        assert message.startswith(f"{path}: "), message  # always the file asked for
+        # ... and the base too, when the failed read was the base's
+        named["base.ckz" if f"cannot be read: {base}: read error" in message
+              else "delta.ckz"] += 1
     assert named["delta.ckz"] and named["base.ckz"]
     # lazily: get_tensor after a successful open
     monkeypatch.setattr(storage.os, "pread", FailingPread(None))

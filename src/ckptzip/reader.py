@@ -138,7 +138,10 @@ class CheckpointFile:
                     f"{self.name}: its base {location!r} (id {expected}) is missing: looked for "
                     f"{path}; put it back beside the delta or pass base=PATH"
                 )
-            base = open_base(path, threads=self.threads)
+            try:
+                base = open_base(path, threads=self.threads)
+            except Error as exc:
+                raise _in_base(exc, self.name, location) from exc
             assert base is not None
         if expected is not None and base.id is not None and base.id != expected:
             found = base.location
@@ -268,7 +271,10 @@ class CheckpointFile:
                 f"{leaf.dtype.name}{list(leaf.shape)}, which {base.location or 'the base'} lacks; "
                 f"it is not the base this delta was coded against"
             )
-        raw = base.raw(ref["name"])
+        try:
+            raw = base.raw(ref["name"])
+        except Error as exc:
+            raise _in_base(exc, self.name, base.location or "the base") from exc
         if _native.crc32c(raw) != ref.get("crc"):
             raise BaseMismatchError(
                 f"{self.name}: tensor {leaf.name!r}: the base tensor's content differs from the one "
@@ -291,6 +297,12 @@ class CheckpointFile:
             self.name, len(self.leaves), sum(len(leaf.chunks) for leaf in self.leaves),
             sum(leaf.nbytes for leaf in self.leaves), self.source.size,
         )
+
+
+def _in_base(exc: Error, delta: str, base: str) -> Error:
+    """``exc``, raised by the base of ``delta``, as the same kind of error naming ``delta`` too
+    (a load of the newest file of a chain then names it, whichever link failed)."""
+    return type(exc)(f"{delta}: its base {base} cannot be read: {exc}")
 
 
 def _typed(buffer: torch.Tensor, dtype: DType, shape: tuple[int, ...]) -> torch.Tensor:

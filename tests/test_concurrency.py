@@ -1,0 +1,230 @@
+"""Concurrency: one writer per directory is enforced (flock, in-process and across processes,
+released even by a killed holder); saves overlapping retention never lose a needed base; readers
+running beside a manager never see a partial checkpoint or wrong data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptzip
+from ckptzip.manager import STEP_FILE, CheckpointManager
+
+from .reliability_counts import record
+from .test_corruption import bits_equal
+from .test_crash import manager_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def steps_on_disk(directory: Path) -> list[int]:
+    return sorted(int(m.group(1)) for name in os.listdir(directory) if (m := STEP_FILE.match(name)))
+
+
+# -- one writer per directory ---------------------------------------------------------------------
+
+
+def test_second_manager_in_one_process_is_refused_until_the_first_closes(tmp_path: Path) -> None:
+    first = CheckpointManager(tmp_path, async_save=False)
+    first.save(1, manager_state(1))
+    with pytest.raises(ckptzip.Error, match=rf"{tmp_path}: another CheckpointManager \(process "
+                       rf"{os.getpid()}\) is writing this directory; close it first, or give this "
+                       r"run its own directory"):
+        CheckpointManager(tmp_path)
+    assert first.steps() == [1]  # the refused one touched nothing
+    first.close()
+    with CheckpointManager(tmp_path) as second:
+        second.save(2, manager_state(2))
+        second.wait()
+        assert second.steps() == [1, 2]
+
+
+HOLDER = """
+import sys
+sys.path.insert(0, {root!r})
+from ckptzip.manager import CheckpointManager
+from tests.test_crash import manager_state
+manager = CheckpointManager(sys.argv[1], async_save=False)
+manager.save(1, manager_state(1))
+print("holding", flush=True)
+sys.stdin.read()  # hold the directory until killed
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock and SIGKILL are POSIX")
+def test_second_manager_in_another_process_is_refused_and_a_killed_holder_frees_it(
+    tmp_path: Path,
+) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(ROOT)), str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        for _ in range(3):
+            with pytest.raises(ckptzip.Error, match=rf"another CheckpointManager \(process "
+                               rf"{holder.pid}\) is writing this directory"):
+                CheckpointManager(tmp_path)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with CheckpointManager(tmp_path, async_save=False) as manager:  # the kernel dropped the lock
+        assert manager.steps() == [1] and bits_equal(manager.restore(1), manager_state(1))
+        manager.save(2, manager_state(2))
+    record("concurrency.second_manager", refused_in_process=1, refused_across_processes=3,
+           reopened_after_sigkill=1, lost=0)
+
+
+# -- saves overlapping retention, with a reader thread on the same manager ------------------------
+
+
+def test_rapid_async_saves_with_retention_and_a_concurrent_reader(tmp_path: Path) -> None:
+    saves = 40
+    manager = CheckpointManager(tmp_path, keep_last=1, keyframe_every=3, max_pending=2, threads=1)
+    stop = threading.Event()
+    outcomes = {"listed": 0, "exact": 0, "pruned_meanwhile": 0}
+    failures: list[str] = []
+    errored: list[int] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                steps = manager.steps()
+                outcomes["listed"] += len(steps)
+                for step in steps[-2:]:
+                    try:
+                        state = manager.restore(step)
+                    except ckptzip.Error as exc:  # retention removed it (or its base) meanwhile
+                        outcomes["pruned_meanwhile"] += 1
+                        errored.append(step)
+                        if f"step-{step:08d}.ckz" not in str(exc) and f"step {step};" not in str(exc):
+                            failures.append(f"restore({step}): the error does not name it: {exc}")
+                        continue
+                    if not bits_equal(state, manager_state(step)):
+                        failures.append(f"step {step} restored wrong data")
+                    outcomes["exact"] += 1
+        except BaseException as exc:  # anything but a ckptzip.Error from restore is a failure
+            failures.append(repr(exc))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for step in range(1, saves + 1):
+            manager.save(step, manager_state(step))
+    finally:
+        stop.set()
+        thread.join(60)
+        manager.close()
+    assert not failures, failures
+    # the reader really ran alongside the saves; a restore may lose the race with retention
+    assert outcomes["exact"] >= 1 and outcomes["exact"] + outcomes["pruned_meanwhile"] >= 10, outcomes
+    with CheckpointManager(tmp_path, keep_last=1, keyframe_every=3) as reopened:
+        steps = reopened.steps()
+        assert steps[-1] == saves and steps == steps_on_disk(tmp_path)
+        assert saves - 2 <= steps[0]  # retention did run: the last chain (<= 3 files) is left
+        for step in steps:
+            assert bits_equal(reopened.restore(step), manager_state(step))
+    assert not set(errored) & set(steps)  # only steps that retention removed ever failed
+    record("concurrency.retention_overlap", saves=saves, restores_exact=outcomes["exact"],
+           restores_of_steps_pruned_meanwhile=outcomes["pruned_meanwhile"], wrong_data=0, lost=0)
+
+
+# -- plain readers beside a manager ---------------------------------------------------------------
+
+READER = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+import ckptzip
+from ckptzip.manager import STEP_FILE
+from tests.test_crash import manager_state
+from tests.test_corruption import bits_equal
+directory, stop = sys.argv[1], sys.argv[2]
+counts = {{"loads": 0, "exact": 0, "errors": []}}
+print("ready", flush=True)
+while not os.path.exists(stop):
+    for name in sorted(os.listdir(directory)):
+        match = STEP_FILE.match(name)
+        if not match:
+            continue
+        try:
+            state = ckptzip.load(os.path.join(directory, name), threads=1)
+        except ckptzip.Error as exc:
+            counts["errors"].append(str(exc))
+            continue
+        counts["loads"] += 1
+        assert bits_equal(state, manager_state(int(match.group(1)))), name
+        counts["exact"] += 1
+print(json.dumps(counts))
+"""
+
+
+def test_a_reader_process_never_sees_a_partial_checkpoint(tmp_path: Path) -> None:
+    """No retention: every file with a step name must load, exactly, every time."""
+    directory, stop = tmp_path / "run", tmp_path / "stop"
+    directory.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-c", READER.format(root=str(ROOT)), str(directory), str(stop)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    saves = 30
+    with CheckpointManager(directory, threads=1) as manager:
+        for step in range(1, saves + 1):
+            manager.save(step, manager_state(step))
+    stop.touch()
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err[-3000:]
+    counts = json.loads(out.strip().splitlines()[-1])
+    assert counts["errors"] == [] and counts["exact"] == counts["loads"] >= saves, counts
+    record("concurrency.reader_process", saves=saves, loads=counts["loads"], exact=counts["exact"],
+           errors=0, partial_seen=0)
+
+
+def test_a_reader_thread_beside_retention_gets_exact_data_or_a_clear_error(tmp_path: Path) -> None:
+    """With retention, a file may vanish between listing and loading: that is a ckptzip.Error
+    naming it, never a partial read or wrong data."""
+    saves = 40
+    stop = threading.Event()
+    counts: dict[str, Any] = {"exact": 0, "errors": []}
+    failures: list[str] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for step in steps_on_disk(tmp_path):
+                    path = tmp_path / f"step-{step:08d}.ckz"
+                    try:
+                        state = ckptzip.load(path, threads=1)
+                    except ckptzip.Error as exc:
+                        counts["errors"].append((step, str(exc)))
+                        continue
+                    if not bits_equal(state, manager_state(step)):
+                        failures.append(f"{path} loaded wrong data")
+                    counts["exact"] += 1
+        except BaseException as exc:
+            failures.append(repr(exc))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with CheckpointManager(tmp_path, keep_last=1, keyframe_every=3, threads=1) as manager:
+            for step in range(1, saves + 1):
+                manager.save(step, manager_state(step))
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures
+    assert counts["exact"] >= saves // 2, counts
+    kept = steps_on_disk(tmp_path)
+    assert kept[-1] == saves
+    for step, message in counts["errors"]:
+        assert step not in kept, message  # only removed checkpoints were ever missed
+        assert f"step-{step:08d}.ckz" in message, message
+    record("concurrency.reader_thread_retention", saves=saves, loads_exact=counts["exact"],
+           loads_of_files_pruned_meanwhile=len(counts["errors"]), wrong_data=0, lost=0)
