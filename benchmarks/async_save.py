@@ -70,6 +70,7 @@ class Row:
     total_s: float
     extra_memory_mb: float
     file_mb: float
+    extra_gpu_mb: float = 0.0
 
 
 def train_steps(model: GPT, optimizer: torch.optim.Optimizer, n: int, seed: int) -> None:
@@ -96,10 +97,14 @@ def measure(method: str, saves: int, steps_between: int, config: GPTConfig, devi
     """Median stall and total time, and the largest extra memory, over ``saves`` saves (the
     first, a keyframe even for lossy modes, is not timed when there are more)."""
     model, optimizer = new_model(config, device)
-    stalls, totals, extras = [], [], []
+    stalls, totals, extras, gpu_extras = [], [], [], []
+    cuda = device == "cuda"
     for k in range(saves + (saves > 1)):
         train_steps(model, optimizer, steps_between, k)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": k}
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            gpu_before = torch.cuda.memory_allocated()
         peak = PeakRSS()
         started = time.perf_counter()
         save(k, state)
@@ -109,10 +114,14 @@ def measure(method: str, saves: int, steps_between: int, config: GPTConfig, devi
             stalls.append(stall)
             totals.append(time.perf_counter() - started)
             extras.append(peak.stop())
+            if cuda:
+                gpu_extras.append(torch.cuda.max_memory_allocated() - gpu_before)
         else:
             peak.stop()
-    size = sum(f.stat().st_size for f in Path(directory).iterdir() if f.is_file()) / max(1, saves)
-    return Row(method, statistics.median(stalls), statistics.median(totals), max(extras) / 1e6, size / 1e6)
+    files = [f for f in Path(directory).iterdir() if f.suffix in (".ckz", ".pt")]
+    size = sum(f.stat().st_size for f in files) / max(1, len(files))  # the mean checkpoint
+    return Row(method, statistics.median(stalls), statistics.median(totals), max(extras) / 1e6,
+               size / 1e6, max(gpu_extras, default=0) / 1e6)
 
 
 def main() -> None:
@@ -167,14 +176,15 @@ def main() -> None:
         f"{args.steps_between} training steps between; host copy alone (`snapshot`): "
         f"**{host_copy * 1e3:.0f} ms** (median of 5).", "",
         "| method | stall per save (median) | save to durable file (median) | stall / host copy "
-        "| peak extra RSS | / state | file |",
-        "|---|---|---|---|---|---|---|",
+        "| peak extra RSS | / state | peak extra GPU memory | file |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        gpu = f"{row.extra_gpu_mb:.0f} MB" if args.device == "cuda" else "-"
         lines.append(
             f"| {row.method} | {row.stall_s * 1e3:.0f} ms | {row.total_s * 1e3:.0f} ms | "
             f"{row.stall_s / host_copy:.2f}x | {row.extra_memory_mb:.0f} MB | "
-            f"{row.extra_memory_mb * 1e6 / state_bytes:.2f}x | {row.file_mb:.1f} MB |"
+            f"{row.extra_memory_mb * 1e6 / state_bytes:.2f}x | {gpu} | {row.file_mb:.1f} MB |"
         )
     markdown = "\n".join(lines) + "\n"
     print(markdown)

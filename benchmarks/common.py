@@ -52,6 +52,7 @@ def machine_info() -> dict[str, Any]:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "load_average": os.getloadavg()[0],
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -68,7 +69,8 @@ def info_markdown(info: dict[str, Any]) -> str:
     """The header of a results file: machine, versions, command."""
     lines = [
         f"- Machine: {info['cpu']}, {info['cores']} cores "
-        f"(load average {info['load_average']:.2f} at the start)",
+        f"(load average {info['load_average']:.2f} at the start)"
+        + (f", GPU {info['gpu']}" if info.get("gpu") else ""),
         f"- Python {info['python']}, torch {info['torch']}, numpy {info['numpy']}, "
         f"ckptzip {info['ckptzip']} (commit {info['commit']})",
         "- Peers: " + ", ".join(f"{name} ({ver})" for name, ver in info["peers"].items()),

@@ -14,10 +14,12 @@ other's bases.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import fcntl
 import os
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,49 @@ def snapshot(state: Any) -> Any:
     if on_cuda:
         torch.cuda.synchronize()
     return unflatten(tree, copies.__getitem__, len(copies))
+
+
+@dataclass
+class DeviceSnapshot:
+    """A copy of a state made on its accelerator: CUDA tensors are cloned on the device (a
+    device-to-device copy, far faster than one to the host), CPU values copied to fresh memory.
+    ``ready`` marks, on the training stream, when the clones are complete."""
+
+    state: Any
+    ready: Any  # torch.cuda.Event | None
+
+    @contextlib.contextmanager
+    def background(self) -> Iterator[None]:
+        """Run the block on a side stream that first waits for the clones, so background work
+        overlaps training's kernels instead of queueing behind them."""
+        if self.ready is None:
+            yield
+            return
+        stream = torch.cuda.Stream()
+        stream.wait_event(self.ready)
+        with torch.cuda.stream(stream):
+            yield
+        stream.synchronize()
+
+
+def device_snapshot(state: Any) -> DeviceSnapshot:
+    """Clone ``state``'s CUDA tensors on their device and copy the rest to the host, keeping the
+    structure, ties and views (:func:`snapshot` copies everything to the host)."""
+    tree, leaves = flatten(state)
+    copies: list[torch.Tensor] = []
+    on_cuda = False
+    for leaf in leaves:
+        source = leaf.tensor.detach()
+        if source.device.type == "cuda":
+            on_cuda = True
+            copies.append(source.clone(memory_format=torch.contiguous_format))
+        else:
+            copies.append(torch.empty(source.shape, dtype=source.dtype).copy_(source))
+    ready = None
+    if on_cuda:
+        ready = torch.cuda.Event()
+        ready.record()
+    return DeviceSnapshot(unflatten(tree, copies.__getitem__, len(copies)), ready)
 
 
 class CheckpointManager:
@@ -165,7 +210,7 @@ class CheckpointManager:
             return
         try:
             self._raise_pending_error()
-            copy = self._prepare_on_device(step, state) if self._on_device(state) else snapshot(state)
+            copy = self._device_copy(step, state) if self._on_device(state) else snapshot(state)
             future = self._executor.submit(self._write_in_background, step, copy)
         except BaseException:
             self._slots.release()
@@ -257,12 +302,19 @@ class CheckpointManager:
             return False
         return any(leaf.tensor.device.type != "cpu" for leaf in flatten(state)[1])
 
+    def _device_copy(self, step: int, state: Any) -> Any:
+        """What an async save of accelerator tensors hands to the background: a copy on the
+        device (fast; the transforms then run there in the background, on their own stream), or,
+        when the device has no room for one, the transformed state made here and now."""
+        try:
+            return device_snapshot(state)
+        except torch.cuda.OutOfMemoryError:
+            self.wait()  # the delta's base must be on disk first
+            return self._prepare_on_device(step, state)
+
     def _prepare_on_device(self, step: int, state: Any) -> Prepared:
         """Run the lossy transforms where the tensors are, then copy to the host only what will
-        be stored (codes and untransformed leaves): less to copy and to hold than the state.
-
-        The delta's base must be on disk first, so this waits for the saves under way."""
-        self.wait()
+        be stored (codes and untransformed leaves): less to copy and to hold than the state."""
         path = self._base_for(step)
         base = open_base(path, threads=self.threads) if path is not None else None
         try:
@@ -280,6 +332,13 @@ class CheckpointManager:
     def _write(self, step: int, state: Any) -> SaveReport:
         """Compress ``state`` as ``step`` against the newest earlier restorable step (unless it is
         prepared, and so planned against its base already), then prune."""
+        if isinstance(state, DeviceSnapshot):
+            with state.background():
+                prepared = self._prepare_on_device(step, state.state)
+            state.state = None  # free the device copy before the write
+            state = prepared
+        elif not isinstance(state, Prepared) and self._on_device(state):  # a synchronous save
+            state = self._prepare_on_device(step, state)
         if isinstance(state, Prepared):
             report = save(state, self._path(step), threads=self.threads, metadata={"step": step})
         else:
