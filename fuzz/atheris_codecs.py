@@ -49,27 +49,30 @@ class _Reader:
     name = "<fuzz>"
 
 
-def _chunk(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> None:
+def _chunk(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> bool:
+    """Decode one chunk; False where the input breaks what the container guarantees."""
     raw = spec.get("raw")
     if type(raw) is not int or not 0 <= raw <= MAX_RAW:
-        return
+        return False
     raw -= raw % getattr(pipeline.serializer, "width", 1)  # the container's whole-element rule
     base = None
     if pipeline.residual is not None:
         if len(payload) < raw:
-            return
+            return False
         base, payload = np.frombuffer(payload, np.uint8, raw), payload[raw:]
     out = np.zeros(raw, np.uint8)
     pipeline.decode_chunk(payload, out, base)
+    return True
 
 
-def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> None:
+def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> bool:
+    """Undo the transforms; False where the input breaks what the container guarantees."""
     if not isinstance(spec.get("encoded"), dict):
-        return
+        return False
     dtype, shape, nbytes = _array_type(spec, "<fuzz>")
     array_dtype, array_shape, array_nbytes = _array_type(spec["encoded"], "<fuzz>")
     if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) or len(payload) < array_nbytes:
-        return
+        return False
     leaf = LeafInfo(0, "t", dtype, shape, nbytes, 1, pipeline, (), {}, array_dtype, array_shape,
                     array_nbytes)
     buffer = torch.empty(array_nbytes, dtype=torch.uint8)
@@ -77,6 +80,7 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> Non
     tail = payload[array_nbytes:]
     base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
     CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base)  # type: ignore[arg-type]
+    return True
 
 
 def test_one_input(data: bytes) -> None:

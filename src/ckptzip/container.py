@@ -244,6 +244,13 @@ def _parse_leaf(
             )
     elif encoded is not None:
         raise FormatError(f"{where}: an 'encoded' array without transforms")
+    for transform in pipeline.transforms:  # a transform that declares its size must match the leaf
+        numel = getattr(transform, "numel", None)
+        if numel is not None and numel != math.prod(dims):
+            raise FormatError(f"{where}: its {transform.codec_id} stage declares {numel} elements, "
+                              f"the tensor has {math.prod(dims)}")
+    if pipeline.residual is not None and not isinstance(entry.get("base"), dict):
+        raise FormatError(f"{where}: a residual pipeline without a base reference")
     if pipeline.serializer is not None:
         width = getattr(pipeline.serializer, "width", 1)
     chunk_bytes = _int(entry.get("chunk", default_chunk), "chunk size", where, 1, MAX_CHUNK_BYTES)

@@ -26,6 +26,10 @@ from .codecs import (
 from .codecs.base import Buffer
 from .errors import CorruptError, FormatError
 
+#: Most bytes an entropy stream adds to what it codes (stream.c's ckz_encode_bound: the header of
+#: at most 16 segments is under 256 bytes).
+STREAM_OVERHEAD = 256
+
 
 @dataclass(frozen=True)
 class Pipeline:
@@ -130,8 +134,14 @@ class Pipeline:
             if planes is not None:
                 _native.decode_planes(data, out, planes.width, planes.rotate)
                 return
+            # A stage's input is the next stage's stream: never longer than the chunk plus a few
+            # header bytes per stage, so a stream cannot make this allocate what it declares.
+            limit = len(memoryview(out)) + STREAM_OVERHEAD * len(self.compressors)
             for compressor in reversed(self.compressors):
-                decoded = bytearray(compressor.decoded_size(data))
+                declared = compressor.decoded_size(data)
+                if declared > limit:
+                    raise CorruptError(f"a stage declares {declared} decoded bytes, at most {limit} fit")
+                decoded = bytearray(declared)
                 compressor.decode(data, decoded)
                 data = decoded
             size = len(memoryview(out))

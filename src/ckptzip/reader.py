@@ -196,7 +196,12 @@ class CheckpointFile:
 
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
         """Decode the given leaves in parallel into tensors of their dtype and shape."""
-        buffers = {i: torch.empty(self.leaves[i].array_nbytes, dtype=torch.uint8) for i in indices}
+        try:
+            buffers = {i: torch.empty(self.leaves[i].array_nbytes, dtype=torch.uint8) for i in indices}
+        except RuntimeError as exc:  # torch's allocator: more than this host can map
+            wanted = sum(self.leaves[i].array_nbytes for i in indices)
+            raise Error(f"{self.name}: its tensors declare {wanted} bytes, which this host cannot "
+                        f"allocate ({str(exc).splitlines()[0][:120]})") from None
         bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
         for i in indices:
@@ -226,7 +231,10 @@ class CheckpointFile:
         tensor = _typed(buffer, leaf.array_dtype, leaf.array_shape)
         if not leaf.pipeline.transforms:
             return tensor
-        base_tensor = None if base is None else _typed(torch.from_numpy(base), leaf.dtype, leaf.shape)
+        base_tensor = None
+        if base is not None:  # from_numpy gives an empty array a zero stride, which view refuses
+            flat = torch.from_numpy(base) if base.size else torch.empty(0, dtype=torch.uint8)
+            base_tensor = _typed(flat, leaf.dtype, leaf.shape)
         context = TransformContext(leaf.name, base_tensor)
         try:
             for transform in reversed(leaf.pipeline.transforms):
