@@ -521,3 +521,41 @@ def test_empty_tensor_with_a_lossy_transform_and_a_base() -> None:
     header["base"] = {}  # a delta of an in-memory state
     state = ckptzip.loads(rebuild(header, data), base={"w": torch.empty(0)}, threads=1)
     assert state["w"].shape == (0,) and state["w"].dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda t: t.update(m=1),  # AttributeError: metadata set on a plain dict
+        lambda t: t["o"]["w"].update(grad=True),  # RuntimeError: an int tensor requiring grad
+        lambda t: t["o"].update(s={"t": "size", "v": [1 << 70]}),  # ValueError: overflow
+        lambda t: t["o"].update(v={"t": "view", "i": 0, "shape": [0, 1 << 63],
+                                   "stride": [1 << 63, 1], "offset": 0}),  # TypeError
+        lambda t: t["o"].update(v={"t": "view", "i": 0, "shape": [0], "stride": [1],
+                                   "offset": 1 << 70}),  # ValueError: overflow
+    ],
+)
+def test_malformed_tree_nodes_are_format_errors(tamper: Callable[[dict[str, Any]], None]) -> None:
+    """Tree nodes no writer makes raised AttributeError, RuntimeError, ValueError or TypeError."""
+    header, data = split(ckptzip.dumps({"w": torch.arange(4), "f": torch.ones(2)}, threads=1))
+    tamper(header["tree"])
+    with pytest.raises(ckptzip.FormatError, match="malformed tree"):
+        ckptzip.loads(rebuild(header, data), threads=1)
+
+
+@pytest.mark.parametrize("where", ["key", "metadata", "complex"])
+def test_leaves_referenced_outside_leaf_refs_are_decoded(where: str) -> None:
+    """A tensor referenced from a dict key, dict metadata or a complex part (places leaf_refs does
+    not walk) was never decoded: KeyError. It is decoded on demand now."""
+    header, data = split(ckptzip.dumps({"w": torch.arange(4), "f": torch.ones(2)}, threads=1))
+    ref = {"t": "tensor", "i": 0}
+    tree = {"key": {"t": "dict", "k": [ref], "v": [1]},
+            "metadata": {"t": "dict", "ordered": True, "o": {}, "m": ref},
+            "complex": {"t": "complex", "v": [ref, 1.0]}}[where]
+    header["tree"] = tree
+    try:
+        state = ckptzip.loads(rebuild(header, data), threads=1)
+    except ckptzip.FormatError as exc:
+        assert where == "complex" and "floats" in str(exc)
+    else:
+        assert where != "complex" and _plain(state)

@@ -189,6 +189,8 @@ class CheckpointFile:
         device = _device(map_location)
 
         def get_leaf(index: int) -> torch.Tensor:
+            if index not in decoded:  # referenced where leaf_refs does not look (a key, metadata)
+                decoded.update(self.read_leaves([index]))
             tensor = decoded[index]
             return tensor if device is None else tensor.to(device)
 

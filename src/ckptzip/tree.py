@@ -329,8 +329,8 @@ class _Builder:
         return self.cache[index]
 
     def ints(self, value: Any, path: KeyPath, what: str) -> list[int]:
-        if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
-            raise self.fail(path, f"{what} must be a list of non-negative ints")
+        if not isinstance(value, list) or not all(type(v) is int and 0 <= v < 1 << 63 for v in value):
+            raise self.fail(path, f"{what} must be a list of non-negative 64-bit ints")
         return value
 
     def build(self, node: Any, path: KeyPath) -> Any:
@@ -412,26 +412,29 @@ class _Builder:
                 except TypeError:
                     raise self.fail(path, "unhashable dict key") from None
         if "m" in node:
+            if not isinstance(result, OrderedDict):  # writers give only OrderedDicts metadata
+                raise self.fail(path, "metadata on a plain dict")
             result._metadata = self.build(node["m"], (*path, "_metadata"))  # type: ignore[attr-defined]
         return result
 
     def build_tensor(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
-        return self.finish_tensor(self.leaf(node, path), node)
+        return self.finish_tensor(self.leaf(node, path), node, path)
 
     def build_view(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
         base = self.leaf(node, path)
         shape = self.ints(node.get("shape"), path, "view shape")
         stride = self.ints(node.get("stride"), path, "view stride")
         offset = node.get("offset")
-        if type(offset) is not int or offset < 0 or len(shape) != len(stride):
+        if type(offset) is not int or not 0 <= offset < 1 << 63 or len(shape) != len(stride):
             raise self.fail(path, "bad view geometry")
         reach = offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
         if math.prod(shape) > 0 and reach >= base.numel():
             raise self.fail(path, "view reaches past its storage")
-        return self.finish_tensor(torch.as_strided(base, shape, stride, offset), node)
+        return self.finish_tensor(torch.as_strided(base, shape, stride, offset), node, path)
 
-    @staticmethod
-    def finish_tensor(tensor: torch.Tensor, node: dict[str, Any]) -> torch.Tensor:
+    def finish_tensor(self, tensor: torch.Tensor, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
+        if node.get("grad") and not (tensor.is_floating_point() or tensor.is_complex()):
+            raise self.fail(path, f"a {tensor.dtype} tensor cannot require gradients")
         if node.get("param"):
             return torch.nn.Parameter(tensor, requires_grad=bool(node.get("grad")))
         if node.get("grad"):
