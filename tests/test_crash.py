@@ -207,11 +207,6 @@ class Killed(BaseException):
     """Stands for the process dying at that instant."""
 
 
-@pytest.mark.xfail(strict=True, reason="manager.py: _prune deletes the oldest step first, so a "
-                   "crash between two deletions leaves deltas whose base is gone; they are not "
-                   "restorable, so retention never deletes them: they stay on disk for good. "
-                   "Deleting newest-first (reversed(steps[:-keep_last])) leaves only restorable "
-                   "files, which the next prune removes")
 def test_retention_killed_midway_leaves_no_orphan_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

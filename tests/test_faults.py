@@ -394,8 +394,6 @@ def test_real_permission_errors_as_an_unprivileged_user(shared_dir: Path) -> Non
     record("faults.real_eacces", faults=2, errors=2, previous_intact=1, temp_files_left=0)
 
 
-@pytest.mark.xfail(strict=True, reason="manager.py: CheckpointManager.__init__ lets a raw "
-                   "PermissionError out of os.makedirs/os.open of the lock file (issue #8 part 4)")
 def test_manager_on_an_unwritable_directory_is_a_ckptzip_error(shared_dir: Path) -> None:
     results = nobody_results(shared_dir)
     for key in ("manager", "manager_new_dir"):

@@ -19,6 +19,7 @@ import fcntl
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -161,13 +162,20 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.async_save = async_save
         self.threads = threads
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise Error(f"{self.directory}: cannot create the checkpoint directory "
+                        f"({exc.strerror or exc}); pick a directory this process may write") from exc
         self._lock_fd = self._acquire_lock()
         self._headers: dict[str, _Header] = {}
         self._headers_lock = threading.Lock()
+        #: Files that restore() is reading (with how many readers): retention leaves them alone.
+        self._reading: Counter[str] = Counter()
         self._slots = threading.BoundedSemaphore(max_pending)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckptzip-save")
         self._pending: list[concurrent.futures.Future[SaveReport]] = []
+        self._pending_lock = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
         self._remove_stale_temp_files()
@@ -175,7 +183,11 @@ class CheckpointManager:
     # -- the directory lock ---------------------------------------------------------------
     def _acquire_lock(self) -> int:
         path = os.path.join(self.directory, LOCK_NAME)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise Error(f"{path}: cannot open the directory's lock file ({exc.strerror or exc}); "
+                        f"the manager needs write access to {self.directory}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -193,7 +205,12 @@ class CheckpointManager:
         """Temporary files left by a writer that crashed (we hold the lock: nobody else writes)."""
         for name in os.listdir(self.directory):
             if TEMP_MARKER in name:
-                os.remove(os.path.join(self.directory, name))
+                try:
+                    os.remove(os.path.join(self.directory, name))
+                except OSError as exc:
+                    os.close(self._lock_fd)
+                    raise Error(f"{self.directory}: cannot remove the stale temporary file {name} "
+                                f"({exc.strerror or exc}); remove it by hand") from exc
 
     # -- public API -----------------------------------------------------------------------
     def save(self, step: int, state: Any) -> None:
@@ -216,22 +233,35 @@ class CheckpointManager:
             self._slots.release()
             raise
         future.add_done_callback(self._finished)
-        self._pending = [*(f for f in self._pending if not f.done()), future]
+        with self._pending_lock:
+            self._pending = [*(f for f in self._pending if not f.done()), future]
 
     def restore(self, step: int | None = None, *, map_location: Any = "cpu") -> Any:
         """The state saved as ``step`` (default: the latest restorable step), after pending saves
         have finished."""
         self.wait()
-        if step is None:
-            step = self.latest_step()
+        with self._headers_lock:
+            steps = self._restorable()
             if step is None:
-                raise Error(f"{self.directory}: no checkpoint to restore")
-        elif step not in self.steps():
-            raise Error(
-                f"{self.directory}: no restorable checkpoint for step {step}; "
-                f"steps are {self.steps() or 'none'}"
-            )
-        return load(self._path(step), map_location=map_location, threads=self.threads)
+                if not steps:
+                    raise Error(f"{self.directory}: no checkpoint to restore")
+                step = steps[-1]
+            elif step not in steps:
+                raise Error(
+                    f"{self.directory}: no restorable checkpoint for step {step}; "
+                    f"steps are {steps or 'none'}"
+                )
+            # checked and claimed in one hold of the lock: retention spares the chain until the
+            # read is done
+            path = self._path(step)
+            chain = self._chain_paths(path)
+            self._reading.update(chain)
+        try:
+            return load(path, map_location=map_location, threads=self.threads)
+        finally:
+            with self._headers_lock:
+                self._reading.subtract(chain)
+                self._reading += Counter()  # drop the zero counts
 
     def latest_step(self) -> int | None:
         """The newest step that is completely written and restorable, or None."""
@@ -247,9 +277,11 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Block until every pending save has finished; raise if one failed."""
-        for future in list(self._pending):
-            concurrent.futures.wait([future])
-        self._pending = [f for f in self._pending if not f.done()]
+        with self._pending_lock:
+            pending = list(self._pending)
+        concurrent.futures.wait(pending)
+        with self._pending_lock:
+            self._pending = [f for f in self._pending if not f.done()]
         self._raise_pending_error()
 
     def close(self) -> None:
@@ -369,15 +401,24 @@ class CheckpointManager:
             steps = self._restorable()
             needed: set[str] = set()
             for step in steps[-keep_last:]:
-                path: str | None = self._path(step)
-                while path is not None and path not in needed:
-                    needed.add(path)
-                    path = self._headers[path].base_path
-            for step in steps[:-keep_last]:
+                needed.update(self._chain_paths(self._path(step)))
+            # newest first: a crash between two deletions leaves only restorable chains, never a
+            # delta whose base is gone (which, not being restorable, retention would never remove)
+            for step in reversed(steps[:-keep_last]):
                 path = self._path(step)
-                if path not in needed:
+                if path not in needed and path not in self._reading:
                     os.remove(path)
                     self._headers.pop(path, None)
+
+    def _chain_paths(self, path: str) -> list[str]:
+        """``path`` and the files of its base chain, as far as the header cache knows them."""
+        chain = []
+        current: str | None = path
+        while current is not None and current not in chain:
+            chain.append(current)
+            header = self._headers.get(current)
+            current = header.base_path if header is not None else None
+        return chain
 
     def _restorable(self) -> list[int]:
         """Restorable steps, refreshing the header cache from the directory (hold the lock)."""
