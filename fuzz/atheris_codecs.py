@@ -12,7 +12,8 @@ configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of ever
 
 The harness admits only what the container's parser guarantees (chunks of whole serializer
 elements, a base chunk as long as the chunk, an encoded array of the declared size, a tensor at
-most MAX_TRANSFORM_EXPANSION times larger), so any outcome but a value or a ckptzip.Error is a
+most MAX_TRANSFORM_EXPANSION times larger
+unless a base of its size is given), so any outcome but a value or a ckptzip.Error is a
 finding.
 
     .venv/bin/python fuzz/atheris_codecs.py -runs=1000000 -rss_limit_mb=2048 -timeout=10 \
@@ -71,14 +72,16 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
         return False
     dtype, shape, nbytes = _array_type(spec, "<fuzz>")
     array_dtype, array_shape, array_nbytes = _array_type(spec["encoded"], "<fuzz>")
-    if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) or len(payload) < array_nbytes:
+    if len(payload) < array_nbytes:
         return False
+    tail = payload[array_nbytes:]  # the base tensor's bytes, when it holds them
+    base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
+    if base is None and nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1):
+        return False  # the container's bound for leaves without a base
     leaf = LeafInfo(0, "t", dtype, shape, nbytes, 1, pipeline, (), {}, array_dtype, array_shape,
                     array_nbytes)
     buffer = torch.empty(array_nbytes, dtype=torch.uint8)
     buffer.numpy()[:] = np.frombuffer(payload, np.uint8, array_nbytes)
-    tail = payload[array_nbytes:]
-    base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
     CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base)  # type: ignore[arg-type]
     return True
 

@@ -559,3 +559,30 @@ def test_leaves_referenced_outside_leaf_refs_are_decoded(where: str) -> None:
         assert where == "complex" and "floats" in str(exc)
     else:
         assert where != "complex" and _plain(state)
+
+
+def test_bytes_node_needs_a_uint8_leaf() -> None:
+    """atheris_container: a 'bytes' node on a leaf of another dtype (uint7 here) raised
+    TypeError from numpy."""
+    header, data = split(ckptzip.dumps({"b": b"abcdefgh"}, threads=1))
+    header["leaves"][0]["dtype"] = "uint7"
+    with pytest.raises(ckptzip.FormatError, match=r"bytes from a torch\.uint7"):
+        ckptzip.loads(rebuild(header, data), threads=1)
+
+
+@pytest.mark.parametrize("changed", [0.0, 0.002])
+def test_bitsnap_of_a_barely_changed_tensor_loads(changed: float) -> None:
+    """A bitsnap delta of an unchanged (or 0.2 % changed) tensor holds a sparse index list far
+    smaller than the tensor: the parser's expansion bound refused the files the writer made.
+    Leaves coded against a base are bounded by the base tensor instead."""
+    torch.manual_seed(0)
+    w = torch.randn(256, 128)
+    new = w.clone()
+    new.view(-1)[torch.randperm(w.numel())[: int(changed * w.numel())]] += 0.5
+    base = {"model": {"w": w}}
+    blob = ckptzip.dumps({"model": {"w": new}}, base=base, mode="bitsnap", threads=1)
+    out = ckptzip.loads(blob, base=base, threads=1)["model"]["w"]
+    assert out.shape == w.shape and float((out - new).abs().max()) < 0.05
+    # a base of another shape is refused before any decode
+    with pytest.raises(ckptzip.BaseMismatchError):
+        ckptzip.loads(blob, base={"model": {"w": torch.zeros(1 << 20)}}, threads=1)

@@ -44,6 +44,9 @@ MIN_STORED_CHUNK = 1
 MAX_DIMS = 64
 #: A lossy leaf's tensor may be at most this many times larger than the array its chunks hold
 #: (plus this many bytes), so that a header cannot make a transform's decode allocate without bound.
+#: A leaf coded against a base is exempt: the reader checks that the base tensor (real data the
+#: caller holds) has the leaf's shape before decoding, so the base bounds it (a sparse delta of an
+#: unchanged tensor holds no bytes at all).
 MAX_TRANSFORM_EXPANSION = 64
 
 
@@ -238,7 +241,7 @@ def _parse_leaf(
         if not isinstance(encoded, dict):
             raise FormatError(f"{where}: a pipeline with transforms needs an 'encoded' array")
         array_dtype, array_dims, array_nbytes = _array_type(encoded, where)
-        if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1):
+        if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) and "base" not in entry:
             raise FormatError(
                 f"{where}: {nbytes} bytes claimed from an encoded array of {array_nbytes}"
             )

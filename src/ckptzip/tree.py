@@ -449,7 +449,10 @@ class _Builder:
         return tensor.reshape(-1).view(torch.uint8).numpy().view(dt.numpy_dtype).reshape(tensor.shape)
 
     def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
-        return self.leaf(node, path).numpy().tobytes()
+        tensor = self.leaf(node, path)
+        if tensor.dtype != torch.uint8 or tensor.dim() != 1:  # what writers store bytes as
+            raise self.fail(path, f"bytes from a {tensor.dtype}{list(tensor.shape)} leaf")
+        return tensor.numpy().tobytes()
 
     def build_bytearray(self, node: dict[str, Any], path: KeyPath) -> bytearray:
         return bytearray(self.build_bytes(node, path))
