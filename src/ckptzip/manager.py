@@ -32,7 +32,7 @@ from .errors import ConfigError, Error
 from .policy import policy_for
 from .reader import CheckpointFile
 from .storage import TEMP_MARKER
-from .tree import flatten, unflatten
+from .tree import Leaf, flatten, unflatten
 from .writer import Prepared, SaveReport, prepare
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
@@ -59,14 +59,14 @@ class _Header:
     base_id: str | None
 
 
-def snapshot(state: Any) -> Any:
+def snapshot(state: Any, flat: tuple[Any, list[Leaf]] | None = None) -> Any:
     """A host copy of ``state`` with the same structure, types, ties and views.
 
     Every array is copied into fresh CPU memory (pinned, with non-blocking copies and one
     synchronization, for CUDA tensors), so training may change ``state`` as soon as this returns.
     A value ckptzip cannot store raises :class:`ckptzip.UnsupportedError` here, not later.
     """
-    tree, leaves = flatten(state)
+    tree, leaves = flat or flatten(state)
     copies: list[torch.Tensor] = []
     on_cuda = False
     for leaf in leaves:
@@ -96,17 +96,30 @@ class DeviceSnapshot:
         if self.ready is None:
             yield
             return
-        stream = torch.cuda.Stream()
+        stream = _side_stream()
         stream.wait_event(self.ready)
         with torch.cuda.stream(stream):
             yield
         stream.synchronize()
 
 
-def device_snapshot(state: Any) -> DeviceSnapshot:
+_SIDE_STREAMS: dict[int, Any] = {}
+
+
+def _side_stream() -> Any:
+    """One side stream per device for background transforms, kept for the process's life: the
+    caching allocator keeps freed blocks per stream, so a new stream per save would allocate
+    (and synchronize the device) afresh every time."""
+    device = torch.cuda.current_device()
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
+
+
+def device_snapshot(state: Any, flat: tuple[Any, list[Leaf]] | None = None) -> DeviceSnapshot:
     """Clone ``state``'s CUDA tensors on their device and copy the rest to the host, keeping the
     structure, ties and views (:func:`snapshot` copies everything to the host)."""
-    tree, leaves = flatten(state)
+    tree, leaves = flat or flatten(state)
     copies: list[torch.Tensor] = []
     on_cuda = False
     for leaf in leaves:
@@ -227,7 +240,9 @@ class CheckpointManager:
             return
         try:
             self._raise_pending_error()
-            copy = self._device_copy(step, state) if self._on_device(state) else snapshot(state)
+            flat = flatten(state)
+            copy = (self._device_copy(step, state, flat) if self._on_device(flat[1])
+                    else snapshot(state, flat))
             future = self._executor.submit(self._write_in_background, step, copy)
         except BaseException:
             self._slots.release()
@@ -327,19 +342,19 @@ class CheckpointManager:
             earlier = [s for s in self._restorable() if s < step]
         return self._path(earlier[-1]) if earlier else None
 
-    def _on_device(self, state: Any) -> bool:
+    def _on_device(self, leaves: list[Leaf]) -> bool:
         """Whether an async save should transform ``state`` on its accelerator before the copy to
         the host: a lossy mode (whose transforms are torch ops) and a tensor off the CPU."""
         if self.mode == "lossless":
             return False
-        return any(leaf.tensor.device.type != "cpu" for leaf in flatten(state)[1])
+        return any(leaf.tensor.device.type != "cpu" for leaf in leaves)
 
-    def _device_copy(self, step: int, state: Any) -> Any:
+    def _device_copy(self, step: int, state: Any, flat: tuple[Any, list[Leaf]]) -> Any:
         """What an async save of accelerator tensors hands to the background: a copy on the
         device (fast; the transforms then run there in the background, on their own stream), or,
         when the device has no room for one, the transformed state made here and now."""
         try:
-            return device_snapshot(state)
+            return device_snapshot(state, flat)
         except torch.cuda.OutOfMemoryError:
             self.wait()  # the delta's base must be on disk first
             return self._prepare_on_device(step, state)
@@ -369,7 +384,7 @@ class CheckpointManager:
                 prepared = self._prepare_on_device(step, state.state)
             state.state = None  # free the device copy before the write
             state = prepared
-        elif not isinstance(state, Prepared) and self._on_device(state):  # a synchronous save
+        elif not isinstance(state, Prepared) and self._on_device(flatten(state)[1]):  # sync save
             state = self._prepare_on_device(step, state)
         if isinstance(state, Prepared):
             report = save(state, self._path(step), threads=self.threads, metadata={"step": step})

@@ -200,7 +200,8 @@ class _Flattener:
                 continue
             key = (str(t.device), t.untyped_storage().data_ptr())
             groups.setdefault(key, []).append(ref)
-        ordered = sorted([*groups.values(), *singles], key=lambda refs: self.torch_refs.index(refs[0]))
+        position = {id(ref): i for i, ref in enumerate(self.torch_refs)}
+        ordered = sorted([*groups.values(), *singles], key=lambda refs: position[id(refs[0])])
         for refs in ordered:
             self.assign_group(refs)
 
