@@ -56,15 +56,23 @@ class LosslessPolicy:
 
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self._chunk_bytes = chunk_bytes
+        # one pipeline object per layout, shared by every tensor of it (the writer indexes the
+        # header's pipeline table by object before it serializes a config)
+        self._dense: dict[tuple[int, int], Pipeline] = {}
+        self._deltas: dict[tuple[int, int, bool], list[Pipeline]] = {}
 
     def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
         return {}
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
-        width, rotate = leaf.dtype.plane_layout
-        if width == 1:
-            return Pipeline(compressors=(Entropy(),))
-        return Pipeline(serializer=BytePlanes(width, rotate), compressors=(Entropy(),))
+        layout = leaf.dtype.plane_layout
+        if layout not in self._dense:
+            width, rotate = layout
+            self._dense[layout] = (
+                Pipeline(compressors=(Entropy(),)) if width == 1
+                else Pipeline(serializer=BytePlanes(width, rotate), compressors=(Entropy(),))
+            )
+        return self._dense[layout]
 
     def delta_candidates(self, leaf: Leaf) -> list[Pipeline]:
         """XOR (zipnn's delta) and the zigzagged difference of monotone-mapped patterns.
@@ -74,6 +82,14 @@ class LosslessPolicy:
         width, rotate = leaf.dtype.plane_layout
         if width not in (1, 2, 4, 8):
             return []
+        key = (width, rotate, leaf.dtype.is_float)
+        if key not in self._deltas:
+            self._deltas[key] = self._delta_pipelines(leaf)
+        return self._deltas[key]
+
+    @staticmethod
+    def _delta_pipelines(leaf: Leaf) -> list[Pipeline]:
+        width, rotate = leaf.dtype.plane_layout
         diff = "float-diff" if leaf.dtype.is_float else "int-diff"
         candidates = [
             Pipeline(residual=Residual("xor", width), serializer=BytePlanes(width, rotate),

@@ -395,14 +395,17 @@ def _leaf_entries(
     chunk size only where it differs from the most common one."""
     table: list[list[dict[str, Any]]] = []
     index_of: dict[str, int] = {}
+    by_object: dict[int, int] = {}  # policies share pipeline objects: serialize each once
 
     def index(pipeline: Pipeline) -> int:
-        config = pipeline.get_config()
-        key = json.dumps(config, sort_keys=True)
-        if key not in index_of:
-            index_of[key] = len(table)
-            table.append(config)
-        return index_of[key]
+        if id(pipeline) not in by_object:
+            config = pipeline.get_config()
+            key = json.dumps(config, sort_keys=True)
+            if key not in index_of:
+                index_of[key] = len(table)
+                table.append(config)
+            by_object[id(pipeline)] = index_of[key]
+        return by_object[id(pipeline)]
 
     sizes = Counter(plan.chunk_bytes for plan in plans)
     chunk = sizes.most_common(1)[0][0] if sizes else DEFAULT_CHUNK_BYTES
