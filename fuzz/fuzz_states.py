@@ -4,8 +4,10 @@ it). Tensors stay tiny so that one fuzz execution is cheap."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -50,6 +52,8 @@ def mixed_state() -> dict[str, Any]:
     """Every kind of leaf the tree grammar has, small."""
     g = torch.Generator().manual_seed(3)
     w = torch.randn(32, 4, generator=g)
+    sd = OrderedDict(weight=w[:2].clone())
+    sd._metadata = OrderedDict({"": {"version": 1}})  # type: ignore[attr-defined]
     return {
         "bf16": w.bfloat16(),
         "fp16": w[:4].half(),
@@ -64,4 +68,13 @@ def mixed_state() -> dict[str, Any]:
         "size": torch.Size([3, 4]),
         "empty": torch.empty(0, 3),
         "scalar": torch.tensor(7),
+        "numpy": np.arange(5, dtype=np.int16),
+        "np_scalar": np.float32(1.5),
+        "device": torch.device("cpu"),
+        "bytearray": bytearray(b"xy"),
+        "view": w[1:3, ::2],  # a strided view of the "bf16" source's storage
+        "state_dict": sd,
+        "tuple_keys": {(1, "a"): 2, 3: None},
+        "param": torch.nn.Parameter(torch.ones(3)),
+        "grad": torch.ones(2, requires_grad=True),
     }

@@ -29,6 +29,7 @@ import fuzz_states  # noqa: E402
 from make_corpus import write_seeds  # noqa: E402
 
 import ckptzip  # noqa: E402
+from ckptzip import _native  # noqa: E402
 from ckptzip.chain import MemoryBase  # noqa: E402
 from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
 from ckptzip.pipeline import Pipeline  # noqa: E402
@@ -59,10 +60,41 @@ def container_files() -> list[bytes]:
     return seeds
 
 
+def with_context_planes(blob: bytes) -> bytes:
+    """A lossless delta with its 2-, 4- and 8-byte residual leaves recoded as context planes
+    (ctxplanes), which the writer picks for large tensors only; plain JSON header, deflate flag."""
+    flags, length = struct.unpack_from("<IQ", blob, 12)
+    header = json.loads(load_header(blob[PRELUDE_SIZE : PRELUDE_SIZE + length], flags, "<seed>"))
+    ckpt = CheckpointFile(BytesSource(blob), threads=1, base=MemoryBase(fuzz_states.base_state()))
+    data = bytearray()
+    for leaf, entry in zip(ckpt.leaves, header["leaves"]):
+        residual = leaf.pipeline.residual
+        start = ckpt.data_start + leaf.chunks[0].offset if leaf.chunks else 0
+        if residual is None or residual.width == 1:
+            entry["offset"] = len(data)
+            data += blob[start : start + leaf.stored_bytes]
+            continue
+        stages = [residual.get_config(), {"id": "ctxplanes", "width": residual.width, "rotate": 1}]
+        header["pipelines"].append(stages)
+        entry.update(pipeline=len(header["pipelines"]) - 1, offset=len(data))
+        raw = ckpt.read_leaves([leaf.index])[leaf.index].reshape(-1).view(torch.uint8).numpy()
+        base = ckpt._base_raw(leaf)
+        for k, chunk in enumerate(leaf.chunks):
+            lo, hi = k * leaf.chunk_bytes, k * leaf.chunk_bytes + chunk.raw_length
+            stored = Pipeline.from_config(stages).encode_chunk(raw[lo:hi].tobytes(), base[lo:hi].tobytes())
+            entry["chunks"][k][:2] = [len(stored), _native.crc32c(stored)]
+            data += stored
+    ckpt.close()
+    header["data_length"] = len(data)
+    text = json.dumps(header).encode()
+    return pack_prelude(text, FLAG_DEFLATE) + text + bytes(data)
+
+
 def container_seeds(files: list[bytes]) -> list[bytes]:
     """The files with plain JSON headers under the deflate flag, the first two as written (one
     truly deflated, one plain)."""
-    return list(dict.fromkeys(files[:2] + [plain_header(blob, FLAG_DEFLATE) for blob in files]))
+    seeds = files[:2] + [plain_header(blob, FLAG_DEFLATE) for blob in files]
+    return list(dict.fromkeys([*seeds, with_context_planes(files[4])]))
 
 
 def codec_input(spec: dict[str, Any], payload: bytes) -> bytes:
