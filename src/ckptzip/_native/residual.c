@@ -6,61 +6,87 @@
  */
 #include "residual.h"
 
+#include "common.h"
+
 #include <string.h>
 
 /* mono(u): a negative pattern (sign set) maps to ~u, a positive one to u | SIGN; unsigned order
- * of the result is the order of the float values (with -0 just below +0, NaNs at the ends). */
-#define MONO(T, SIGN, u) ((T)(((u) & (SIGN)) ? (T)~(u) : (T)((u) | (SIGN))))
-/* Inverse of MONO: a result with the top bit set came from a positive pattern. */
-#define UNMONO(T, SIGN, m) ((T)(((m) & (SIGN)) ? (T)((m) & (T)~(SIGN)) : (T)~(m)))
+ * of the result is the order of the float values (with -0 just below +0, NaNs at the ends).
+ * Branch-free: both cases flip bits, ~u flips all of them and u | SIGN (sign clear) flips SIGN,
+ * so mono(u) = u ^ (SIGN | -(u >> top)). */
+#define MONO(T, BITS, u) ((T)((u) ^ (T)((T)1 << ((BITS) - 1) | (T)(0 - (T)((u) >> ((BITS) - 1))))))
+/* Inverse: a result with the top bit set came from a positive pattern (flip SIGN back), one
+ * without from a negative pattern (flip all): unmono(m) = m ^ (SIGN | ~-(m >> top)). */
+#define UNMONO(T, BITS, m)                                                                     \
+    ((T)((m) ^ (T)((T)1 << ((BITS) - 1) | (T) ~(T)(0 - (T)((m) >> ((BITS) - 1))))))
 /* zigzag on w-bit words held in unsigned T: the top bit, broadcast, flips the shifted bits. */
 #define ZIGZAG(T, BITS, d) ((T)(((T)((d) << 1)) ^ (T)(0 - (T)((d) >> ((BITS) - 1)))))
 #define UNZIGZAG(T, z) ((T)(((z) >> 1) ^ (T)(0 - (T)((z) & 1))))
 
-#define DEFINE_RESIDUAL(T, BITS)                                                               \
-    static void encode_##BITS(const uint8_t *src, const uint8_t *base, uint8_t *dst, size_t n,  \
-                              unsigned kind) {                                                 \
-        const T sign = (T)((T)1 << ((BITS) - 1));                                              \
+/* One loop per (width, kind, direction), each a straight line the compiler vectorizes; an AVX2
+ * clone of each is picked at run time where the CPU has it (ckz_cpu_v3). */
+#define LOOP(NAME, T, EXPR)                                                                    \
+    static void NAME(const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n) {          \
         for (size_t i = 0; i < n; i++) {                                                       \
-            T a, b, d;                                                                         \
-            memcpy(&a, src + i * sizeof(T), sizeof(T));                                        \
+            T a, b, r;                                                                         \
+            memcpy(&a, x + i * sizeof(T), sizeof(T));                                          \
             memcpy(&b, base + i * sizeof(T), sizeof(T));                                       \
-            if (kind == CKZ_RESIDUAL_XOR) {                                                    \
-                d = (T)(a ^ b);                                                                \
-            } else {                                                                           \
-                if (kind == CKZ_RESIDUAL_FLOAT_DIFF) {                                         \
-                    a = MONO(T, sign, a);                                                      \
-                    b = MONO(T, sign, b);                                                      \
-                }                                                                              \
-                d = (T)(a - b);                                                                \
-                d = ZIGZAG(T, BITS, d);                                                        \
-            }                                                                                  \
-            memcpy(dst + i * sizeof(T), &d, sizeof(T));                                        \
+            r = (T)(EXPR);                                                                     \
+            memcpy(dst + i * sizeof(T), &r, sizeof(T));                                        \
         }                                                                                      \
     }                                                                                          \
-    static void decode_##BITS(const uint8_t *delta, const uint8_t *base, uint8_t *dst, size_t n, \
-                              unsigned kind) {                                                 \
-        const T sign = (T)((T)1 << ((BITS) - 1));                                              \
+    __attribute__((target("avx2"))) static void NAME##_avx2(const uint8_t *x,                  \
+                                                            const uint8_t *base, uint8_t *dst, \
+                                                            size_t n) {                        \
         for (size_t i = 0; i < n; i++) {                                                       \
-            T d, b, a;                                                                         \
-            memcpy(&d, delta + i * sizeof(T), sizeof(T));                                      \
+            T a, b, r;                                                                         \
+            memcpy(&a, x + i * sizeof(T), sizeof(T));                                          \
             memcpy(&b, base + i * sizeof(T), sizeof(T));                                       \
-            if (kind == CKZ_RESIDUAL_XOR) {                                                    \
-                a = (T)(d ^ b);                                                                \
-            } else if (kind == CKZ_RESIDUAL_FLOAT_DIFF) {                                      \
-                a = (T)(UNZIGZAG(T, d) + MONO(T, sign, b));                                    \
-                a = UNMONO(T, sign, a);                                                        \
-            } else {                                                                           \
-                a = (T)(UNZIGZAG(T, d) + b);                                                   \
-            }                                                                                  \
-            memcpy(dst + i * sizeof(T), &a, sizeof(T));                                        \
+            r = (T)(EXPR);                                                                     \
+            memcpy(dst + i * sizeof(T), &r, sizeof(T));                                        \
         }                                                                                      \
     }
+
+typedef void (*residual_loop)(const uint8_t *, const uint8_t *, uint8_t *, size_t);
+
+/* encode: x = new element, b = base element; decode: x = delta, b = base element. */
+#define DEFINE_RESIDUAL(T, BITS)                                                               \
+    LOOP(enc_xor_##BITS, T, a ^ b)                                                             \
+    LOOP(enc_fdiff_##BITS, T, ZIGZAG(T, BITS, (T)(MONO(T, BITS, a) - MONO(T, BITS, b))))        \
+    LOOP(enc_idiff_##BITS, T, ZIGZAG(T, BITS, (T)(a - b)))                                     \
+    LOOP(dec_xor_##BITS, T, a ^ b)                                                             \
+    LOOP(dec_fdiff_##BITS, T, UNMONO(T, BITS, (T)(UNZIGZAG(T, a) + MONO(T, BITS, b))))          \
+    LOOP(dec_idiff_##BITS, T, UNZIGZAG(T, a) + b)
 
 DEFINE_RESIDUAL(uint8_t, 8)
 DEFINE_RESIDUAL(uint16_t, 16)
 DEFINE_RESIDUAL(uint32_t, 32)
 DEFINE_RESIDUAL(uint64_t, 64)
+
+#define ROW(DIR, BITS) {DIR##_xor_##BITS, DIR##_fdiff_##BITS, DIR##_idiff_##BITS}
+#define ROW2(DIR, BITS) {DIR##_xor_##BITS##_avx2, DIR##_fdiff_##BITS##_avx2, DIR##_idiff_##BITS##_avx2}
+/* [direction][avx2][width index][kind] */
+static const residual_loop LOOPS[2][2][4][CKZ_RESIDUAL_KINDS] = {
+    {{ROW(enc, 8), ROW(enc, 16), ROW(enc, 32), ROW(enc, 64)},
+     {ROW2(enc, 8), ROW2(enc, 16), ROW2(enc, 32), ROW2(enc, 64)}},
+    {{ROW(dec, 8), ROW(dec, 16), ROW(dec, 32), ROW(dec, 64)},
+     {ROW2(dec, 8), ROW2(dec, 16), ROW2(dec, 32), ROW2(dec, 64)}},
+};
+
+static int run(int decode, const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n,
+               unsigned width, unsigned kind) {
+    int w;
+    if (kind >= CKZ_RESIDUAL_KINDS) return -1;
+    switch (width) {
+    case 1: w = 0; break;
+    case 2: w = 1; break;
+    case 4: w = 2; break;
+    case 8: w = 3; break;
+    default: return -1;
+    }
+    LOOPS[decode][ckz_cpu_v3 ? 1 : 0][w][kind](x, base, dst, n);
+    return 0;
+}
 
 /* Little-endian hosts only need the loops above as they are; big-endian hosts would have to swap
  * each word on load and store, which the byte-plane layout of the container does not need. */
@@ -70,24 +96,10 @@ DEFINE_RESIDUAL(uint64_t, 64)
 
 int ckz_residual_encode(const uint8_t *src, const uint8_t *base, uint8_t *dst, size_t n,
                         unsigned width, unsigned kind) {
-    if (kind >= CKZ_RESIDUAL_KINDS) return -1;
-    switch (width) {
-    case 1: encode_8(src, base, dst, n, kind); return 0;
-    case 2: encode_16(src, base, dst, n, kind); return 0;
-    case 4: encode_32(src, base, dst, n, kind); return 0;
-    case 8: encode_64(src, base, dst, n, kind); return 0;
-    default: return -1;
-    }
+    return run(0, src, base, dst, n, width, kind);
 }
 
 int ckz_residual_decode(const uint8_t *delta, const uint8_t *base, uint8_t *dst, size_t n,
                         unsigned width, unsigned kind) {
-    if (kind >= CKZ_RESIDUAL_KINDS) return -1;
-    switch (width) {
-    case 1: decode_8(delta, base, dst, n, kind); return 0;
-    case 2: decode_16(delta, base, dst, n, kind); return 0;
-    case 4: decode_32(delta, base, dst, n, kind); return 0;
-    case 8: decode_64(delta, base, dst, n, kind); return 0;
-    default: return -1;
-    }
+    return run(1, delta, base, dst, n, width, kind);
 }
