@@ -124,3 +124,32 @@ def test_small_files_carry_no_header_padding(tmp_path) -> None:
     assert path.stat().st_size == len(ckptzip.dumps(state))  # exactly the in-memory layout
     out = ckptzip.load(path)
     assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+def test_gc_is_paused_only_on_the_main_thread_and_restored() -> None:
+    import gc
+    import threading
+
+    from ckptzip.parallel import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # off before: stays off
+    finally:
+        gc.enable()
+    seen: list[bool] = []
+
+    def background() -> None:
+        with gc_paused():
+            seen.append(gc.isenabled())
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    assert seen == [True]  # a background save leaves the collector to training

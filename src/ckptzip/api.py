@@ -7,6 +7,7 @@ from typing import Any
 
 from .chain import open_base, relative_location
 from .errors import ConfigError
+from .parallel import gc_paused
 from .reader import CheckpointFile
 from .storage import BytesSource, PathLike, atomic_write
 from .writer import FileSink, MemorySink, Prepared, SaveReport, encode_state
@@ -72,7 +73,7 @@ def load(
     A delta finds its base (and the base's own base) beside it; ``base=`` overrides that with a
     path, an open checkpoint, or the in-memory state it was coded against.
     """
-    with CheckpointFile.open(path, threads=threads, base=base) as checkpoint:
+    with gc_paused(), CheckpointFile.open(path, threads=threads, base=base) as checkpoint:
         return checkpoint.load(map_location=map_location, progress=progress)
 
 
@@ -107,7 +108,7 @@ def loads(
     threads: int | None = None,
 ) -> Any:
     """Like :func:`load`, from bytes."""
-    with CheckpointFile(BytesSource(data), threads=threads, base=base) as checkpoint:
+    with gc_paused(), CheckpointFile(BytesSource(data), threads=threads, base=base) as checkpoint:
         return checkpoint.load(map_location=map_location)
 
 

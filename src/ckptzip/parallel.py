@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -58,3 +61,26 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Itera
     finally:
         for future in pending:
             future.cancel()
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a save or a load.
+
+    They allocate thousands of small containers (header entries, chunk tables) but create no
+    cycles worth collecting; each allocation burst would otherwise set off collections that walk
+    every object of the process (torch's included): measured 20% of a one-thread save of a bf16
+    state dict. Reference counting still frees everything; the collector resumes afterwards,
+    unless it was off already. Only on the main thread: a save in a background thread (an async
+    CheckpointManager) runs beside training, whose garbage the collector must keep collecting.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

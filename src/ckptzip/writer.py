@@ -20,7 +20,7 @@ from ._version import __version__
 from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
-from .parallel import ordered_map, resolve_threads
+from .parallel import gc_paused, ordered_map, resolve_threads
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
 from .progress import Progress
@@ -451,6 +451,28 @@ def encode_state(
     in which case this one becomes a standalone keyframe. ``base_location`` is how the header
     names the base file (a path relative to the new file's directory).
     """
+    with gc_paused():
+        return _encode_state(state, sink, mode=mode, threads=threads, metadata=metadata, path=path,
+                             progress=progress, source=source, base=base,
+                             base_location=base_location, keyframe_every=keyframe_every,
+                             mode_options=mode_options)
+
+
+def _encode_state(
+    state: Any,
+    sink: Sink,
+    *,
+    mode: str,
+    threads: int | None,
+    metadata: dict[str, Any] | None,
+    path: str | None,
+    progress: bool,
+    source: dict[str, Any] | None,
+    base: Base | None,
+    base_location: str | None,
+    keyframe_every: int | None,
+    mode_options: dict[str, Any] | None,
+) -> SaveReport:
     started = time.perf_counter()
     n_threads = resolve_threads(threads)
     user_metadata = _check_metadata(metadata)
