@@ -586,3 +586,18 @@ def test_bitsnap_of_a_barely_changed_tensor_loads(changed: float) -> None:
     # a base of another shape is refused before any decode
     with pytest.raises(ckptzip.BaseMismatchError):
         ckptzip.loads(blob, base={"model": {"w": torch.zeros(1 << 20)}}, threads=1)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("target", ["fifo", "/dev/zero"])
+def test_a_base_path_that_is_no_regular_file_is_refused(tmp_path: Path, target: str) -> None:
+    """A delta whose header names a FIFO as its base made load block forever opening it; the
+    header's base must be a regular file."""
+    os.mkfifo(tmp_path / "fifo")
+    header, data = split(ckptzip.dumps(fuzz_states.next_state(), base=BASE, threads=1))
+    header["base"]["path"] = target
+    (tmp_path / "delta.ckz").write_bytes(rebuild(header, data))
+    code = (f"import ckptzip\ntry:\n    ckptzip.load({str(tmp_path / 'delta.ckz')!r})\n"
+            f"except ckptzip.BaseMismatchError as exc:\n    print('refused', exc)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "refused" in res.stdout and "missing" in res.stdout, res.stdout + res.stderr

@@ -140,7 +140,7 @@ def open_base(base: Any, *, threads: int | None = None) -> Base | None:
 def base_exists(path: str | os.PathLike[str]) -> bool:
     if is_url(path):
         return True  # a missing remote base is reported when it is opened
-    return os.path.exists(local_path(path))
+    return os.path.isfile(local_path(path))  # not a FIFO or device a hostile header names: it hangs
 
 
 def resolve_relative(delta: str, location: str) -> str:
