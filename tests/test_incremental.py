@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +163,26 @@ def test_ctxplanes_must_follow_a_residual() -> None:
 
     with pytest.raises(ckptzip.FormatError, match="ctxplanes"):
         Pipeline.from_config([{"id": "ctxplanes", "width": 2, "rotate": 0}])
+
+
+def test_a_local_delta_never_fetches_a_remote_base_its_header_names(tmp_path) -> None:
+    """The header is untrusted: a local file naming a URL as its base is refused, not fetched,
+    until the caller passes that base explicitly; a delta stored at the same place loads."""
+    pytest.importorskip("fsspec")
+    torch.manual_seed(3)
+    first = {"w": torch.randn(256, 64)}
+    second = {"w": first["w"] + 1e-3 * torch.randn(256, 64)}
+    remote_base = "memory://ckptzip-remote-base/a.ckz"
+    ckptzip.save(first, remote_base)
+    local = tmp_path / "b.ckz"
+    ckptzip.save(second, local, base=remote_base)
+    with ckptzip.open(local) as ckpt:
+        assert ckpt.base_ref is not None and ckpt.base_ref["path"] == remote_base
+    with pytest.raises(ckptzip.BaseMismatchError, match="pass it as base="):
+        ckptzip.load(local)
+    assert torch.equal(ckptzip.load(local, base=remote_base)["w"], second["w"])
+    ckptzip.save(second, "memory://ckptzip-remote-base/b.ckz", base=remote_base)  # same origin
+    assert torch.equal(ckptzip.load("memory://ckptzip-remote-base/b.ckz")["w"], second["w"])
+    completed = subprocess.run([sys.executable, "-m", "ckptzip.cli", "inspect", str(local)],
+                               capture_output=True, text=True)
+    assert "remote, not followed" in completed.stdout + completed.stderr

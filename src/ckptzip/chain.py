@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -144,12 +145,30 @@ def base_exists(path: str | os.PathLike[str]) -> bool:
 
 
 def resolve_relative(delta: str, location: str) -> str:
-    """Where a base named ``location`` in the header of ``delta`` lies (relative to the delta)."""
-    if is_url(location) or os.path.isabs(location) or delta.startswith("<"):
+    """Where a base named ``location`` in the header of ``delta`` lies (relative to the delta).
+
+    The header is untrusted, so it may name a remote base only where the delta itself was read
+    from the same place (scheme and host): a local or in-memory file must not make a load reach
+    out to a server of its choosing. Such a base must be passed as ``base=`` explicitly.
+    """
+    if is_url(location):
+        if not (is_url(delta) and _origin(delta) == _origin(location)):
+            raise BaseMismatchError(
+                f"{delta}: its header names a remote base, {location!r}; ckptzip fetches a base "
+                f"only from where the delta itself came from: if you trust it, pass it as "
+                f"base={location!r}"
+            )
+        return location
+    if os.path.isabs(location) or delta.startswith("<"):
         return location
     if is_url(delta):
         return delta.rsplit("/", 1)[0] + "/" + location
     return os.path.join(os.path.dirname(local_path(delta)), location)
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def relative_location(base: str, delta: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import __version__
 from .chain import base_exists, open_base, relative_location, resolve_relative
-from .errors import Error
+from .errors import BaseMismatchError, Error
 from .reader import CheckpointFile
 from .sources import read_source, write_directory, write_safetensors, write_torch
 from .storage import atomic_write
@@ -246,7 +246,11 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
         if not isinstance(location, str):
             entry["status"] = "in-memory state"
             break
-        path = resolve_relative(name, location)
+        try:
+            path = resolve_relative(name, location)
+        except BaseMismatchError:
+            entry["status"] = "remote, not followed (pass --base to use it)"
+            break
         if not base_exists(path):
             entry["status"] = "missing"
             break
