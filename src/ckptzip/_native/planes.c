@@ -148,48 +148,6 @@ __attribute__((target("avx2"))) static size_t split4_avx2(const uint8_t *src, ui
     return i;
 }
 
-/* 2-byte elements by hand too: the auto-vectorized loop ran at ~1.6 GB/s, a quarter of the
- * 4-byte kernel, and bf16 weights take this path. 32 elements (64 bytes) per step. */
-__attribute__((target("avx2"))) static size_t split2_avx2(const uint8_t *src, uint8_t *p0,
-                                                         uint8_t *p1, size_t n, unsigned r) {
-    const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)((16 - r) & 15));
-    /* per 128-bit lane: the low bytes of its 8 elements, then their high bytes */
-    const __m256i gather = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
-        a = _mm256_or_si256(_mm256_sll_epi16(a, cl), _mm256_srl_epi16(a, cr)); /* rotl r */
-        b = _mm256_or_si256(_mm256_sll_epi16(b, cl), _mm256_srl_epi16(b, cr));
-        /* (lo 0-7, hi 0-7 | lo 8-15, hi 8-15) -> (lo 0-15 | hi 0-15) */
-        a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(a, gather), 0xD8);
-        b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, gather), 0xD8);
-        _mm256_storeu_si256((__m256i *)(p0 + i), _mm256_permute2x128_si256(a, b, 0x20));
-        _mm256_storeu_si256((__m256i *)(p1 + i), _mm256_permute2x128_si256(a, b, 0x31));
-    }
-    return i;
-}
-
-__attribute__((target("avx2"))) static size_t merge2_avx2(const uint8_t *p0, const uint8_t *p1,
-                                                         uint8_t *dst, size_t n, unsigned r) {
-    const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)((16 - r) & 15));
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i lo = _mm256_loadu_si256((const __m256i *)(p0 + i));
-        __m256i hi = _mm256_loadu_si256((const __m256i *)(p1 + i));
-        /* within lanes: w0 = elements 0-7 | 16-23, w1 = 8-15 | 24-31 */
-        __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi);
-        __m256i o0 = _mm256_permute2x128_si256(w0, w1, 0x20);
-        __m256i o1 = _mm256_permute2x128_si256(w0, w1, 0x31);
-        o0 = _mm256_or_si256(_mm256_srl_epi16(o0, cr), _mm256_sll_epi16(o0, cl)); /* rotr r */
-        o1 = _mm256_or_si256(_mm256_srl_epi16(o1, cr), _mm256_sll_epi16(o1, cl));
-        _mm256_storeu_si256((__m256i *)(dst + 2 * i), o0);
-        _mm256_storeu_si256((__m256i *)(dst + 2 * i + 32), o1);
-    }
-    return i;
-}
-
 __attribute__((target("avx2"))) static size_t merge4_avx2(const uint8_t *p0, const uint8_t *p1,
                                                          const uint8_t *p2, const uint8_t *p3,
                                                          uint8_t *dst, size_t n, unsigned r) {
@@ -250,14 +208,7 @@ void ckz_split_planes(const uint8_t *src, uint8_t *dst, size_t n, unsigned elem_
                       unsigned rotate) {
     switch (elem_size) {
     case 1: split1(src, dst, n, rotate); break;
-    case 2: {
-        size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v3) done = split2_avx2(src, dst, dst + n, n, rotate);
-#endif
-        split2(src + 2 * done, dst + done, dst + n + done, n - done, rotate);
-        break;
-    }
+    case 2: split2(src, dst, dst + n, n, rotate); break;
     case 4: {
         size_t done = 0;
 #ifdef CKZ_HAVE_AVX2_PLANES
@@ -276,14 +227,7 @@ void ckz_merge_planes(const uint8_t *const *planes, uint8_t *dst, size_t n, unsi
                       unsigned rotate) {
     switch (elem_size) {
     case 1: merge1(planes[0], dst, n, rotate); break;
-    case 2: {
-        size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v3) done = merge2_avx2(planes[0], planes[1], dst, n, rotate);
-#endif
-        merge2(planes[0] + done, planes[1] + done, dst + 2 * done, n - done, rotate);
-        break;
-    }
+    case 2: merge2(planes[0], planes[1], dst, n, rotate); break;
     case 4: {
         size_t done = 0;
 #ifdef CKZ_HAVE_AVX2_PLANES
