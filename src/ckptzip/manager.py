@@ -88,19 +88,23 @@ class DeviceSnapshot:
 
     state: Any
     ready: Any  # torch.cuda.Event | None
+    #: The CUDA device of the clones (the first one's, for a state spread over several).
+    device: Any = None
 
     @contextlib.contextmanager
     def background(self) -> Iterator[None]:
-        """Run the block on a side stream that first waits for the clones, so background work
-        overlaps training's kernels instead of queueing behind them."""
+        """Run the block on that device's side stream, which first waits for the clones, so
+        background work overlaps training's kernels instead of queueing behind them (tensors on
+        other devices keep their own stream order after their clones)."""
         if self.ready is None:
             yield
             return
-        stream = _side_stream()
-        stream.wait_event(self.ready)
-        with torch.cuda.stream(stream):
-            yield
-        stream.synchronize()
+        with torch.cuda.device(self.device):
+            stream = _side_stream()
+            stream.wait_event(self.ready)
+            with torch.cuda.stream(stream):
+                yield
+            stream.synchronize()
 
 
 _SIDE_STREAMS: dict[int, Any] = {}
@@ -129,11 +133,12 @@ def device_snapshot(state: Any, flat: tuple[Any, list[Leaf]] | None = None) -> D
             copies.append(source.clone(memory_format=torch.contiguous_format))
         else:
             copies.append(torch.empty(source.shape, dtype=source.dtype).copy_(source))
-    ready = None
+    ready = device = None
     if on_cuda:
+        device = next(c.device for c in copies if c.device.type == "cuda")
         ready = torch.cuda.Event()
-        ready.record()
-    return DeviceSnapshot(unflatten(tree, copies.__getitem__, len(copies)), ready)
+        ready.record(torch.cuda.current_stream(device))
+    return DeviceSnapshot(unflatten(tree, copies.__getitem__, len(copies)), ready, device)
 
 
 class CheckpointManager:
