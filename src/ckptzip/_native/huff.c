@@ -32,13 +32,19 @@ CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
         m[k] = ckz_huf_stream_count(n, k);
         s[k] = src + ckz_huf_stream_start(n, k);
     }
-    /* Quarter sizes never increase with k, so m[3] positions exist in every quarter. */
-    size_t common = m[CKZ_HUF_STREAMS - 1] & ~(size_t)1, i;
-    for (i = 0; i < common; i += 2) {
-        h[0][s[0][i]]++; h[1][s[0][i + 1]]++;
-        h[2][s[1][i]]++; h[3][s[1][i + 1]]++;
-        h[4][s[2][i]]++; h[5][s[2][i + 1]]++;
-        h[6][s[3][i]]++; h[7][s[3][i + 1]]++;
+    /* Quarter sizes never increase with k, so m[3] positions exist in every quarter.  Eight
+     * positions per stream per step, from one 64-bit load each: a quarter of the load uops of
+     * byte loads, the bytes taken apart by shifts. */
+    size_t common = m[CKZ_HUF_STREAMS - 1] & ~(size_t)7, i;
+    for (i = 0; i < common; i += 8) {
+        uint64_t w0 = ckz_load64(s[0] + i), w1 = ckz_load64(s[1] + i);
+        uint64_t w2 = ckz_load64(s[2] + i), w3 = ckz_load64(s[3] + i);
+        for (unsigned b = 0; b < 64; b += 16) {
+            h[0][(w0 >> b) & 0xff]++; h[1][(w0 >> (b + 8)) & 0xff]++;
+            h[2][(w1 >> b) & 0xff]++; h[3][(w1 >> (b + 8)) & 0xff]++;
+            h[4][(w2 >> b) & 0xff]++; h[5][(w2 >> (b + 8)) & 0xff]++;
+            h[6][(w3 >> b) & 0xff]++; h[7][(w3 >> (b + 8)) & 0xff]++;
+        }
     }
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         for (size_t j = common; j < m[k]; j++) h[2 * k][s[k][j]]++;
