@@ -8,6 +8,7 @@ codecs' configs, in order.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +79,10 @@ class Pipeline:
         stages = [*self.transforms, self.residual, self.serializer, *self.compressors]
         return max((stage.relative_cost for stage in stages if stage is not None), default=1.0)
 
-    @property
+    @functools.cached_property
     def _fused_planes(self) -> BytePlanes | None:
-        """The byte-plane serializer when the native fused split+entropy kernel applies."""
+        """The byte-plane serializer when the native fused split+entropy kernel applies (worked
+        out once per pipeline: every chunk asks)."""
         if isinstance(self.serializer, BytePlanes) and self.compressors == (Entropy(),):
             return self.serializer
         return None
