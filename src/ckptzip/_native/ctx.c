@@ -93,29 +93,17 @@ static size_t min_bucket(size_t n) {
  * closed bucket holds >= n / CKZ_CTX_MAX_BUCKETS elements, so there are at most that many, and
  * every bucket is non-empty (B = 0 only for n = 0). */
 static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
-    uint32_t h[2 * CKZ_CTX_LANES][256]; /* two per lane: even and odd positions (see huff.c) */
-    memset(h, 0, sizeof h);
-    const uint8_t *c[CKZ_CTX_LANES];
-    size_t m[CKZ_CTX_LANES];
-    for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
-        m[l] = ckz_huf_stream_count(n, l);
-        c[l] = ctx + ckz_huf_stream_start(n, l);
-    }
-    size_t common = m[CKZ_CTX_LANES - 1] & ~(size_t)1, i;
-    for (i = 0; i < common; i += 2)
-        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
-            h[2 * l][c[l][i]]++;
-            h[2 * l + 1][c[l][i + 1]]++;
-        }
-    for (unsigned l = 0; l < CKZ_CTX_LANES; l++)
-        for (size_t j = common; j < m[l]; j++) h[2 * l][c[l][j]]++;
+    /* Lanes are the Huffman streams' runs (CKZ_CTX_LANES == CKZ_HUF_STREAMS), so the coder's
+     * per-stream histogram is the per-lane histogram of the contexts. */
+    uint32_t h[CKZ_CTX_LANES][256];
+    ckz_huf_count(ctx, n, h);
 
     size_t least = min_bucket(n), acc = 0, pos = 0;
     unsigned b = 0;
     memset(L->size, 0, sizeof L->size);
     for (unsigned v = 0; v < 256; v++) {
         for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
-            size_t cnt = (size_t)h[2 * l][v] + h[2 * l + 1][v];
+            size_t cnt = h[l][v];
             L->cur[l][v] = pos;
             pos += cnt;
             acc += cnt;
