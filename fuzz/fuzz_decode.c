@@ -16,16 +16,13 @@
 #include "common.h"
 #include "crc32c.h"
 #include "ctx.h"
-#include "rans.h"
 #include "stream.h"
 
 #define MAX_OUT (1u << 24) /* skip streams declaring more than 16 MiB: memory, not safety */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ckz_cpu_init();
-    ckz_crc32c_init();
-    ckz_rans_init();
+    ckz_init();
     return 0;
 }
 

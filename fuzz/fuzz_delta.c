@@ -14,9 +14,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "crc32c.h"
 #include "ctx.h"
-#include "rans.h"
 #include "residual.h"
 #include "stream.h"
 
@@ -25,9 +23,7 @@
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ckz_cpu_init();
-    ckz_crc32c_init();
-    ckz_rans_init();
+    ckz_init();
     return 0;
 }
 

@@ -1,5 +1,8 @@
-/* common.c - the error record's formatter. */
+/* common.c - the error record's formatter, CPU dispatch and the core's one-time init. */
 #include "common.h"
+
+#include "crc32c.h"
+#include "rans.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,4 +22,10 @@ void ckz_cpu_init(void) {
     __builtin_cpu_init();
     ckz_cpu_v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
 #endif
+}
+
+void ckz_init(void) {
+    ckz_cpu_init();
+    ckz_crc32c_init();
+    ckz_rans_init();
 }

@@ -72,6 +72,9 @@ static inline void ckz_store64(uint8_t *p, uint64_t v) {
  * read afterwards.  Elsewhere (aarch64: NEON is baseline) there is one variant. */
 extern int ckz_cpu_v3;
 void ckz_cpu_init(void);
+/* Everything the core needs before its first call, once: CPU dispatch, then the CRC-32C and rANS
+ * tables (the Python module's init and the fuzz harnesses call it). */
+void ckz_init(void);
 
 #define CKZ_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)

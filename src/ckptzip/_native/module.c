@@ -7,7 +7,6 @@
 #include "crc32c.h"
 #include "ctx.h"
 #include "planes.h"
-#include "rans.h"
 #include "residual.h"
 #include "stream.h"
 
@@ -453,9 +452,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    ckz_cpu_init();
-    ckz_crc32c_init();
-    ckz_rans_init();
+    ckz_init();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "MAX_ELEM_SIZE", CKZ_MAX_ELEM_SIZE) < 0 ||
