@@ -188,7 +188,8 @@ class Prepared:
     #: Plans of the leaves the mode transformed, by leaf index (their arrays, not their leaves'
     #: tensors, are what gets stored).
     encoded: dict[int, _LeafPlan]
-    mode_options: dict[str, Any]
+    #: The mode's policy, which also picks the pipelines of the leaves it did not transform.
+    policy: Policy
 
     def to_host(self) -> Prepared:
         """A copy whose arrays all live in fresh host memory (pinned, with non-blocking copies
@@ -232,8 +233,7 @@ def prepare(
     """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
     ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
     so the base's bytes need not stay cached until the write."""
-    options = dict(mode_options or {})
-    policy = policy_for(mode, **options)
+    policy = policy_for(mode, **(mode_options or {}))
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
     encoded = {}
@@ -241,7 +241,7 @@ def prepare(
         encoded[index] = _encoded_plan(leaves[index], encoding, policy, base)
         if base is not None:
             base.release(leaves[index].name)
-    return Prepared(tree, leaves, mode, base, encoded, options)
+    return Prepared(tree, leaves, mode, base, encoded, policy)
 
 
 def _header_json(header: dict[str, Any]) -> bytes:
@@ -428,6 +428,7 @@ def _leaf_entries(
     return table, entries, chunk
 
 
+@gc_paused()
 def encode_state(
     state: Any,
     sink: Sink,
@@ -451,40 +452,14 @@ def encode_state(
     in which case this one becomes a standalone keyframe. ``base_location`` is how the header
     names the base file (a path relative to the new file's directory).
     """
-    with gc_paused():
-        return _encode_state(state, sink, mode=mode, threads=threads, metadata=metadata, path=path,
-                             progress=progress, source=source, base=base,
-                             base_location=base_location, keyframe_every=keyframe_every,
-                             mode_options=mode_options)
-
-
-def _encode_state(
-    state: Any,
-    sink: Sink,
-    *,
-    mode: str,
-    threads: int | None,
-    metadata: dict[str, Any] | None,
-    path: str | None,
-    progress: bool,
-    source: dict[str, Any] | None,
-    base: Base | None,
-    base_location: str | None,
-    keyframe_every: int | None,
-    mode_options: dict[str, Any] | None,
-) -> SaveReport:
     started = time.perf_counter()
     n_threads = resolve_threads(threads)
     user_metadata = _check_metadata(metadata)
-    if isinstance(state, Prepared):  # planned already: its mode and base hold
-        mode, base, mode_options = state.mode, state.base, state.mode_options
-        tree, leaves, encoded = state.tree, state.leaves, dict(state.encoded)
-        policy = policy_for(mode, **mode_options)
-    else:
-        prepared = prepare(state, mode=mode, base=base, keyframe_every=keyframe_every,
-                           mode_options=mode_options)
-        tree, leaves, encoded, base = prepared.tree, prepared.leaves, prepared.encoded, prepared.base
-        policy = policy_for(mode, **(mode_options or {}))
+    # a Prepared state was planned already: its mode, base and policy hold
+    prepared = state if isinstance(state, Prepared) else prepare(
+        state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options)
+    mode, base, policy = prepared.mode, prepared.base, prepared.policy
+    tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header: dict[str, Any] = {
         "format": "ckz",
         "version": [FORMAT_MAJOR, FORMAT_MINOR],
