@@ -32,7 +32,7 @@ from .errors import ConfigError, Error
 from .policy import policy_for
 from .reader import CheckpointFile
 from .storage import TEMP_MARKER
-from .tree import Leaf, flatten, unflatten
+from .tree import Leaf, flatten, host_copies, unflatten
 from .writer import Prepared, SaveReport, prepare
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
@@ -67,16 +67,7 @@ def snapshot(state: Any, flat: tuple[Any, list[Leaf]] | None = None) -> Any:
     A value ckptzip cannot store raises :class:`ckptzip.UnsupportedError` here, not later.
     """
     tree, leaves = flat or flatten(state)
-    copies: list[torch.Tensor] = []
-    on_cuda = False
-    for leaf in leaves:
-        source = leaf.tensor
-        pin = source.device.type == "cuda"
-        on_cuda |= pin
-        copy = torch.empty(source.shape, dtype=source.dtype, pin_memory=pin)
-        copies.append(copy.copy_(source, non_blocking=pin))
-    if on_cuda:
-        torch.cuda.synchronize()
+    copies = host_copies(leaf.tensor for leaf in leaves)
     return unflatten(tree, copies.__getitem__, len(copies))
 
 
@@ -348,8 +339,9 @@ class CheckpointManager:
         return self._path(earlier[-1]) if earlier else None
 
     def _on_device(self, leaves: list[Leaf]) -> bool:
-        """Whether an async save should transform ``state`` on its accelerator before the copy to
-        the host: a lossy mode (whose transforms are torch ops) and a tensor off the CPU."""
+        """Whether an async save of these leaves should transform them on their accelerator
+        before the copy to the host: a lossy mode (whose transforms are torch ops) and a tensor
+        off the CPU."""
         if self.mode == "lossless":
             return False
         return any(leaf.tensor.device.type != "cpu" for leaf in leaves)
@@ -389,8 +381,8 @@ class CheckpointManager:
                 prepared = self._prepare_on_device(step, state.state)
             state.state = None  # free the device copy before the write
             state = prepared
-        elif not isinstance(state, Prepared) and self._on_device(flatten(state)[1]):  # sync save
-            state = self._prepare_on_device(step, state)
+        # a synchronous save of accelerator tensors needs no branch: save() runs the lossy
+        # transforms where the tensors are
         if isinstance(state, Prepared):
             report = save(state, self._path(step), threads=self.threads, metadata={"step": step})
         else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,22 @@ class Leaf:
     def host_bytes(self) -> np.ndarray:
         """The raw little-endian element bytes as a contiguous 1-D uint8 array on the host."""
         return tensor_bytes(self.tensor)
+
+
+def host_copies(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor copied into fresh CPU memory, same dtype and shape (pinned, with non-blocking
+    copies and one synchronization, for CUDA tensors), so the originals may change as soon as
+    this returns."""
+    copies: list[torch.Tensor] = []
+    on_cuda = False
+    for tensor in tensors:
+        pin = tensor.device.type == "cuda"
+        on_cuda |= pin
+        copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
+        copies.append(copy.copy_(tensor.detach(), non_blocking=pin))
+    if on_cuda:
+        torch.cuda.synchronize()
+    return copies
 
 
 def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:

@@ -24,7 +24,7 @@ from .parallel import gc_paused, ordered_map, resolve_threads
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
 from .progress import Progress
-from .tree import Leaf, flatten, tensor_bytes
+from .tree import Leaf, flatten, host_copies, tensor_bytes
 
 #: Raw bytes handed to one worker task (several chunks, possibly of several small tensors), so
 #: that task overhead stays small next to the work.
@@ -192,33 +192,22 @@ class Prepared:
     policy: Policy
 
     def to_host(self) -> Prepared:
-        """A copy whose arrays all live in fresh host memory (pinned, with non-blocking copies
-        and one synchronization, for CUDA arrays), so the caller may change its tensors as soon
-        as this returns. A transformed leaf's own tensor is not copied: its plan's array is."""
-        on_cuda = False
-
-        def host(tensor: torch.Tensor) -> torch.Tensor:
-            nonlocal on_cuda
-            pin = tensor.device.type == "cuda"
-            on_cuda |= pin
-            copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
-            return copy.copy_(tensor.detach(), non_blocking=pin)
-
-        encoded = {}
-        leaves = []
+        """A copy whose arrays all live in fresh host memory (see :func:`host_copies`), so the
+        caller may change its tensors as soon as this returns. A transformed leaf's own tensor
+        is not copied: its plan's array is."""
+        arrays = []
         for index, leaf in enumerate(self.leaves):
             plan = self.encoded.get(index)
             if plan is None:
-                leaves.append(replace(leaf, tensor=host(leaf.tensor)))
-                continue
-            assert plan.array is not None
-            array = host(plan.array)
-            # the writer reads only a transformed leaf's name, dtype and shape: its tensor field
-            # holds the stored array, so no reference to the caller's tensor outlives this call
-            leaves.append(replace(leaf, tensor=array))
-            encoded[index] = replace(plan, leaf=leaves[-1], array=array, table=[])
-        if on_cuda:
-            torch.cuda.synchronize()
+                arrays.append(leaf.tensor)
+            else:
+                assert plan.array is not None  # every encoded plan carries its array
+                arrays.append(plan.array)
+        # the writer reads only a transformed leaf's name, dtype and shape: its tensor field
+        # holds the stored array, so no reference to the caller's tensor outlives this call
+        leaves = [replace(leaf, tensor=copy) for leaf, copy in zip(self.leaves, host_copies(arrays))]
+        encoded = {index: replace(plan, leaf=leaves[index], array=leaves[index].tensor, table=[])
+                   for index, plan in self.encoded.items()}
         return replace(self, leaves=leaves, encoded=encoded)
 
 
