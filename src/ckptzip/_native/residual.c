@@ -23,10 +23,10 @@
 #define ZIGZAG(T, BITS, d) ((T)(((T)((d) << 1)) ^ (T)(0 - (T)((d) >> ((BITS) - 1)))))
 #define UNZIGZAG(T, z) ((T)(((z) >> 1) ^ (T)(0 - (T)((z) & 1))))
 
-/* One loop per (width, kind, direction), each a straight line the compiler vectorizes; an AVX2
- * clone of each is picked at run time where the CPU has it (ckz_cpu_v3). */
+/* One loop per (width, kind, direction), each a straight line the compiler vectorizes, built
+ * for the baseline and for AVX2 and picked at run time (CKZ_VERSIONED, common.h). */
 #define LOOP(NAME, T, EXPR)                                                                    \
-    static void NAME(const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n) {          \
+    CKZ_INLINE void NAME##_impl(const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n) { \
         for (size_t i = 0; i < n; i++) {                                                       \
             T a, b, r;                                                                         \
             memcpy(&a, x + i * sizeof(T), sizeof(T));                                          \
@@ -35,17 +35,8 @@
             memcpy(dst + i * sizeof(T), &r, sizeof(T));                                        \
         }                                                                                      \
     }                                                                                          \
-    __attribute__((target("avx2"))) static void NAME##_avx2(const uint8_t *x,                  \
-                                                            const uint8_t *base, uint8_t *dst, \
-                                                            size_t n) {                        \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            T a, b, r;                                                                         \
-            memcpy(&a, x + i * sizeof(T), sizeof(T));                                          \
-            memcpy(&b, base + i * sizeof(T), sizeof(T));                                       \
-            r = (T)(EXPR);                                                                     \
-            memcpy(dst + i * sizeof(T), &r, sizeof(T));                                        \
-        }                                                                                      \
-    }
+    CKZ_VERSIONED(NAME, (const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n),      \
+                  (x, base, dst, n))
 
 typedef void (*residual_loop)(const uint8_t *, const uint8_t *, uint8_t *, size_t);
 
@@ -64,13 +55,10 @@ DEFINE_RESIDUAL(uint32_t, 32)
 DEFINE_RESIDUAL(uint64_t, 64)
 
 #define ROW(DIR, BITS) {DIR##_xor_##BITS, DIR##_fdiff_##BITS, DIR##_idiff_##BITS}
-#define ROW2(DIR, BITS) {DIR##_xor_##BITS##_avx2, DIR##_fdiff_##BITS##_avx2, DIR##_idiff_##BITS##_avx2}
-/* [direction][avx2][width index][kind] */
-static const residual_loop LOOPS[2][2][4][CKZ_RESIDUAL_KINDS] = {
-    {{ROW(enc, 8), ROW(enc, 16), ROW(enc, 32), ROW(enc, 64)},
-     {ROW2(enc, 8), ROW2(enc, 16), ROW2(enc, 32), ROW2(enc, 64)}},
-    {{ROW(dec, 8), ROW(dec, 16), ROW(dec, 32), ROW(dec, 64)},
-     {ROW2(dec, 8), ROW2(dec, 16), ROW2(dec, 32), ROW2(dec, 64)}},
+/* [direction][width index][kind] */
+static const residual_loop LOOPS[2][4][CKZ_RESIDUAL_KINDS] = {
+    {ROW(enc, 8), ROW(enc, 16), ROW(enc, 32), ROW(enc, 64)},
+    {ROW(dec, 8), ROW(dec, 16), ROW(dec, 32), ROW(dec, 64)},
 };
 
 static int run(int decode, const uint8_t *x, const uint8_t *base, uint8_t *dst, size_t n,
@@ -84,7 +72,7 @@ static int run(int decode, const uint8_t *x, const uint8_t *base, uint8_t *dst, 
     case 8: w = 3; break;
     default: return -1;
     }
-    LOOPS[decode][ckz_cpu_v3 ? 1 : 0][w][kind](x, base, dst, n);
+    LOOPS[decode][w][kind](x, base, dst, n);
     return 0;
 }
 
