@@ -199,8 +199,8 @@ class CheckpointFile:
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
         """Decode the given leaves in parallel into tensors of their dtype and shape."""
         try:
-            buffers = {i: torch.empty(self.leaves[i].array_nbytes, dtype=torch.uint8) for i in indices}
-        except RuntimeError as exc:  # torch's allocator: more than this host can map
+            buffers = {i: output_buffer(self.leaves[i].array_nbytes) for i in indices}
+        except (RuntimeError, MemoryError) as exc:  # more than this host can map
             wanted = sum(self.leaves[i].array_nbytes for i in indices)
             raise Error(f"{self.name}: its tensors declare {wanted} bytes, which this host cannot "
                         f"allocate ({str(exc).splitlines()[0][:120]})") from None
@@ -313,6 +313,23 @@ def _in_base(exc: Error, delta: str, base: str) -> Error:
     """``exc``, raised by the base of ``delta``, as the same kind of error naming ``delta`` too
     (a load of the newest file of a chain then names it, whichever link failed)."""
     return type(exc)(f"{delta}: its base {base} cannot be read: {exc}")
+
+
+#: Decoded tensors at least this large get memory of their own with huge pages advised.
+PAGE_BUFFER_BYTES = 2 << 20
+
+
+def output_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 tensor of ``nbytes`` for a decoded tensor to be written into.
+
+    From ``PAGE_BUFFER_BYTES`` on it is a ``_native.PageBuffer``, whose 2 MiB pages take one
+    fault each on the first write instead of 512: on a VM, faulting in fresh 4 KiB pages costs
+    as long as decoding into them (docs/BENCHMARKS.md, "Page faults"). The tensor keeps the
+    buffer alive and behaves like any other (its storage cannot grow, as with torch.frombuffer).
+    """
+    if nbytes < PAGE_BUFFER_BYTES:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    return torch.frombuffer(_native.PageBuffer(nbytes), dtype=torch.uint8)
 
 
 def _typed(buffer: torch.Tensor, dtype: DType, shape: tuple[int, ...]) -> torch.Tensor:

@@ -6,7 +6,9 @@
 #include "common.h"
 #include "crc32c.h"
 #include "ctx.h"
+#include "memory.h"
 #include "planes.h"
+#include "pymemory.h"
 #include "residual.h"
 #include "stream.h"
 
@@ -122,30 +124,29 @@ static PyObject *py_merge(PyObject *self, PyObject *args, PyObject *kw) {
     return planes_common(args, kw, 0);
 }
 
-/* encode and encode_planes: allocate the bound, code without the GIL, shrink. */
+/* encode and encode_planes: code without the GIL into this thread's scratch, then copy out the
+ * exact length (a bytes object of the bound, shrunk afterwards, would be a fresh mapping per call
+ * for glibc when the bound is over its mmap threshold: faults on every chunk). */
 static PyObject *encode_common(Py_buffer *s, long segments, long elem_size, long rotate) {
     size_t n = (size_t)s->len;
     if ((uint64_t)n > CKZ_MAX_DECODED)
         return PyErr_Format(PyExc_ValueError, "src of %zu bytes exceeds %llu", n,
                             (unsigned long long)CKZ_MAX_DECODED);
     size_t bound = ckz_encode_bound(n, (unsigned)segments);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
-    if (!out) return NULL;
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    uint8_t *o;
     size_t len = 0;
     int rc = 0;
     ckz_err err;
     Py_BEGIN_ALLOW_THREADS
-    if (elem_size)
+    o = ckz_scratch_get(CKZ_SCRATCH_OUTPUT, bound);
+    if (!o) rc = -1;
+    else if (elem_size)
         rc = ckz_encode_planes(s->buf, n, (unsigned)elem_size, (unsigned)rotate, o, &len, &err);
     else
         len = ckz_encode(s->buf, n, (unsigned)segments, o);
     Py_END_ALLOW_THREADS
-    if (rc) {
-        Py_DECREF(out);
-        return PyErr_NoMemory();
-    }
-    if (_PyBytes_Resize(&out, (Py_ssize_t)len) < 0) return NULL;
+    PyObject *out = rc ? PyErr_NoMemory() : PyBytes_FromStringAndSize((const char *)o, (Py_ssize_t)len);
+    if (o) ckz_scratch_put(CKZ_SCRATCH_OUTPUT, o);
     return out;
 }
 
@@ -457,7 +458,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "MAX_ELEM_SIZE", CKZ_MAX_ELEM_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "STREAM_FORMAT", CKZ_STREAM_FORMAT) < 0 ||
-        PyModule_AddIntConstant(m, "CTX_STREAM_FORMAT", CKZ_CTX_FORMAT) < 0) {
+        PyModule_AddIntConstant(m, "CTX_STREAM_FORMAT", CKZ_CTX_FORMAT) < 0 ||
+        ckz_add_memory_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

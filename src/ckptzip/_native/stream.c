@@ -16,6 +16,7 @@
 
 #include "ctx.h"
 #include "huff.h"
+#include "memory.h"
 #include "rans.h"
 
 /* A segment is HUFF coded only if its body is below CODED_NUM/CODED_DEN of its raw size. */
@@ -85,7 +86,6 @@ typedef struct {
     uint16_t freq[256];              /* RANS: normalized frequencies */
     size_t size[CKZ_HUF_STREAMS];    /* HUFF, RANS: bytes of each stream */
     const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS32: start[0] is the stream, inside scratch */
-    uint8_t *scratch;                /* RANS32: owned buffer holding the coded stream */
     size_t body;                     /* bytes this segment contributes after the header */
 } seg_plan;
 
@@ -114,7 +114,8 @@ static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
  * code length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final
  * states, so a rejected trial costs no coding; the real body differs from the estimate by the
  * states' fractional bits only.  On allocation failure the segment simply stays HUFF. */
-static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p) {
+static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p,
+                     uint8_t *scratch) {
     double entropy_bits = 0, huff_bits = 0;
     for (unsigned v = 0; v < 256; v++) {
         if (!total[v]) continue;
@@ -129,23 +130,21 @@ static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_
         if (total[v]) rans_bits += (double)total[v] * log2((double)CKZ_RANS_PROB_SCALE / freq[v]);
     double estimate = (double)ckz_rans_table_size(freq) + rans_bits / 8 + CKZ_RANS32_STATE_BYTES;
     if (estimate * 100 >= (double)p->body * (100 - RANS_KEEP_PCT)) return;
-    uint8_t *scratch = malloc(ckz_rans32_scratch_size(m));
-    if (!scratch) return;
+    if (!scratch) return; /* no memory for it: Huffman stays */
     const uint8_t *start;
     size_t size;
     ckz_rans32_encode(s, m, freq, scratch, &start, &size);
     p->mode = CKZ_MODE_RANS32;
     p->body = ckz_rans_table_size(freq) + size;
-    p->scratch = scratch;
     memcpy(p->freq, freq, sizeof freq);
     p->start[0] = start;
     p->size[0] = size;
 }
 
-static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
+/* rans_scratch: ckz_rans32_scratch_size(m) bytes for a RANS32 body, or NULL. */
+static void plan_segment(const uint8_t *s, size_t m, seg_plan *p, uint8_t *rans_scratch) {
     p->mode = CKZ_MODE_RAW;
     p->body = m;
-    p->scratch = NULL;
     if (!m || (m >= SCREEN_MIN && looks_like_noise(s, m))) return;
     uint32_t counts[CKZ_HUF_STREAMS][256];
     ckz_huf_count(s, m, counts);
@@ -175,11 +174,11 @@ static void plan_segment(const uint8_t *s, size_t m, seg_plan *p) {
     if ((uint64_t)body * CODED_DEN < (uint64_t)m * CODED_NUM) {
         p->mode = CKZ_MODE_HUFF;
         p->body = body;
-        try_rans(s, m, total, p);
+        try_rans(s, m, total, p, rans_scratch);
     }
 }
 
-/* Writes the body of a planned segment (nothing for CONST) and frees its scratch; returns its
+/* Writes the body of a planned segment (nothing for CONST); returns its
  * length, p->body. */
 static size_t write_body(const uint8_t *s, size_t m, const seg_plan *p, uint8_t *out) {
     uint8_t *o = out;
@@ -195,15 +194,16 @@ static size_t write_body(const uint8_t *s, size_t m, const seg_plan *p, uint8_t 
         o += ckz_rans_write_table(p->freq, o);
         memcpy(o, p->start[0], p->size[0]);
         o += p->size[0];
-        free(p->scratch);
     }
     return (size_t)(o - out);
 }
 
 size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out) {
     seg_plan plan[CKZ_MAX_SEGMENTS];
-    size_t m = n / segments;
-    for (unsigned j = 0; j < segments; j++) plan_segment(src + j * m, m, &plan[j]);
+    size_t m = n / segments, rans_size = ckz_rans32_scratch_size(m);
+    uint8_t *scratch = ckz_scratch_get(CKZ_SCRATCH_STREAMS, segments * rans_size);
+    for (unsigned j = 0; j < segments; j++)
+        plan_segment(src + j * m, m, &plan[j], scratch ? scratch + j * rans_size : NULL);
 
     uint8_t *o = out;
     *o++ = CKZ_STREAM_FORMAT;
@@ -215,26 +215,30 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
         if (plan[j].mode >= CKZ_MODE_HUFF) o += ckz_put_varint(o, plan[j].body);
     }
     for (unsigned j = 0; j < segments; j++) o += write_body(src + j * m, m, &plan[j], o);
+    ckz_scratch_put(CKZ_SCRATCH_STREAMS, scratch);
     return (size_t)(o - out);
 }
 
 size_t ckz_put_segment(const uint8_t *s, size_t m, uint8_t *out) {
     seg_plan p;
-    plan_segment(s, m, &p);
+    uint8_t *scratch = ckz_scratch_get(CKZ_SCRATCH_STREAMS, ckz_rans32_scratch_size(m));
+    plan_segment(s, m, &p, scratch);
     uint8_t *o = out;
     *o++ = p.mode;
     if (p.mode == CKZ_MODE_CONST) *o++ = p.value;
     if (p.mode >= CKZ_MODE_HUFF) o += ckz_put_varint(o, p.body);
-    return (size_t)(o - out) + write_body(s, m, &p, o);
+    o += write_body(s, m, &p, o);
+    ckz_scratch_put(CKZ_SCRATCH_STREAMS, scratch);
+    return (size_t)(o - out);
 }
 
 int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
                       uint8_t *out, size_t *out_len, ckz_err *err) {
-    uint8_t *planes = malloc(n ? n : 1);
+    uint8_t *planes = ckz_scratch_get(CKZ_SCRATCH_PLANES, n);
     if (!planes) return ckz_fail(err, "out of memory for %zu bytes of planes", n);
     ckz_split_planes(src, planes, n / elem_size, elem_size, rotate);
     *out_len = ckz_encode(planes, n, elem_size, out);
-    free(planes);
+    ckz_scratch_put(CKZ_SCRATCH_PLANES, planes);
     return 0;
 }
 
@@ -421,7 +425,8 @@ int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_l
     for (unsigned j = 0; j < h.segments; j++) scratch_planes += h.mode[j] != CKZ_MODE_RAW;
     uint8_t *scratch = NULL;
     if (scratch_planes) {
-        scratch = malloc(scratch_planes * m); /* <= dst_len: bounded by the caller's buffer */
+        /* <= dst_len: bounded by the caller's buffer */
+        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, scratch_planes * m);
         if (!scratch) return ckz_fail(err, "out of memory for %u planes of %zu bytes",
                                       scratch_planes, m);
     }
@@ -442,6 +447,6 @@ int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_l
         next += m;
     }
     if (!rc) ckz_merge_planes(planes, dst, m, elem_size, rotate);
-    free(scratch);
+    if (scratch) ckz_scratch_put(CKZ_SCRATCH_DECODE, scratch);
     return rc;
 }

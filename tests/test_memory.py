@@ -1,0 +1,126 @@
+"""Memory that spares page faults: PageBuffer, Assembler, per-thread scratch (memory.h)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import resource
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import ckptzip
+from ckptzip import _native
+from ckptzip.reader import PAGE_BUFFER_BYTES, output_buffer
+
+LINUX = sys.platform.startswith("linux")
+
+
+def _thp_enabled() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+def test_page_buffer_is_a_writable_buffer() -> None:
+    for size in (0, 1, 4095, 4097, (2 << 20) + 12345):
+        buf = _native.PageBuffer(size)
+        assert len(buf) == size
+        view = memoryview(buf)
+        assert view.nbytes == size and not view.readonly
+        if size > 1:
+            view[0] = 7
+            view[-1] = 9
+            assert bytes(view[:1]) == b"\x07" and bytes(view[-1:]) == b"\x09"
+            assert bytes(view[1:-1]) == bytes(size - 2)  # fresh pages are zero
+        view.release()
+    with pytest.raises(ValueError, match="negative"):
+        _native.PageBuffer(-1)
+    with pytest.raises((MemoryError, OverflowError)):
+        _native.PageBuffer(1 << 62)
+
+
+def test_a_tensor_keeps_its_page_buffer_alive() -> None:
+    tensor = torch.frombuffer(_native.PageBuffer(3 << 20), dtype=torch.uint8)
+    tensor.fill_(5)  # the buffer has no other reference: the tensor's storage keeps it
+    assert int(tensor.sum()) == 5 * (3 << 20)
+
+
+@pytest.mark.skipif(not (LINUX and _thp_enabled()), reason="transparent huge pages are off")
+def test_page_buffer_gets_huge_pages() -> None:
+    buf = _native.PageBuffer(6 << 20)
+    array = np.frombuffer(buf, dtype=np.uint8)
+    array[:] = 1
+    start = array.ctypes.data
+    assert start % (2 << 20) == 0  # the mapping starts on a huge-page boundary
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        if line.split("-")[0] == format(start, "x"):
+            huge = next(int(entry.split()[1]) for entry in lines[i:i + 30]
+                        if entry.startswith("AnonHugePages:"))
+            break
+    else:
+        pytest.fail("mapping not found in /proc/self/smaps")
+    if huge == 0:  # advised but not granted (fragmented memory): not an error of ours
+        pytest.skip("the kernel had no huge page to give")
+    assert huge >= 2048
+
+
+def test_assembler_puts_the_head_in_front() -> None:
+    for reserve, head in ((10, b"HEAD"), (4, b"HEAD"), (0, b"LONGER HEAD"), (3, b"")):
+        assembler = _native.Assembler(reserve, 0)  # capacity 0: every append grows it
+        parts = [os.urandom(n) for n in (0, 1, 100, 70_000, 5)]
+        for part in parts:
+            assembler.append(part)
+        assert assembler.position == sum(map(len, parts))
+        assert assembler.finish(head) == head + b"".join(parts)
+        with pytest.raises(ValueError, match="finished"):
+            assembler.append(b"x")
+        with pytest.raises(ValueError, match="finished"):
+            assembler.finish(b"")
+    with pytest.raises(ValueError):
+        _native.Assembler(-1, 0)
+
+
+def test_loaded_tensors_on_page_buffers_behave_like_any_other() -> None:
+    big = torch.randn(PAGE_BUFFER_BYTES // 4 + 1000)
+    state = {"big": big, "small": torch.arange(10)}
+    out = ckptzip.loads(ckptzip.dumps(state))
+    assert torch.equal(out["big"], big) and torch.equal(out["small"], state["small"])
+    tensor = out["big"]
+    tensor.add_(1)  # writable, in place
+    assert torch.equal(tensor, big + 1)
+    buffer = io.BytesIO()
+    torch.save(tensor, buffer)
+    assert torch.equal(torch.load(io.BytesIO(buffer.getvalue())), big + 1)
+    assert torch.equal(pickle.loads(pickle.dumps(tensor)), big + 1)
+    tensor.share_memory_()
+    assert tensor.is_shared() and torch.equal(tensor, big + 1)
+    assert output_buffer(PAGE_BUFFER_BYTES - 1).numel() == PAGE_BUFFER_BYTES - 1
+
+
+@pytest.mark.skipif(not (LINUX and _thp_enabled()), reason="counts page faults; needs THP")
+def test_dumps_and_loads_do_not_fault_in_every_page() -> None:
+    """A 40 MB state dict saved and loaded again and again (as the benchmarks do): before the
+    Assembler, the per-thread scratch and PageBuffer outputs, glibc mapped fresh memory for the
+    chunks and the results on every call, 1.7 faults per 4 KiB page saving and 1.0 loading;
+    now about 0.2 and 0.3 (memory.h)."""
+    rng = np.random.default_rng(0)
+    state = {f"w{i}": torch.from_numpy(rng.standard_normal((1024, 1152)).astype(np.float32))
+             for i in range(9)}
+    pages = sum(t.numel() * 4 for t in state.values()) / 4096
+    blob = ckptzip.dumps(state, threads=1)
+    for name, call in (("dumps", lambda: ckptzip.dumps(state, threads=1)),
+                       ("loads", lambda: ckptzip.loads(blob, threads=1))):
+        call()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(4):
+            call()
+        per_page = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 4 / pages
+        assert per_page < 0.6, f"{name}: {per_page:.2f} page faults per 4 KiB of state"
