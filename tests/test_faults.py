@@ -405,13 +405,28 @@ def test_manager_on_an_unwritable_directory_is_a_ckptzip_error(shared_dir: Path)
 
 
 class FailingPread:
+    """Counts (and fails at the fail_at-th) positional read, by os.pread or os.preadv (the
+    decoder reads chunk spans into a reused buffer)."""
+
     def __init__(self, fail_at: int | None, err: int = errno.EIO) -> None:
         self.injector = Injector(fail_at, err)
         self.real = os.pread
+        self.real_v = getattr(os, "preadv", None)
 
     def __call__(self, fd: int, length: int, offset: int) -> bytes:
         self.injector.tick("pread")
         return self.real(fd, length, offset)
+
+    def preadv(self, fd: int, buffers: list[memoryview], offset: int) -> int:
+        self.injector.tick("pread")
+        assert self.real_v is not None
+        return self.real_v(fd, buffers, offset)
+
+
+def patch_reads(monkeypatch: pytest.MonkeyPatch, reads: FailingPread) -> None:
+    monkeypatch.setattr(storage.os, "pread", reads)
+    if reads.real_v is not None:
+        monkeypatch.setattr(storage.os, "preadv", reads.preadv)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -424,14 +439,14 @@ def test_injected_read_errors_at_every_read(
     nudged["w"][::50] += 1
     ckptzip.save(nudged, path, base=base, chunk_bytes=32 << 10)
     counter = FailingPread(None)
-    monkeypatch.setattr(storage.os, "pread", counter)
+    patch_reads(monkeypatch, counter)
     assert bits_equal(ckptzip.load(path, threads=threads), nudged)
     reads = counter.injector.calls
     assert reads >= 8
     named = {"delta.ckz": 0, "base.ckz": 0}
     for fail_at in range(1, reads + 1):
         failing = FailingPread(fail_at)
-        monkeypatch.setattr(storage.os, "pread", failing)
+        patch_reads(monkeypatch, failing)
         with pytest.raises(ckptzip.Error, match=r"read error at byte \d+: Input/output error; "
                                                 r"check the disk") as info:
             ckptzip.load(path, threads=threads)
@@ -443,15 +458,15 @@ def test_injected_read_errors_at_every_read(
               else "delta.ckz"] += 1
     assert named["delta.ckz"] and named["base.ckz"]
     # lazily: get_tensor after a successful open
-    monkeypatch.setattr(storage.os, "pread", FailingPread(None))
+    patch_reads(monkeypatch, FailingPread(None))
     for fail_at in range(1, 4):
         with ckptzip.open(path, threads=threads) as ckpt:
             failing = FailingPread(fail_at)
-            monkeypatch.setattr(storage.os, "pread", failing)
+            patch_reads(monkeypatch, failing)
             with pytest.raises(ckptzip.Error, match=r"\.ckz: read error at byte"):
                 ckpt.get_tensor("w")
             assert failing.injector.fired
-            monkeypatch.setattr(storage.os, "pread", FailingPread(None))
+            patch_reads(monkeypatch, FailingPread(None))
             assert bits_equal(ckpt.get_tensor("h"), nudged["h"])  # the file is still usable
     monkeypatch.undo()
     assert bits_equal(ckptzip.load(path), nudged)

@@ -254,7 +254,8 @@ class CheckpointFile:
 
     def _decode_task(self, jobs: list[_Job]) -> int:
         first, last = jobs[0][2], jobs[-1][2]
-        span = self.source.read(self.data_start + first.offset, last.offset + last.length - first.offset)
+        span = self.source.read_scratch(self.data_start + first.offset,
+                                        last.offset + last.length - first.offset)
         view = memoryview(span)
         for leaf, k, chunk, out, base in jobs:
             stored = view[chunk.offset - first.offset : chunk.offset - first.offset + chunk.length]

@@ -45,6 +45,11 @@ class Source(Protocol):
 
     def read(self, offset: int, length: int) -> bytes | memoryview: ...
 
+    def read_scratch(self, offset: int, length: int) -> bytes | memoryview:
+        """Like ``read``, but the bytes may live in this thread's buffer for the source: valid
+        until the thread's next ``read_scratch`` on it (the decoder's chunk spans)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -56,6 +61,8 @@ class BytesSource:
 
     def read(self, offset: int, length: int) -> memoryview:
         return self.view[offset : offset + length]
+
+    read_scratch = read
 
     def close(self) -> None:
         self.view.release()
@@ -73,6 +80,7 @@ class FileSource:
         except OSError as exc:
             raise Error(f"{path}: cannot open: {exc.strerror}") from None
         self.size = os.fstat(self.fd).st_size
+        self._scratch = threading.local()
 
     def read(self, offset: int, length: int) -> bytes:
         try:
@@ -87,6 +95,30 @@ class FileSource:
                 f"{offset}, got {len(data)}); is another process rewriting it?"
             )
         return data
+
+    def read_scratch(self, offset: int, length: int) -> bytes | memoryview:
+        """Reads into a buffer that each thread reuses: a fresh ``bytes`` per span would be
+        fresh memory, faulted in page by page on every read."""
+        if not hasattr(os, "preadv"):
+            return self.read(offset, length)
+        buffer: bytearray | None = getattr(self._scratch, "buffer", None)
+        if buffer is None or len(buffer) < length:
+            buffer = self._scratch.buffer = bytearray(max(length, 1 << 20))
+        view = memoryview(buffer)[:length]
+        done = 0
+        while done < length:
+            try:
+                got = os.preadv(self.fd, [view[done:]], offset + done)
+            except OSError as exc:
+                raise Error(f"{self.name}: read error at byte {offset + done}: {exc.strerror}; "
+                            "check the disk or copy") from None
+            if got == 0:
+                raise Error(
+                    f"{self.name}: the file shrank while being read (wanted {length} bytes at "
+                    f"{offset}, got {done}); is another process rewriting it?"
+                )
+            done += got
+        return view
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -114,6 +146,8 @@ class RemoteSource:
         if len(data) != length:
             raise Error(f"{self.name}: short read at byte {offset}; the object changed under us")
         return data
+
+    read_scratch = read
 
     def close(self) -> None:
         self.file.close()
