@@ -3,7 +3,9 @@
  * Both paths work on the inverted register (crc ^ 0xFFFFFFFF) so that the public value chains.
  * The hardware path runs three independent crc32 chains over adjacent blocks of BLOCK bytes (the
  * instruction has latency 3 and throughput 1) and joins them with the linear "shift by BLOCK
- * bytes" operator, precomputed as four 256-entry tables (Mark Adler's crc32c.c method).
+ * bytes" operator, precomputed as four 256-entry tables (Mark Adler's crc32c.c method).  Where the
+ * CPU has VPCLMULQDQ (AVX-512), long buffers are folded 256 bytes at a time with carry-less
+ * multiplies instead (crc_fold below), about twice the crc32 instruction's 8 bytes per cycle.
  */
 #include "crc32c.h"
 
@@ -52,7 +54,16 @@ static uint32_t shift_block(uint32_t crc) {
            shift_tab[2][(crc >> 16) & 0xff] ^ shift_tab[3][crc >> 24];
 }
 
+/* x^n mod POLY, as a register (bit 31 is x^0, bit 0 is x^31). */
+static uint32_t xn(uint64_t n) {
+    uint32_t result = 1u << 31, power = 1u << 30; /* x^0, and x^1 */
+    for (; n; n >>= 1, power = gf2_mul(power, power))
+        if (n & 1) result = gf2_mul(power, result);
+    return result;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #include <nmmintrin.h>
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p,
@@ -76,6 +87,70 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
     for (; n; n--) crc = _mm_crc32_u8(crc, *p++);
     return crc;
 }
+
+/* Folding.  Read a 16-byte block as a polynomial of degree < 128, its first bit (bit 0 of byte 0)
+ * the highest term, as a reflected CRC reads bits.  Moving an accumulator A = Ah x^64 + Al (Ah:
+ * bytes 0-7) forward by D bits onto a later block is A x^D = Ah x^(64+D) + Al x^D, and mod POLY
+ * that is Ah * (x^(64+D) mod P) + Al * (x^D mod P): two 64x32-bit carry-less products, each of
+ * degree < 96, so the fold of A is again a 16-byte block (XORed into the later one).  pclmul
+ * multiplies the bit-reversed forms, whose product lands 33 bits off (the constants' registers
+ * hold x^0 at bit 31, the blocks x^0 at bit 127): the constants are x^(D+31) and x^(D-33)
+ * instead of x^(D+64) and x^D.  At the end the crc32 instruction over the last block, from a
+ * zero register, is the block times x^32 mod P: the CRC register of everything folded in. */
+#define FOLD_BYTES 256 /* per loop iteration: four 64-byte accumulators */
+static uint64_t fold_k[4][2]; /* {x^(D+31), x^(D-33)} mod P for D = 2048, 512, 128 bits; 384 */
+
+static void fold_init(void) {
+    static const unsigned bits[4] = {FOLD_BYTES * 8, 512, 128, 384};
+    for (int i = 0; i < 4; i++) {
+        fold_k[i][0] = xn(bits[i] + 31);
+        fold_k[i][1] = xn(bits[i] - 33);
+    }
+}
+
+#define FOLD_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+
+FOLD_TARGET static inline __m512i fold512(__m512i acc, __m512i k, __m512i next) {
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(acc, k, 0x00),
+                                     _mm512_clmulepi64_epi128(acc, k, 0x11), next, 0x96);
+}
+
+FOLD_TARGET static inline __m128i fold128(__m128i acc, __m128i k, __m128i next) {
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00),
+                                       _mm_clmulepi64_si128(acc, k, 0x11)), next);
+}
+
+FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t n) {
+    if (n < 2 * FOLD_BYTES) return crc_hw(crc, p, n);
+    const __m512i k2048 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)fold_k[0]));
+    const __m512i k512 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)fold_k[1]));
+    /* the register so far goes into the first 4 bytes: crc(M) continues as crc(M ^ reg) from 0 */
+    __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p),
+                                  _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    __m512i x1 = _mm512_loadu_si512(p + 64), x2 = _mm512_loadu_si512(p + 128),
+            x3 = _mm512_loadu_si512(p + 192);
+    for (p += FOLD_BYTES, n -= FOLD_BYTES; n >= FOLD_BYTES; p += FOLD_BYTES, n -= FOLD_BYTES) {
+        x0 = fold512(x0, k2048, _mm512_loadu_si512(p));
+        x1 = fold512(x1, k2048, _mm512_loadu_si512(p + 64));
+        x2 = fold512(x2, k2048, _mm512_loadu_si512(p + 128));
+        x3 = fold512(x3, k2048, _mm512_loadu_si512(p + 192));
+    }
+    x1 = fold512(x0, k512, x1); /* the four accumulators into one, 64 bytes apart */
+    x2 = fold512(x1, k512, x2);
+    x3 = fold512(x2, k512, x3);
+    for (; n >= 64; p += 64, n -= 64) x3 = fold512(x3, k512, _mm512_loadu_si512(p));
+    /* its four 16-byte lanes into the last one: 48, 32 and 16 bytes ahead */
+    const __m128i k128 = _mm_loadu_si128((const void *)fold_k[2]);
+    const __m128i k384 = _mm_loadu_si128((const void *)fold_k[3]);
+    __m128i a = fold128(_mm512_extracti32x4_epi32(x3, 0), k384, _mm512_extracti32x4_epi32(x3, 3));
+    __m128i b = fold128(_mm512_extracti32x4_epi32(x3, 1), k128, _mm512_extracti32x4_epi32(x3, 2));
+    a = fold128(b, k128, a); /* (lane1 x^128 + lane2) x^128 + a */
+    /* a = lane0 x^384 + lane1 x^256 + lane2 x^128 + lane3 (mod P), the last as it stands */
+    for (; n >= 16; p += 16, n -= 16) a = fold128(a, k128, _mm_loadu_si128((const void *)p));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
+    return crc_hw((uint32_t)c, p, n);
+}
 #endif
 
 void ckz_crc32c_init(void) {
@@ -94,6 +169,11 @@ void ckz_crc32c_init(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2")) impl = crc_hw;
+    fold_init();
+    if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("vpclmulqdq"))
+        impl = crc_fold;
 #endif
 }
 
