@@ -1,14 +1,21 @@
-/* ctx.c - byte planes coded in context buckets (see ctx.h for the model, docs/STREAMS.md for the
- * layout).
+/* ctx.c - byte planes coded against a per-element context (see ctx.h for the model,
+ * docs/STREAMS.md for the layouts).
  *
- * Encode: context histogram per lane -> buckets -> one pass that splits the elements into planes
- * and permutes them into bucket order at once -> one segment per (plane, bucket).
- * Decode: the same histogram and buckets from the caller's context -> the segments into a
- * bucket-ordered scratch -> one pass that gathers each element's bytes and merges them.
+ * Format 3 (written): the context histogram gives the buckets and each element's bucket index;
+ * the planes are split in element order, and each coded plane is one RANS32 stream whose symbol
+ * i takes the table of bucket(ctx[i]) (ckz_rans32_encode_tab): no permutation, one stream per
+ * plane.  Per plane the encoder picks RAW, CONST, one table, or a table per bucket (each bucket's
+ * table uniform, single-valued or coded) by computed sizes.
+ * Format 2 (decoded only): the planes permuted into bucket order, one segment per (plane,
+ * bucket); the decoder decodes the segments into a bucket-ordered scratch and gathers.
  */
 #include "ctx.h"
 
+#include <math.h>
 #include <stdlib.h>
+
+#include "planes.h"
+#include "rans.h"
 
 _Static_assert(CKZ_CTX_MAX_BUCKETS * CKZ_CTX_MIN_BUCKET > 0, "bucket bounds");
 
@@ -88,39 +95,51 @@ static size_t min_bucket(size_t n) {
     return spread > CKZ_CTX_MIN_BUCKET ? spread : CKZ_CTX_MIN_BUCKET;
 }
 
-/* Buckets: walk the context values upwards, closing a bucket as soon as it holds min_bucket(n)
- * elements; a last, smaller run joins the bucket before it (or is the only bucket).  Every
- * closed bucket holds >= n / CKZ_CTX_MAX_BUCKETS elements, so there are at most that many, and
- * every bucket is non-empty (B = 0 only for n = 0). */
-static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
-    /* Lanes are the Huffman streams' runs (CKZ_CTX_LANES == CKZ_HUF_STREAMS), so the coder's
-     * per-stream histogram is the per-lane histogram of the contexts. */
-    uint32_t h[CKZ_CTX_LANES][256];
-    ckz_huf_count(ctx, n, h);
-
-    size_t least = min_bucket(n), acc = 0, pos = 0;
+/* The bucket rule (format constants; the decoder recomputes it): walk the context values upwards,
+ * closing a bucket as soon as it holds min_bucket(n) elements; a last, smaller run joins the
+ * bucket before it (or is the only bucket).  Every closed bucket holds >= n /
+ * CKZ_CTX_MAX_BUCKETS elements, so there are at most that many, and every bucket is non-empty
+ * (B = 0 only for n = 0).  h: the per-lane context histogram (ckz_huf_count; the lanes are the
+ * Huffman streams' runs, CKZ_CTX_LANES == CKZ_HUF_STREAMS).  Sets size[b] and first[b], the
+ * lowest context value of bucket b (first[0] = 0; values are bucketed monotonically), and
+ * returns B. */
+static unsigned plan_buckets(const uint32_t h[CKZ_CTX_LANES][256], size_t n,
+                             size_t size[CKZ_CTX_MAX_BUCKETS], uint8_t first[CKZ_CTX_MAX_BUCKETS]) {
+    size_t least = min_bucket(n);
     unsigned b = 0;
-    memset(L->size, 0, sizeof L->size);
+    memset(size, 0, CKZ_CTX_MAX_BUCKETS * sizeof size[0]);
+    memset(first, 0, CKZ_CTX_MAX_BUCKETS);
     for (unsigned v = 0; v < 256; v++) {
-        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
-            size_t cnt = h[l][v];
-            L->cur[l][v] = pos;
-            pos += cnt;
-            acc += cnt;
-        }
+        size_t acc = 0;
+        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) acc += h[l][v];
         /* b < CKZ_CTX_MAX_BUCKETS when acc > 0: b closed buckets hold b * least <= n - acc
          * elements, and least >= n / CKZ_CTX_MAX_BUCKETS. */
         if (acc) {
-            L->size[b] += acc;
-            if (L->size[b] >= least) b++;
-            acc = 0;
+            if (!size[b]) first[b] = (uint8_t)v;
+            size[b] += acc;
+            if (size[b] >= least) b++;
         }
     }
-    if (b < CKZ_CTX_MAX_BUCKETS && L->size[b]) {
-        if (b) L->size[b - 1] += L->size[b], L->size[b] = 0; /* short tail joins its neighbour */
-        else b = 1;                                          /* the only bucket */
+    if (b < CKZ_CTX_MAX_BUCKETS && size[b]) {
+        if (b) size[b - 1] += size[b], size[b] = 0; /* short tail joins its neighbour */
+        else b = 1;                                 /* the only bucket */
     }
-    L->buckets = b;
+    return b;
+}
+
+/* Format 2's permutation on top of the buckets: cur[l][v] starts at the elements of value v in
+ * lane l, in (value, lane) order. */
+static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
+    uint32_t h[CKZ_CTX_LANES][256];
+    uint8_t first[CKZ_CTX_MAX_BUCKETS];
+    ckz_huf_count(ctx, n, h);
+    size_t pos = 0;
+    for (unsigned v = 0; v < 256; v++)
+        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
+            L->cur[l][v] = pos;
+            pos += h[l][v];
+        }
+    L->buckets = plan_buckets(h, n, L->size, first);
 }
 
 /* Element i of lane l goes to cur[l][ctx[i]]++ in every plane.  The lanes run in lockstep so
@@ -144,16 +163,6 @@ static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
     } while (0)
 _Static_assert(CKZ_CTX_LANES == 4, "FOR_EACH_ELEMENT unrolls four lanes");
 
-CKZ_INLINE void scatter_k_impl(const uint8_t *restrict src, const uint8_t *restrict ctx,
-                               size_t n, unsigned k, unsigned r, layout *L,
-                               uint8_t *restrict planes) {
-    FOR_EACH_ELEMENT({
-        size_t j = L->cur[l][ctx[i]]++;
-        uint64_t w = rotl_k(load_elem(src + i * k, k), r, k);
-        for (unsigned p = 0; p < k; p++) planes[p * n + j] = (uint8_t)(w >> (8 * p));
-    });
-}
-
 CKZ_INLINE void gather_k_impl(const uint8_t *restrict planes, const uint8_t *restrict ctx,
                               size_t n, unsigned k, unsigned r, layout *L,
                               uint8_t *restrict dst) {
@@ -166,14 +175,6 @@ CKZ_INLINE void gather_k_impl(const uint8_t *restrict planes, const uint8_t *res
 }
 
 #define PERMUTE_K(K)                                                                           \
-    CKZ_INLINE void scatter##K##_impl(const uint8_t *restrict src, const uint8_t *restrict ctx, \
-                                      size_t n, unsigned r, layout *L,                         \
-                                      uint8_t *restrict planes) {                              \
-        scatter_k_impl(src, ctx, n, K, r, L, planes);                                          \
-    }                                                                                          \
-    CKZ_VERSIONED(scatter##K, (const uint8_t *restrict src, const uint8_t *restrict ctx,       \
-                               size_t n, unsigned r, layout *L, uint8_t *restrict planes),     \
-                  (src, ctx, n, r, L, planes))                                                 \
     CKZ_INLINE void gather##K##_impl(const uint8_t *restrict planes,                           \
                                      const uint8_t *restrict ctx, size_t n, unsigned r,        \
                                      layout *L, uint8_t *restrict dst) {                       \
@@ -187,65 +188,466 @@ PERMUTE_K(2)
 PERMUTE_K(4)
 PERMUTE_K(8)
 
+/* ---- format 3: bucket indices and bucket tables ------------------------------------------------ */
+
+#define PROB_BITS CKZ_RANS_PROB_BITS
+#define SCALE CKZ_RANS_PROB_SCALE
+
+/* Buckets of a context: B, sizes, each bucket's lowest context value. */
+typedef struct {
+    unsigned count;
+    size_t size[CKZ_CTX_MAX_BUCKETS];
+    uint8_t first[CKZ_CTX_MAX_BUCKETS];
+} buckets;
+
+static void find_buckets(const uint8_t *ctx, size_t n, buckets *bs) {
+    uint32_t h[CKZ_CTX_LANES][256];
+    ckz_huf_count(ctx, n, h);
+    bs->count = plan_buckets(h, n, bs->size, bs->first);
+}
+
+/* bk[i] = bucket of ctx[i] = how many of the bucket starts first[1..B) are <= ctx[i] (buckets are
+ * value ranges in order).  One vectorizable pass per start over blocks that stay in L1. */
+CKZ_INLINE void bucket_index_impl(const uint8_t *restrict ctx, size_t n,
+                                  const uint8_t *restrict first, unsigned B,
+                                  uint8_t *restrict bk) {
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        size_t m = n - i0 < 4096 ? n - i0 : 4096;
+        const uint8_t *restrict c = ctx + i0;
+        uint8_t *restrict o = bk + i0;
+        memset(o, 0, m);
+        for (unsigned b = 1; b < B; b++) {
+            uint8_t t = first[b];
+            for (size_t i = 0; i < m; i++) o[i] = (uint8_t)(o[i] + (c[i] >= t));
+        }
+    }
+}
+CKZ_VERSIONED(bucket_index, (const uint8_t *restrict ctx, size_t n, const uint8_t *restrict first,
+                             unsigned B, uint8_t *restrict bk), (ctx, n, first, B, bk))
+
+/* A bucket's table (docs/STREAMS.md, format 3).  The plane's frequencies are multiples of its
+ * unit 2^s (s = 0..3, stored once per plane): a bucket's statistics rarely need all of SCALE's
+ * precision, and the decoder's tables shrink to SCALE >> s entries (L1-resident for ~7 buckets
+ * at s = 2).  Byte `tag`, low two bits the kind:
+ *   UNIFORM  every value has frequency 16: the bytes cost exactly 8 bits (a RAW bucket);
+ *   SINGLE   then u8 v: v has frequency SCALE - 2^s and v ^ 1 frequency 2^s (a CONST bucket;
+ *            rANS has no frequency SCALE, and 2^s / 4096 costs <= 0.003 bits per element);
+ *   CODED    bits 2-4 an exp-Golomb order g (bits 5-7 zero): then u8 first, u8 count - 1, and
+ *            count exp-Golomb-g codes of f / 2^s for the values first .. first + count - 1,
+ *            LSB-first bits, zero-padded to a byte. */
+enum { TAB_UNIFORM = 0, TAB_SINGLE = 1, TAB_CODED = 2 };
+#define MAX_SHIFT 3
+#define MAX_ORDER 7
+#define EG_MAX_ZEROS 12 /* a code of f / 2^s < 2^12 has at most 12 leading zeros */
+
+typedef struct {
+    uint8_t kind, value, order; /* value: SINGLE; order: CODED */
+    uint16_t freq[256];         /* the frequencies (summing to SCALE) the coder uses */
+    double bits;                /* table and code bits of this bucket's bytes */
+} bucket_table;
+
+static unsigned bit_length(uint32_t v) { return v ? 32u - (unsigned)__builtin_clz(v) : 0; }
+
+/* Bits of the exp-Golomb-g code of u: the bit length of u + 2^g, less g + 1, zeros, then
+ * u + 2^g itself. */
+static unsigned eg_bits(uint32_t u, unsigned g) { return 2 * bit_length(u + (1u << g)) - g - 1; }
+
+static void used_range(const uint16_t freq[256], unsigned *lo, unsigned *hi) {
+    unsigned a = 0, b = 255;
+    while (a < 255 && !freq[a]) a++;
+    while (b > a && !freq[b]) b--;
+    *lo = a, *hi = b;
+}
+
+static void fill_uniform(uint16_t freq[256]) {
+    for (unsigned v = 0; v < 256; v++) freq[v] = SCALE / 256;
+}
+
+static void fill_single(uint16_t freq[256], unsigned v, unsigned shift) {
+    memset(freq, 0, 256 * sizeof freq[0]);
+    freq[v] = (uint16_t)(SCALE - (1u << shift));
+    freq[v ^ 1] = (uint16_t)(1u << shift);
+}
+
+/* Frequencies summing to 2^prec for the counts h[lo..hi] (>= 2 used, total m): rounded to the
+ * nearest, at least 1, then the sum corrected one unit at a time where that costs fewest code
+ * bits (count * log2 of the frequency ratio).  Coarse units need this: truncation (as
+ * ckz_rans_normalize does) loses ~1 % at 2^9 units on 200-symbol planes. */
+static void normalize_bucket(const uint32_t *h, unsigned lo, unsigned hi, size_t m,
+                             unsigned prec, uint16_t f[256]) {
+    uint32_t scale = 1u << prec;
+    int64_t sum = 0;
+    memset(f, 0, 256 * sizeof f[0]);
+    for (unsigned v = lo; v <= hi; v++) {
+        if (!h[v]) continue;
+        uint64_t q = ((uint64_t)h[v] * scale * 2 + m) / (2 * (uint64_t)m); /* round(h scale / m) */
+        f[v] = (uint16_t)(q ? (q < scale ? q : scale - 1) : 1);
+        sum += f[v];
+    }
+    while (sum != scale) {
+        /* sum > scale: take a unit from the symbol that loses least (f > 1); else give one to
+         * the symbol that gains most. */
+        int down = sum > (int64_t)scale;
+        unsigned best = 256;
+        float best_cost = 0;
+        for (unsigned v = lo; v <= hi; v++) {
+            if (!h[v] || (down && f[v] <= 1) || (!down && f[v] >= scale - 1)) continue;
+            float c = down ? (float)h[v] * (ckz_rans_log2[f[v]] - ckz_rans_log2[f[v] - 1])
+                           : -(float)h[v] * (ckz_rans_log2[f[v] + 1] - ckz_rans_log2[f[v]]);
+            if (best == 256 || c < best_cost) best = v, best_cost = c;
+        }
+        f[best] = (uint16_t)(f[best] + (down ? -1 : 1));
+        sum += down ? -1 : 1;
+    }
+}
+
+/* Code bits of counts h[lo..hi] under freq (summing to 2^prec). */
+static double code_bits(const uint32_t *h, unsigned lo, unsigned hi, const uint16_t *freq,
+                        unsigned prec) {
+    double bits = 0;
+    for (unsigned v = lo; v <= hi; v++)
+        if (h[v]) bits += (double)h[v] * (prec - ckz_rans_log2[freq[v]]);
+    return bits;
+}
+
+/* The cheapest table with unit 2^shift for a bucket of m >= 1 bytes with histogram h (exact bits
+ * of the table and of the code lengths; the rANS stream matches the latter to within its states'
+ * slack). */
+static void plan_bucket_table(const uint32_t h[256], size_t m, unsigned shift, bucket_table *t) {
+    unsigned distinct = 0, lo = 256, hi = 0;
+    for (unsigned v = 0; v < 256; v++)
+        if (h[v]) distinct++, hi = v, lo = lo < v ? lo : v;
+    if (distinct == 1) {
+        t->kind = TAB_SINGLE;
+        t->value = (uint8_t)lo;
+        fill_single(t->freq, lo, shift);
+        t->bits = 16 + (double)m * (PROB_BITS - ckz_rans_log2[SCALE - (1u << shift)]);
+        return;
+    }
+    t->kind = TAB_UNIFORM;
+    t->bits = 8 + 8.0 * (double)m;
+    uint16_t f[256];
+    unsigned prec = PROB_BITS - shift;
+    normalize_bucket(h, lo, hi, m, prec, f);
+    double bits = code_bits(h, lo, hi, f, prec);
+    if (bits + 24 < t->bits) {
+        /* The order: the best for the codes' length classes (a code of u costs
+         * 2 max(bitlen u, g + 1) - g - 1 bits, or 2 more when u + 2^g carries into a new
+         * length), then the exact size for that order. */
+        unsigned cls[14] = {0}, best_g = 0, best = ~0u;
+        for (unsigned v = lo; v <= hi; v++) cls[bit_length(f[v])]++;
+        for (unsigned g = 0; g <= MAX_ORDER; g++) {
+            unsigned tb = 0;
+            for (unsigned c = 0; c < 14; c++)
+                tb += cls[c] * (2 * (c > g + 1 ? c : g + 1) - g - 1);
+            if (tb < best) best = tb, best_g = g;
+        }
+        best = 0;
+        for (unsigned v = lo; v <= hi; v++) best += eg_bits(f[v], best_g);
+        bits += 24 + 8.0 * ((best + 7) / 8);
+        if (bits < t->bits) {
+            t->kind = TAB_CODED;
+            t->order = (uint8_t)best_g;
+            t->bits = bits;
+            for (unsigned v = 0; v < 256; v++) t->freq[v] = (uint16_t)(f[v] << shift);
+            return;
+        }
+    }
+    fill_uniform(t->freq);
+}
+
+static size_t put_bucket_table(const bucket_table *t, unsigned shift, uint8_t *out) {
+    uint8_t *o = out;
+    if (t->kind != TAB_CODED) {
+        *o++ = t->kind;
+        if (t->kind == TAB_SINGLE) *o++ = t->value;
+        return (size_t)(o - out);
+    }
+    unsigned lo, hi, g = t->order;
+    used_range(t->freq, &lo, &hi);
+    *o++ = (uint8_t)(TAB_CODED | g << 2);
+    *o++ = (uint8_t)lo;
+    *o++ = (uint8_t)(hi - lo);
+    uint64_t acc = 0; /* bits not yet stored, LSB first; < 8 + 2 * 13 bits between flushes */
+    unsigned nacc = 0;
+    for (unsigned v = lo; v <= hi; v++) {
+        uint32_t w = (uint32_t)(t->freq[v] >> shift) + (1u << g);
+        unsigned nb = bit_length(w), zeros = nb - g - 1;
+        nacc += zeros; /* the zeros are already in acc */
+        for (unsigned j = nb; j-- > 0;) acc |= (uint64_t)((w >> j) & 1) << nacc++; /* MSB first */
+        while (nacc >= 8) *o++ = (uint8_t)acc, acc >>= 8, nacc -= 8;
+    }
+    if (nacc) *o++ = (uint8_t)acc;
+    return (size_t)(o - out);
+}
+
+/* Reads and validates one bucket table (unit 2^shift) from [*p, end) into freq (summing to
+ * SCALE, every frequency a multiple of 2^shift). */
+static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shift,
+                            uint16_t freq[256], unsigned plane, unsigned b, ckz_err *err) {
+    const uint8_t *p = *pp;
+    if (p == end) return ckz_fail(err, "plane %u: truncated in the table of bucket %u", plane, b);
+    unsigned tag = *p++, kind = tag & 3;
+    if (kind == TAB_UNIFORM || kind == TAB_SINGLE) {
+        if (tag >> 2)
+            return ckz_fail(err, "plane %u bucket %u: table tag 0x%02x has stray bits", plane, b,
+                            tag);
+        if (kind == TAB_UNIFORM) {
+            fill_uniform(freq);
+        } else {
+            if (p == end)
+                return ckz_fail(err, "plane %u: truncated in the table of bucket %u", plane, b);
+            fill_single(freq, *p++, shift);
+        }
+        *pp = p;
+        return 0;
+    }
+    if (kind != TAB_CODED || (tag >> 5))
+        return ckz_fail(err, "plane %u bucket %u: table tag 0x%02x is unknown", plane, b, tag);
+    unsigned g = (tag >> 2) & 7;
+    if ((size_t)(end - p) < 2)
+        return ckz_fail(err, "plane %u: truncated in the table of bucket %u", plane, b);
+    unsigned lo = p[0], count = (unsigned)p[1] + 1;
+    p += 2;
+    if (lo + count > 256)
+        return ckz_fail(err, "plane %u bucket %u: table symbols %u..%u exceed 255", plane, b, lo,
+                        lo + count - 1);
+    memset(freq, 0, 256 * sizeof freq[0]);
+    size_t avail_bits = 8 * (size_t)(end - p), pos = 0; /* bit position from p */
+#define GET_BIT(bit)                                                                           \
+    do {                                                                                       \
+        if (pos >= avail_bits)                                                                 \
+            return ckz_fail(err, "plane %u: truncated in the table of bucket %u", plane, b);   \
+        (bit) = (p[pos >> 3] >> (pos & 7)) & 1u;                                               \
+        pos++;                                                                                 \
+    } while (0)
+    uint32_t sum = 0; /* <= 256 * (2^12 - 1) */
+    unsigned used = 0;
+    for (unsigned j = 0; j < count; j++) {
+        unsigned zeros = 0, bit;
+        for (;;) {
+            GET_BIT(bit);
+            if (bit) break;
+            if (++zeros > EG_MAX_ZEROS)
+                return ckz_fail(err, "plane %u bucket %u: frequency code too long", plane, b);
+        }
+        uint32_t w = 1;
+        for (unsigned r = 0; r < zeros + g; r++) {
+            GET_BIT(bit);
+            w = w << 1 | bit;
+        }
+        uint32_t u = w - (1u << g); /* w >= 2^g: its top bit is at position zeros + g */
+        if (u >= SCALE >> shift)
+            return ckz_fail(err, "plane %u bucket %u: symbol %u has frequency %u >= %u", plane, b,
+                            lo + j, u << shift, SCALE);
+        freq[lo + j] = (uint16_t)(u << shift);
+        sum += u << shift;
+        used += u > 0;
+    }
+    /* The padding: the rest of the last byte, all zero. */
+    while (pos & 7) {
+        unsigned bit;
+        GET_BIT(bit);
+        if (bit) return ckz_fail(err, "plane %u bucket %u: table padding not zero", plane, b);
+    }
+#undef GET_BIT
+    if (!freq[lo] || !freq[lo + count - 1])
+        return ckz_fail(err, "plane %u bucket %u: table not in canonical form", plane, b);
+    if (used < 2 || sum != SCALE)
+        return ckz_fail(err, "plane %u bucket %u: table has %u symbols with frequency sum %u, "
+                        "need >= 2 summing to %u", plane, b, used, sum, SCALE);
+    *pp = p + pos / 8;
+    return 0;
+}
+
 /* ---- encoder -------------------------------------------------------------------------------- */
 
+/* A plane is coded only if it shrinks below CODED_NUM / CODED_DEN of its raw size (as format 1's
+ * segments; a coded plane decodes at the rANS speed, a RAW one at memcpy speed). */
+#define CODED_NUM 19
+#define CODED_DEN 20
+/* Noise screen (stream.c's): a plane of >= SCREEN_MIN bytes whose even sample of SCREEN_SAMPLES
+ * bytes has a collision entropy >= SCREEN_BITS is stored RAW without a histogram. */
+#define SCREEN_MIN 65536
+#define SCREEN_SAMPLES 8192
+#define SCREEN_BITS 7.8
+/* States of a RANS32 stream, in bytes (the size estimates' fixed part). */
+#define STATE_BYTES CKZ_RANS32_STATE_BYTES
+#define UNIT_SAVE_PER_MILLE 1
+/* Units the encoder tries: 2^0 paid < 0.1 % over 2^1 on real deltas, for 4x larger decode
+ * tables (the decoder takes any). */
+#define MIN_TRIED_SHIFT 1
+
+static int looks_like_noise(const uint8_t *s, size_t m) {
+    uint32_t h[256] = {0};
+    size_t stride = m / SCREEN_SAMPLES;
+    for (size_t i = 0; i < SCREEN_SAMPLES; i++) h[s[i * stride]]++;
+    double pairs = 0; /* sum c(c-1) / (N(N-1)) estimates sum p^2 without bias */
+    for (unsigned v = 0; v < 256; v++) pairs += (double)h[v] * (h[v] - (h[v] > 0));
+    double collide = pairs / ((double)SCREEN_SAMPLES * (SCREEN_SAMPLES - 1));
+    return collide > 0 && -log2(collide) >= SCREEN_BITS;
+}
+
+/* hist[b * 256 + v] = elements of bucket b whose byte is v.  Two interleaved copies, so that a
+ * run of equal (bucket, byte) pairs does not serialize on one counter's store and load. */
+static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, unsigned B,
+                             uint32_t *hist, uint32_t *spare) {
+    memset(hist, 0, (size_t)B * 256 * sizeof *hist);
+    memset(spare, 0, (size_t)B * 256 * sizeof *spare);
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        hist[(uint32_t)bk[i] << 8 | s[i]]++;
+        spare[(uint32_t)bk[i + 1] << 8 | s[i + 1]]++;
+    }
+    if (i < n) hist[(uint32_t)bk[i] << 8 | s[i]]++;
+    for (size_t j = 0; j < (size_t)B * 256; j++) hist[j] += spare[j];
+}
+
+typedef struct {
+    uint8_t mode, value, shift;                 /* shift: BUCKETED's unit 2^shift */
+    uint16_t freq[256];                         /* RANS32: the one table */
+    bucket_table tab[MAX_SHIFT + 1][CKZ_CTX_MAX_BUCKETS]; /* BUCKETED: [shift][bucket] */
+} plane_plan;
+
+/* Picks the plane's mode by computed sizes: RAW, CONST, one table (RANS32) or one per bucket. */
+static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
+                       uint32_t *hist, uint32_t *spare, plane_plan *pl) {
+    pl->mode = CKZ_MODE_RAW;
+    if (!n || (n >= SCREEN_MIN && looks_like_noise(s, n))) return;
+    unsigned B = bs->count;
+    bucket_histogram(s, bk, n, B, hist, spare);
+    uint32_t all[256];
+    uint64_t total[256];
+    unsigned distinct = 0, lo = 256, hi = 0;
+    for (unsigned v = 0; v < 256; v++) {
+        uint32_t c = 0;
+        for (unsigned b = 0; b < B; b++) c += hist[b * 256 + v];
+        all[v] = c, total[v] = c;
+        if (c) distinct++, hi = v, lo = lo < v ? lo : v, pl->value = (uint8_t)v;
+    }
+    if (distinct == 1) {
+        pl->mode = CKZ_MODE_CONST;
+        return;
+    }
+    double raw = (double)n * CODED_NUM / CODED_DEN; /* bytes a coded plane must stay below */
+    ckz_rans_normalize(total, n, pl->freq);
+    double one = (double)ckz_rans_table_size(pl->freq) + STATE_BYTES +
+                 code_bits(all, lo, hi, pl->freq, PROB_BITS) / 8;
+    /* One table per bucket, all in the unit 2^shift that costs least.  A coarser unit (smaller
+     * decode tables) is kept unless a finer one saves UNIT_SAVE_PER_MILLE of the plane. */
+    double per_bucket = HUGE_VAL;
+    for (unsigned s = MAX_SHIFT + 1; s-- > MIN_TRIED_SHIFT;) {
+        double size = 1 + STATE_BYTES;
+        for (unsigned b = 0; b < B && size < raw; b++) {
+            plan_bucket_table(hist + b * 256, bs->size[b], s, &pl->tab[s][b]);
+            size += pl->tab[s][b].bits / 8;
+        }
+        if (size * 1000 < per_bucket * (1000 - UNIT_SAVE_PER_MILLE))
+            per_bucket = size, pl->shift = (uint8_t)s;
+    }
+    if (one < raw && one <= per_bucket) pl->mode = CKZ_MODE_RANS32;
+    else if (per_bucket < raw) pl->mode = CKZ_CTX_MODE_BUCKETED;
+}
+
+/* Writes a planned plane (mode, value or body length, body) at o; returns its length, or 0 when
+ * the RANS32 workspace cannot be allocated.  A coded plane whose stream ends up no smaller than
+ * RAW (the estimate is off by the states' slack) is written RAW after all. */
+static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
+                        const plane_plan *pl, uint8_t *scratch, uint8_t *out) {
+    uint8_t *o = out;
+    if (pl->mode == CKZ_MODE_CONST) {
+        *o++ = CKZ_MODE_CONST;
+        *o++ = pl->value;
+        return 2;
+    }
+    if (pl->mode != CKZ_MODE_RAW) {
+        uint8_t tables[1 + CKZ_CTX_MAX_BUCKETS * (3 + 256 * 2)];
+        size_t tlen = 0, size;
+        const uint8_t *start;
+        if (pl->mode == CKZ_MODE_RANS32) {
+            tlen = ckz_rans_write_table(pl->freq, tables);
+            ckz_rans32_encode(s, n, pl->freq, scratch, &start, &size);
+        } else {
+            uint16_t (*freq)[256] = malloc(bs->count * sizeof *freq);
+            if (!freq) return 0;
+            tables[tlen++] = pl->shift;
+            for (unsigned b = 0; b < bs->count; b++) {
+                const bucket_table *t = &pl->tab[pl->shift][b];
+                tlen += put_bucket_table(t, pl->shift, tables + tlen);
+                memcpy(freq[b], t->freq, sizeof freq[b]);
+            }
+            int rc = ckz_rans32_encode_tab(s, bk, n, (const uint16_t (*)[256])freq, bs->count,
+                                           scratch, &start, &size);
+            free(freq);
+            if (rc) return 0;
+        }
+        size_t body = tlen + size;
+        if (1 + ckz_varint_size(body) + body < 1 + n) {
+            *o++ = pl->mode;
+            o += ckz_put_varint(o, body);
+            memcpy(o, tables, tlen);
+            memcpy(o + tlen, start, size);
+            return (size_t)(o - out) + body;
+        }
+    }
+    *o++ = CKZ_MODE_RAW;
+    memcpy(o, s, n);
+    return 1 + n;
+}
+
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size) {
-    return CKZ_CTX_HEADER + (size_t)elem_size * CKZ_CTX_MAX_BUCKETS * CKZ_SEGMENT_OVERHEAD +
-           n * elem_size;
+    return CKZ_CTX_HEADER + (size_t)elem_size * CKZ_SEGMENT_OVERHEAD + n * elem_size;
 }
 
 int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
                           unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err) {
     size_t bytes = n * elem_size;
-    uint8_t *planes = malloc(bytes ? bytes : 1);
-    layout *L = malloc(sizeof *L);
-    if (!planes || !L) {
-        free(planes);
-        free(L);
-        return ckz_fail(err, "out of memory for %zu bytes of planes", bytes);
-    }
-    plan_layout(ctx, n, L);
-    unsigned B = L->buckets;
-    switch (elem_size) {
-    case 1: scatter1(src, ctx, n, rotate, L, planes); break;
-    case 2: scatter2(src, ctx, n, rotate, L, planes); break;
-    case 4: scatter4(src, ctx, n, rotate, L, planes); break;
-    default: scatter8(src, ctx, n, rotate, L, planes); break;
-    }
+    buckets bs;
+    find_buckets(ctx, n, &bs);
+    /* planes | bucket indices | RANS32 scratch | two bucket histograms | the plan */
+    size_t hist = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint32_t);
+    size_t total = bytes + n + ckz_rans32_scratch_size(n) + 2 * hist + sizeof(plane_plan);
+    uint8_t *mem = malloc(total);
+    if (!mem) return ckz_fail(err, "out of memory for %zu bytes of encoder scratch", total);
+    uint32_t *h0 = (uint32_t *)mem, *h1 = h0 + CKZ_CTX_MAX_BUCKETS * 256;
+    plane_plan *pl = (plane_plan *)(mem + 2 * hist);
+    uint8_t *planes = mem + 2 * hist + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
+    ckz_split_planes(src, planes, n, elem_size, rotate);
+    bucket_index(ctx, n, bs.first, bs.count, bk);
     uint8_t *o = out;
     *o++ = CKZ_CTX_FORMAT;
     o += ckz_put_varint(o, n);
     *o++ = (uint8_t)elem_size;
-    o += ckz_put_varint(o, B);
-    for (unsigned p = 0; p < elem_size; p++) {
-        const uint8_t *s = planes + p * n;
-        for (unsigned b = 0; b < B; b++) {
-            o += ckz_put_segment(s, L->size[b], o);
-            s += L->size[b];
-        }
+    o += ckz_put_varint(o, bs.count);
+    int rc = 0;
+    for (unsigned p = 0; p < elem_size && !rc; p++) {
+        plan_plane(planes + p * n, bk, n, &bs, h0, h1, pl);
+        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, scratch, o);
+        if (!len) rc = ckz_fail(err, "out of memory for the rans32 tables");
+        o += len;
     }
+    free(mem);
     *out_len = (size_t)(o - out);
-    free(L);
-    free(planes);
-    return 0;
+    return rc;
 }
 
 /* ---- decoder -------------------------------------------------------------------------------- */
 
 typedef struct {
+    unsigned format;
     uint64_t n;          /* elements */
     unsigned elem_size;
     uint64_t buckets;
-    const uint8_t *body; /* first segment */
+    const uint8_t *body; /* first segment or plane */
 } ctx_header;
 
 static int parse_ctx_header(const uint8_t *src, size_t len, ctx_header *h, ckz_err *err) {
     const uint8_t *p = src, *end = src + len;
     if (!len) return ckz_fail(err, "stream is empty");
-    if (*p != CKZ_CTX_FORMAT)
-        return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x (context planes)",
-                        *p, CKZ_CTX_FORMAT);
-    p++;
+    if (*p != CKZ_CTX_FORMAT && *p != CKZ_CTX_FORMAT2)
+        return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x or 0x%02x (context "
+                        "planes)", *p, CKZ_CTX_FORMAT, CKZ_CTX_FORMAT2);
+    h->format = *p++;
     if (ckz_get_varint(&p, end, &h->n, "element count", err)) return -1;
     if (p == end) return ckz_fail(err, "stream truncated in the element size");
     h->elem_size = *p++;
@@ -273,20 +675,15 @@ int ckz_ctx_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *e
     return 0;
 }
 
-int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, size_t ctx_len,
-                          uint8_t *dst, size_t dst_len, unsigned elem_size, unsigned rotate,
-                          ckz_err *err) {
-    ctx_header h;
-    if (parse_ctx_header(src, len, &h, err)) return -1;
-    if (h.elem_size != elem_size)
-        return ckz_fail(err, "stream has elem_size %u but %u was given", h.elem_size, elem_size);
-    if (h.n != ctx_len)
-        return ckz_fail(err, "context holds %zu bytes but the stream has %llu elements", ctx_len,
-                        (unsigned long long)h.n);
-    size_t n = ctx_len, bytes = n * elem_size; /* <= CKZ_MAX_DECODED: checked above */
-    if (bytes != dst_len)
-        return ckz_fail(err, "destination holds %zu bytes but the stream decodes to %zu",
-                        dst_len, bytes);
+static int bucket_mismatch(uint64_t stored, unsigned computed, ckz_err *err) {
+    return ckz_fail(err, "stream has %llu buckets but the context gives %u (not the encoder's "
+                    "context?)", (unsigned long long)stored, computed);
+}
+
+/* Format 2: segments into a bucket-ordered scratch, then one gather pass. */
+static int decode_format2(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
+                          uint8_t *dst, unsigned elem_size, unsigned rotate, ckz_err *err) {
+    size_t bytes = n * elem_size;
     layout *L = malloc(sizeof *L);
     uint8_t *planes = malloc(bytes ? bytes : 1); /* == dst_len: bounded by the caller's buffer */
     int rc = -1;
@@ -295,12 +692,11 @@ int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, si
         goto done;
     }
     plan_layout(ctx, n, L);
-    if (h.buckets != L->buckets) {
-        ckz_fail(err, "stream has %llu buckets but the context gives %u (not the encoder's "
-                 "context?)", (unsigned long long)h.buckets, L->buckets);
+    if (h->buckets != L->buckets) {
+        bucket_mismatch(h->buckets, L->buckets, err);
         goto done;
     }
-    const uint8_t *p = h.body, *end = src + len;
+    const uint8_t *p = h->body;
     for (unsigned q = 0; q < elem_size; q++) {
         uint8_t *o = planes + q * n;
         for (unsigned b = 0; b < L->buckets; b++) {
@@ -323,4 +719,120 @@ done:
     free(planes);
     free(L);
     return rc;
+}
+
+/* A coded plane's body length, checked against the bytes left. */
+static int get_body(const uint8_t **p, const uint8_t *end, unsigned plane, size_t *len,
+                    ckz_err *err) {
+    uint64_t v = 0;
+    if (ckz_get_varint(p, end, &v, "a plane's body length", err)) return -1;
+    if (v > (uint64_t)(end - *p))
+        return ckz_fail(err, "plane %u body length %llu exceeds the %zu bytes left", plane,
+                        (unsigned long long)v, (size_t)(end - *p));
+    *len = (size_t)v;
+    return 0;
+}
+
+/* Format 3: each plane RAW (merged from the stream), CONST, or decoded into a scratch plane;
+ * then one merge. */
+static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
+                          uint8_t *dst, unsigned elem_size, unsigned rotate, ckz_err *err) {
+    buckets bs;
+    find_buckets(ctx, n, &bs);
+    if (h->buckets != bs.count) return bucket_mismatch(h->buckets, bs.count, err);
+    unsigned B = bs.count;
+    /* scratch planes | bucket indices (made on first use) | B decode tables | B freq tables.
+     * The planes are <= dst_len (the caller's buffer); the tables <= 528 KiB. */
+    size_t bytes = n * elem_size, tables = (size_t)B * SCALE * sizeof(uint32_t);
+    size_t total = bytes + n + tables + (size_t)B * 256 * sizeof(uint16_t);
+    uint8_t *mem = malloc(total ? total : 1);
+    if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
+    uint32_t *T = (uint32_t *)mem;
+    uint16_t (*freq)[256] = (uint16_t (*)[256])(mem + tables);
+    uint8_t *planes = mem + tables + (size_t)B * 256 * sizeof(uint16_t), *bk = planes + bytes;
+    int have_bk = 0, rc = -1;
+    const uint8_t *plane_at[8], *p = h->body;
+    for (unsigned q = 0; q < elem_size; q++) {
+        uint8_t *o = planes + q * n;
+        plane_at[q] = o;
+        if (p == end) {
+            ckz_fail(err, "stream truncated in the mode of plane %u", q);
+            goto done;
+        }
+        unsigned mode = *p++;
+        size_t body = 0;
+        if (mode == CKZ_MODE_RAW) {
+            if (n > (size_t)(end - p)) {
+                ckz_fail(err, "stream truncated: RAW plane %u needs %zu bytes, %zu left", q, n,
+                         (size_t)(end - p));
+                goto done;
+            }
+            plane_at[q] = p;
+            p += n;
+        } else if (mode == CKZ_MODE_CONST) {
+            if (p == end) {
+                ckz_fail(err, "stream truncated in the value of plane %u", q);
+                goto done;
+            }
+            memset(o, *p++, n);
+        } else if (mode == CKZ_MODE_RANS32) {
+            size_t used = 0;
+            if (get_body(&p, end, q, &body, err) ||
+                ckz_rans_read_table(p, body, freq[0], &used, err) ||
+                ckz_rans32_decode(freq[0], p + used, body - used, o, n, err))
+                goto done;
+            p += body;
+        } else if (mode == CKZ_CTX_MODE_BUCKETED) {
+            if (get_body(&p, end, q, &body, err)) goto done;
+            const uint8_t *t = p, *body_end = p + body;
+            if (t == body_end) {
+                ckz_fail(err, "plane %u: truncated in the frequency unit", q);
+                goto done;
+            }
+            unsigned shift = *t++;
+            if (shift > MAX_SHIFT) {
+                ckz_fail(err, "plane %u: frequency unit 2^%u exceeds 2^%d", q, shift, MAX_SHIFT);
+                goto done;
+            }
+            for (unsigned b = 0; b < B; b++) {
+                if (get_bucket_table(&t, body_end, shift, freq[b], q, b, err)) goto done;
+                ckz_rans_build_dtable_unit(freq[b], shift, T + (size_t)b * (SCALE >> shift));
+            }
+            if (!have_bk) bucket_index(ctx, n, bs.first, B, bk), have_bk = 1;
+            if (ckz_rans32_decode_tab(T, bk, shift, t, (size_t)(body_end - t), o, n, err))
+                goto done;
+            p = body_end;
+        } else {
+            ckz_fail(err, "plane %u has unknown mode %u", q, mode);
+            goto done;
+        }
+    }
+    if (p != end) {
+        ckz_fail(err, "stream has %zu trailing bytes", (size_t)(end - p));
+        goto done;
+    }
+    ckz_merge_planes(plane_at, dst, n, elem_size, rotate);
+    rc = 0;
+done:
+    free(mem);
+    return rc;
+}
+
+int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, size_t ctx_len,
+                          uint8_t *dst, size_t dst_len, unsigned elem_size, unsigned rotate,
+                          ckz_err *err) {
+    ctx_header h;
+    if (parse_ctx_header(src, len, &h, err)) return -1;
+    if (h.elem_size != elem_size)
+        return ckz_fail(err, "stream has elem_size %u but %u was given", h.elem_size, elem_size);
+    if (h.n != ctx_len)
+        return ckz_fail(err, "context holds %zu bytes but the stream has %llu elements", ctx_len,
+                        (unsigned long long)h.n);
+    size_t n = ctx_len, bytes = n * elem_size; /* <= CKZ_MAX_DECODED: checked above */
+    if (bytes != dst_len)
+        return ckz_fail(err, "destination holds %zu bytes but the stream decodes to %zu",
+                        dst_len, bytes);
+    if (h.format == CKZ_CTX_FORMAT2)
+        return decode_format2(&h, src + len, ctx, n, dst, elem_size, rotate, err);
+    return decode_format3(&h, src + len, ctx, n, dst, elem_size, rotate, err);
 }

@@ -23,7 +23,9 @@
 #include "huff.h"
 #include "stream.h"
 
-#define CKZ_CTX_FORMAT 0x02      /* first byte of a context-bucketed stream */
+#define CKZ_CTX_FORMAT 0x03      /* first byte of the context stream written now (format 3) */
+#define CKZ_CTX_FORMAT2 0x02     /* format 2, still decoded: planes permuted into bucket order */
+#define CKZ_CTX_MODE_BUCKETED 5  /* format 3 plane mode: RANS32 with one table per bucket */
 #define CKZ_CTX_LANES CKZ_HUF_STREAMS /* element runs with their own cursors (permute loops) */
 /* Bucket bounds (format constants: the decoder recomputes the buckets with them).  Measured on
  * real GPT deltas, 256 KiB chunks: (2048, 32) vs (4096, 16) +0.5 % ratio at 10 steps apart,

@@ -10,31 +10,40 @@
  */
 #include "rans.h"
 
+#include <math.h>
+#include <stdlib.h>
+
 #define PROB_BITS CKZ_RANS_PROB_BITS
 #define SCALE CKZ_RANS_PROB_SCALE
 #define L CKZ_RANS_L
 
-void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]) {
-    uint32_t sum = 0;
+void ckz_rans_normalize_bits(const uint64_t total[256], uint64_t n, unsigned bits,
+                             uint16_t freq[256]) {
+    uint32_t scale = 1u << bits, sum = 0;
     unsigned top = 0;
     for (unsigned s = 0; s < 256; s++) {
-        uint64_t f = total[s] ? total[s] * SCALE / n : 0; /* n <= 2^56: no overflow */
+        uint64_t f = total[s] ? total[s] * scale / n : 0; /* n <= 2^56: no overflow */
         if (total[s] && !f) f = 1;
         freq[s] = (uint16_t)f;
         sum += (uint32_t)f;
         if (total[s] > total[top]) top = s;
     }
-    /* Rounding moved the sum off SCALE: the difference goes to or comes from the largest
-     * frequencies, never taking one below 1 (>= 2 used symbols, each >= 1, so this ends). */
-    while (sum > SCALE) {
+    /* Rounding moved the sum off scale: the difference goes to or comes from the largest
+     * frequencies, never taking one below 1 (>= 2 used symbols, each >= 1, and scale >= 256,
+     * so this ends). */
+    while (sum > scale) {
         unsigned big = 0;
         for (unsigned s = 1; s < 256; s++)
             if (freq[s] > freq[big]) big = s;
-        uint32_t cut = sum - SCALE < freq[big] - 1u ? sum - SCALE : freq[big] - 1u;
+        uint32_t cut = sum - scale < freq[big] - 1u ? sum - scale : freq[big] - 1u;
         freq[big] = (uint16_t)(freq[big] - cut);
         sum -= cut;
     }
-    freq[top] = (uint16_t)(freq[top] + (SCALE - sum));
+    freq[top] = (uint16_t)(freq[top] + (scale - sum));
+}
+
+void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]) {
+    ckz_rans_normalize_bits(total, n, PROB_BITS, freq);
 }
 
 /* ---- table ---------------------------------------------------------------------------------- */
@@ -135,6 +144,20 @@ static void enc_sym_init(enc_sym *e, uint32_t start, uint32_t f) {
 
 /* ---- decoder -------------------------------------------------------------------------------- */
 
+void ckz_rans_build_dtable(const uint16_t freq[256], uint32_t T[SCALE]) {
+    ckz_rans_build_dtable_unit(freq, 0, T);
+}
+
+void ckz_rans_build_dtable_unit(const uint16_t freq[256], unsigned shift, uint32_t *T) {
+    uint32_t cum = 0; /* every entry is written once: the table reader checked the sum */
+    for (unsigned s = 0; s < 256; s++) {
+        uint32_t units = (uint32_t)freq[s] >> shift;
+        for (uint32_t j = 0; j < units; j++)
+            T[cum + j] = s | (j << shift << 8) | ((uint32_t)freq[s] << 20);
+        cum += units;
+    }
+}
+
 /* One decode step: emit the symbol of x's slot, advance the state, refill one 16-bit word if
  * x < L.  The refill is a branch on purpose: a select would put the word load on the state's
  * dependency chain (measured 2x slower); a low-entropy stream refills rarely (H/16 per symbol),
@@ -191,13 +214,8 @@ CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HUF_STRE
 
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
-    uint32_t T[SCALE]; /* slot -> symbol | (slot - c) << 8 | f << 20; f, slot - c < 2^12 */
-    uint32_t cum = 0;  /* every slot is written once: the table reader checked the sum */
-    for (unsigned s = 0; s < 256; s++) {
-        for (uint32_t j = 0; j < freq[s]; j++)
-            T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
-        cum += freq[s];
-    }
+    uint32_t T[SCALE];
+    ckz_rans_build_dtable(freq, T);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         if (size[k] < 4)
             return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
@@ -234,15 +252,24 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
 
 #define LANES CKZ_RANS32_LANES
 
+/* Both layouts share one implementation: `tab` is NULL for one table (RANS32), else symbol i
+ * uses table tab[i] (bucketed RANS32): decode table T + tab[i] * (SCALE >> shift) (the tables'
+ * frequencies are multiples of 2^shift, so an entry covers 2^shift slots: slot >> shift indexes
+ * it, and the slot's low bits are added to its slot - c), encoder entries (tab[i] << 8) +
+ * symbol.  The NULL cases (shift 0) are separate always-inline instances, so the one-table loops
+ * carry no table index. */
+
 /* Portable decoder from symbol i on: lanes' states x, words at in[*pos..len).  Returns -1 when a
  * refill finds no word left (the caller reports it). */
-static int rans32_scalar(const uint32_t *T, uint32_t x[LANES], const uint8_t *in, size_t len,
-                         size_t *pos, uint8_t *out, size_t i, size_t n) {
+CKZ_INLINE int rans32_scalar(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                             uint32_t x[LANES], const uint8_t *in, size_t len, size_t *pos,
+                             uint8_t *out, size_t i, size_t n) {
     size_t ps = *pos;
     for (; i < n; i++) {
-        uint32_t xl = x[i % LANES], e = T[xl & (SCALE - 1)];
+        uint32_t xl = x[i % LANES], slot = xl & (SCALE - 1);
+        uint32_t e = T[(tab ? (uint32_t)tab[i] << (PROB_BITS - shift) : 0) | slot >> shift];
         out[i] = (uint8_t)e;
-        xl = (e >> 20) * (xl >> PROB_BITS) + ((e >> 8) & 0xfff);
+        xl = (e >> 20) * (xl >> PROB_BITS) + ((e >> 8) & 0xfff) + (slot & ((1u << shift) - 1));
         if (xl < L) {
             if (len - ps < 2) return -1;
             xl = (xl << 16) | ckz_load16(in + ps);
@@ -257,6 +284,7 @@ static int rans32_scalar(const uint32_t *T, uint32_t x[LANES], const uint8_t *in
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
 #include <immintrin.h>
 #define CKZ_HAVE_AVX2_RANS 1
+#define AVX2_INLINE __attribute__((target("avx2"), always_inline)) static inline
 
 /* refill_rank[mask][j]: the rank of lane j among the refilling lanes of `mask` (lanes below j
  * that refill), i.e. which of the next words lane j takes.  Filled once by ckz_rans_init. */
@@ -265,7 +293,7 @@ static uint8_t refill_rank[256][8];
  * flushing lanes of `mask` fill the top positions in lane order (the rest are don't-cares). */
 static uint8_t flush_lane[256][8];
 
-void ckz_rans_init(void) {
+static void init_vec_tables(void) {
     for (unsigned mask = 0; mask < 256; mask++) {
         unsigned count = (unsigned)__builtin_popcount(mask), t = 8 - count;
         memset(flush_lane[mask], 0, 8);
@@ -277,14 +305,23 @@ void ckz_rans_init(void) {
     }
 }
 
+/* Eight table indices, each tab[j] << shift (zero without tables). */
+AVX2_INLINE __m256i table_offsets(const uint8_t *tab, __m128i shift) {
+    if (!tab) return _mm256_setzero_si256();
+    return _mm256_sll_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)tab)), shift);
+}
+
 /* One AVX2 step: 8 lanes decode one symbol each, and the lanes whose state fell below L take
  * the next words in lane order (refill_rank permutes them into place).  Reads 16 bytes at *p;
- * consumes 2 per refilling lane. */
-__attribute__((target("avx2"))) static inline __m256i
-rans32_step8(const uint32_t *T, __m256i x, const uint8_t **p, uint8_t *out) {
+ * consumes 2 per refilling lane.  hi: each lane's table offset (a multiple of SCALE). */
+AVX2_INLINE __m256i rans32_step8(const uint32_t *T, __m256i x, __m256i hi, int tabbed,
+                                 __m128i shift, __m256i low, const uint8_t **p, uint8_t *out) {
     const __m256i slot_mask = _mm256_set1_epi32(SCALE - 1), lo12 = _mm256_set1_epi32(0xfff);
-    __m256i e = _mm256_i32gather_epi32((const int *)T, _mm256_and_si256(x, slot_mask), 4);
+    __m256i slot = _mm256_and_si256(x, slot_mask);
+    __m256i e = _mm256_i32gather_epi32(
+        (const int *)T, tabbed ? _mm256_or_si256(_mm256_srl_epi32(slot, shift), hi) : slot, 4);
     __m256i f = _mm256_srli_epi32(e, 20), bias = _mm256_and_si256(_mm256_srli_epi32(e, 8), lo12);
+    if (tabbed) bias = _mm256_add_epi32(bias, _mm256_and_si256(slot, low));
     /* f <= 2^12 - 1 and x >> 12 < 2^20: the product fits 32 bits, and so does the sum (it is
      * below f * ((x >> 12) + 1) <= 2^32). */
     x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, PROB_BITS)), bias);
@@ -292,8 +329,8 @@ rans32_step8(const uint32_t *T, __m256i x, const uint8_t **p, uint8_t *out) {
     __m256i sym = _mm256_shuffle_epi8(e, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
                                                           -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1,
                                                           -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-    uint32_t lo = (uint32_t)_mm256_extract_epi32(sym, 0), hi = (uint32_t)_mm256_extract_epi32(sym, 4);
-    ckz_store64(out, (uint64_t)lo | (uint64_t)hi << 32);
+    uint32_t lo = (uint32_t)_mm256_extract_epi32(sym, 0), hi4 = (uint32_t)_mm256_extract_epi32(sym, 4);
+    ckz_store64(out, (uint64_t)lo | (uint64_t)hi4 << 32);
     __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
     unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
     __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)refill_rank[mask]));
@@ -306,9 +343,11 @@ rans32_step8(const uint32_t *T, __m256i x, const uint8_t **p, uint8_t *out) {
 
 /* Whole 32-symbol rounds while the words in hand [p, end) cover one (a round reads <= 64 bytes:
  * 4 steps of <= 16 bytes, each loading 16 bytes at its start).  Returns symbols decoded. */
-__attribute__((target("avx2"))) static size_t
-rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
-            uint8_t *out, size_t i, size_t n) {
+AVX2_INLINE size_t rans32_avx2_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                    uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+                                    uint8_t *out, size_t i, size_t n) {
+    const __m128i sh = _mm_cvtsi32_si128((int)shift), tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
+    const __m256i low = _mm256_set1_epi32((int)((1u << shift) - 1));
     __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
             x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
             x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
@@ -316,10 +355,14 @@ rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint
     const uint8_t *p = *pp;
     size_t start = i;
     for (; n - i >= LANES && end - p >= 4 * 16; i += LANES) {
-        x0 = rans32_step8(T, x0, &p, out + i);
-        x1 = rans32_step8(T, x1, &p, out + i + 8);
-        x2 = rans32_step8(T, x2, &p, out + i + 16);
-        x3 = rans32_step8(T, x3, &p, out + i + 24);
+        x0 = rans32_step8(T, x0, table_offsets(tab ? tab + i : NULL, tsh), tab != NULL, sh, low,
+                          &p, out + i);
+        x1 = rans32_step8(T, x1, table_offsets(tab ? tab + i + 8 : NULL, tsh), tab != NULL, sh,
+                          low, &p, out + i + 8);
+        x2 = rans32_step8(T, x2, table_offsets(tab ? tab + i + 16 : NULL, tsh), tab != NULL, sh,
+                          low, &p, out + i + 16);
+        x3 = rans32_step8(T, x3, table_offsets(tab ? tab + i + 24 : NULL, tsh), tab != NULL, sh,
+                          low, &p, out + i + 24);
     }
     _mm256_storeu_si256((__m256i *)x, x0);
     _mm256_storeu_si256((__m256i *)(x + 8), x1);
@@ -329,23 +372,31 @@ rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint
     return i - start;
 }
 
-/* Encoder tables for the vector path: fc[s] = f | c << 12, inv[s] = 1.0 / f (f = 1 for unused
- * symbols, which never occur). */
-typedef struct {
-    uint32_t fc[256];
-    double inv[256];
-} enc_vec_table;
+__attribute__((target("avx2"))) static size_t
+rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+            uint8_t *out, size_t i, size_t n) {
+    return rans32_avx2_impl(T, NULL, 0, x, pp, end, out, i, n);
+}
 
-/* One AVX2 encoder step for 8 lanes (symbols sym[0..8)), the inverse of rans32_step8: flush the
- * lanes with x >= f << 20 (= x_max), their low words stored in lane order just below *p (16-byte
- * store at *p - 16: scratch keeps that slack), then x = (x / f) << 12 + x % f + c.  The quotient
- * comes from doubles: after the flush x < f 2^20, so x / f < 2^20 and x * fl(1/f) is within 2^-32
- * of it; adding 2^-24 before truncating gives floor(x / f) exactly, since a non-integer x / f is
- * at least 1/f > 2^-12 below the next integer. */
-__attribute__((target("avx2"))) static inline __m256i
-rans32_put8(const enc_vec_table *t, __m256i x, const uint8_t *sym, uint8_t **p) {
-    __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sym));
-    __m256i e = _mm256_i32gather_epi32((const int *)t->fc, s, 4);
+__attribute__((target("avx2"))) static size_t
+rans32_avx2_tab(const uint32_t *T, const uint8_t *tab, unsigned shift, uint32_t x[LANES],
+                const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t i, size_t n) {
+    return rans32_avx2_impl(T, tab, shift, x, pp, end, out, i, n);
+}
+
+/* One AVX2 encoder step for 8 lanes (symbols sym[0..8), tables tab[0..8) or none), the inverse
+ * of rans32_step8.  fc[e] = f | c << 12 and inv[e] = 1.0 / f for entry e = table * 256 + symbol
+ * (f = 1 for unused symbols, which never occur).  Flush the lanes with x >= f << 20 (= x_max),
+ * their low words stored in lane order just below *p (16-byte store at *p - 16: scratch keeps
+ * that slack), then x = (x / f) << 12 + x % f + c.  The quotient comes from doubles: after the
+ * flush x < f 2^20, so x / f < 2^20 and x * fl(1/f) is within 2^-32 of it; adding 2^-24 before
+ * truncating gives floor(x / f) exactly, since a non-integer x / f is at least 1/f > 2^-12 below
+ * the next integer. */
+AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, const double *inv, __m256i x,
+                                const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
+    __m256i s = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sym)),
+                                table_offsets(tab, _mm_cvtsi32_si128(8)));
+    __m256i e = _mm256_i32gather_epi32((const int *)fc, s, 4);
     __m256i f = _mm256_and_si256(e, _mm256_set1_epi32(0xfff)), c = _mm256_srli_epi32(e, 12);
     __m256i x_max = _mm256_slli_epi32(f, 20);
     __m256i flush = _mm256_cmpeq_epi32(_mm256_max_epu32(x, x_max), x);
@@ -363,16 +414,43 @@ rans32_put8(const enc_vec_table *t, __m256i x, const uint8_t *sym, uint8_t **p) 
     __m256i xs = _mm256_xor_si256(x, _mm256_set1_epi32((int)0x80000000u)); /* signed convert */
     __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
     __m256d hi = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
-    lo = _mm256_add_pd(_mm256_mul_pd(lo, _mm256_i32gather_pd(t->inv, _mm256_castsi256_si128(s), 8)),
+    lo = _mm256_add_pd(_mm256_mul_pd(lo, _mm256_i32gather_pd(inv, _mm256_castsi256_si128(s), 8)),
                        eps);
     hi = _mm256_add_pd(
-        _mm256_mul_pd(hi, _mm256_i32gather_pd(t->inv, _mm256_extracti128_si256(s, 1), 8)), eps);
+        _mm256_mul_pd(hi, _mm256_i32gather_pd(inv, _mm256_extracti128_si256(s, 1), 8)), eps);
     __m256i q = _mm256_set_m128i(_mm256_cvttpd_epi32(hi), _mm256_cvttpd_epi32(lo));
     __m256i r = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f)); /* q < 2^20, f < 2^12 */
     return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, PROB_BITS), r), c);
 }
 
 /* Whole rounds [0, rounds) backwards (the encoder's order), the states in x; returns the new p. */
+AVX2_INLINE uint8_t *rans32_encode_avx2_impl(const uint8_t *src, const uint8_t *tab,
+                                             size_t rounds, const uint32_t *fc,
+                                             const double *inv, uint32_t x[LANES], uint8_t *p) {
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
+            x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
+            x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
+            x3 = _mm256_loadu_si256((const __m256i *)(x + 24));
+    for (size_t r = rounds; r-- > 0;) {
+        const uint8_t *s = src + r * LANES, *t = tab ? tab + r * LANES : NULL;
+        x3 = rans32_put8(fc, inv, x3, s + 24, t ? t + 24 : NULL, &p);
+        x2 = rans32_put8(fc, inv, x2, s + 16, t ? t + 16 : NULL, &p);
+        x1 = rans32_put8(fc, inv, x1, s + 8, t ? t + 8 : NULL, &p);
+        x0 = rans32_put8(fc, inv, x0, s, t, &p);
+    }
+    _mm256_storeu_si256((__m256i *)x, x0);
+    _mm256_storeu_si256((__m256i *)(x + 8), x1);
+    _mm256_storeu_si256((__m256i *)(x + 16), x2);
+    _mm256_storeu_si256((__m256i *)(x + 24), x3);
+    return p;
+}
+
+/* Encoder tables of the vector path for one table (see rans32_put8). */
+typedef struct {
+    uint32_t fc[256];
+    double inv[256];
+} enc_vec_table;
+
 __attribute__((target("avx2"))) static uint8_t *
 rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                    uint32_t x[LANES], uint8_t *p) {
@@ -384,26 +462,24 @@ rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
         t.inv[s] = 1.0 / f;
         cum += freq[s];
     }
-    __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
-            x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
-            x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
-            x3 = _mm256_loadu_si256((const __m256i *)(x + 24));
-    for (size_t r = rounds; r-- > 0;) {
-        const uint8_t *s = src + r * LANES;
-        x3 = rans32_put8(&t, x3, s + 24, &p);
-        x2 = rans32_put8(&t, x2, s + 16, &p);
-        x1 = rans32_put8(&t, x1, s + 8, &p);
-        x0 = rans32_put8(&t, x0, s, &p);
-    }
-    _mm256_storeu_si256((__m256i *)x, x0);
-    _mm256_storeu_si256((__m256i *)(x + 8), x1);
-    _mm256_storeu_si256((__m256i *)(x + 16), x2);
-    _mm256_storeu_si256((__m256i *)(x + 24), x3);
-    return p;
+    return rans32_encode_avx2_impl(src, NULL, rounds, t.fc, t.inv, x, p);
 }
-#else
-void ckz_rans_init(void) {}
+
+__attribute__((target("avx2"))) static uint8_t *
+rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, const uint32_t *fc,
+                       const double *inv, uint32_t x[LANES], uint8_t *p) {
+    return rans32_encode_avx2_impl(src, tab, rounds, fc, inv, x, p);
+}
 #endif
+
+float ckz_rans_log2[SCALE + 1];
+
+void ckz_rans_init(void) {
+    for (unsigned f = 1; f <= SCALE; f++) ckz_rans_log2[f] = (float)log2((double)f);
+#ifdef CKZ_HAVE_AVX2_RANS
+    init_vec_tables();
+#endif
+}
 
 void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
                        const uint8_t **start, size_t *size) {
@@ -446,16 +522,58 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
     *size = (size_t)(end - p);
 }
 
-
-int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
-                      size_t n, ckz_err *err) {
-    uint32_t T[SCALE]; /* as in ckz_rans_decode */
-    uint32_t cum = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        for (uint32_t j = 0; j < freq[s]; j++)
-            T[cum + j] = s | (j << 8) | ((uint32_t)freq[s] << 20);
-        cum += freq[s];
+int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
+                          const uint16_t (*freq)[256], unsigned tables, uint8_t *scratch,
+                          const uint8_t **start, size_t *size) {
+    /* fc and inv of every (table, symbol) entry, as in rans32_put8 */
+    uint32_t *fc = malloc((size_t)tables * 256 * (sizeof *fc + sizeof(double)));
+    if (!fc) return -1;
+    double *inv = (double *)(fc + (size_t)tables * 256); /* tables * 256 is even: aligned */
+    for (unsigned t = 0; t < tables; t++) {
+        uint32_t cum = 0;
+        for (unsigned s = 0; s < 256; s++) {
+            uint32_t f = freq[t][s] ? freq[t][s] : 1;
+            fc[t * 256 + s] = f | cum << 12;
+            inv[t * 256 + s] = 1.0 / f;
+            cum += freq[t][s];
+        }
     }
+    uint32_t x[LANES];
+    for (unsigned l = 0; l < LANES; l++) x[l] = L;
+    uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
+    size_t i = n, rounds = n / LANES;
+#ifdef CKZ_HAVE_AVX2_RANS
+    size_t stop = ckz_cpu_v3 ? rounds * LANES : 0;
+#else
+    size_t stop = 0;
+#endif
+    /* The scalar steps (the tail, or everything without AVX2) divide directly: the result is
+     * the same state as the reciprocal and double paths compute. */
+    for (; i > stop; i--) {
+        uint32_t e = fc[(uint32_t)tab[i - 1] << 8 | src[i - 1]], f = e & 0xfff;
+        uint32_t xl = x[(i - 1) % LANES], flush = xl >= f << 20;
+        p[-2] = (uint8_t)xl;
+        p[-1] = (uint8_t)(xl >> 8);
+        p -= 2 * flush;
+        xl >>= 16 * flush;
+        uint32_t q = xl / f;
+        x[(i - 1) % LANES] = (q << PROB_BITS) + (xl - q * f) + (e >> 12);
+    }
+#ifdef CKZ_HAVE_AVX2_RANS
+    if (stop) p = rans32_encode_avx2_tab(src, tab, rounds, fc, inv, x, p);
+#endif
+    free(fc);
+    p -= CKZ_RANS32_STATE_BYTES;
+    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
+    *start = p;
+    *size = (size_t)(end - p);
+    return 0;
+}
+
+/* Decodes with tables T (tab NULL: one table) from in[0..len) into out[0..n). */
+CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                  const uint8_t *in, size_t len, uint8_t *out, size_t n,
+                                  ckz_err *err) {
     if (len < CKZ_RANS32_STATE_BYTES)
         return ckz_fail(err, "rans32 stream has %zu bytes, fewer than its %d state bytes", len,
                         CKZ_RANS32_STATE_BYTES);
@@ -468,7 +586,8 @@ int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, u
          * the 16-byte loads never leave the buffer.  A round that runs past the real end (a
          * corrupt stream) stops the loop, and the final position check reports it. */
         const uint8_t *p = in + pos;
-        i = rans32_avx2(T, x, &p, in + len, out, i, n);
+        i = tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
+                : rans32_avx2(T, x, &p, in + len, out, i, n);
         uint8_t tail[2 * 4 * 16] = {0};
         size_t rest = (size_t)(in + len - p); /* < 64 unless the symbols ran out first */
         if (rest < 4 * 16 && n - i >= LANES) {
@@ -476,7 +595,8 @@ int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, u
             const uint8_t *q = tail;
             while (n - i >= LANES && q <= tail + rest) {
                 const uint8_t *q_end = tail + rest + 4 * 16; /* loads stay inside tail */
-                i += rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
+                i += tab ? rans32_avx2_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
+                         : rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
             }
             if (q > tail + rest)
                 return ckz_fail(err, "rans32 stream ends %zu bytes early", (size_t)(q - tail) - rest);
@@ -485,7 +605,7 @@ int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, u
         pos = (size_t)(p - in);
     }
 #endif
-    if (rans32_scalar(T, x, in, len, &pos, out, i, n))
+    if (rans32_scalar(T, tab, shift, x, in, len, &pos, out, i, n))
         return ckz_fail(err, "rans32 stream ends before symbol %zu of %zu", i, n);
     for (unsigned l = 0; l < LANES; l++)
         if (x[l] != L)
@@ -494,4 +614,16 @@ int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, u
     if (pos != len)
         return ckz_fail(err, "rans32 stream: %zu of %zu bytes used", pos, len);
     return 0;
+}
+
+int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
+                      size_t n, ckz_err *err) {
+    uint32_t T[SCALE];
+    ckz_rans_build_dtable(freq, T);
+    return rans32_decode_impl(T, NULL, 0, in, len, out, n, err);
+}
+
+int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                          const uint8_t *in, size_t len, uint8_t *out, size_t n, ckz_err *err) {
+    return rans32_decode_impl(T, tab, shift, in, len, out, n, err);
 }

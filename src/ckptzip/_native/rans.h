@@ -24,6 +24,17 @@
 /* freq[s] > 0 for every symbol with total[s] > 0, summing to CKZ_RANS_PROB_SCALE.  Needs at
  * least two used symbols. */
 void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]);
+/* The same normalized to sum 2^bits (8 <= bits <= CKZ_RANS_PROB_BITS): format 3's coarser bucket
+ * tables, whose frequencies are stored divided by 2^(CKZ_RANS_PROB_BITS - bits). */
+void ckz_rans_normalize_bits(const uint64_t total[256], uint64_t n, unsigned bits,
+                             uint16_t freq[256]);
+
+/* Decode table of a frequency table summing to CKZ_RANS_PROB_SCALE: slot -> symbol |
+ * (slot - c) << 8 | f << 20 (f, slot - c < 2^12). */
+void ckz_rans_build_dtable(const uint16_t freq[256], uint32_t T[CKZ_RANS_PROB_SCALE]);
+/* The same for frequencies that are all multiples of 2^shift: SCALE >> shift entries, entry j
+ * covering slots j 2^shift .. (j + 1) 2^shift - 1 (its slot - c holds the first one's). */
+void ckz_rans_build_dtable_unit(const uint16_t freq[256], unsigned shift, uint32_t *T);
 
 /* Serialized table: byte `first`, byte `count - 1`, then a LEB128 frequency per symbol of
  * first..first+count-1 (0 = unused).  Size, writer, validating reader (sets *used_bytes and
@@ -47,8 +58,12 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
  */
 #define CKZ_RANS32_LANES 32
 
-/* Fills the decoder's constant tables; call once before any decode (module init). */
+/* Fills the constant tables (the decoder's refill permutations, ckz_rans_log2); call once before
+ * any other function here (module init). */
 void ckz_rans_init(void);
+/* ckz_rans_log2[f] = log2(f) for 1 <= f <= CKZ_RANS_PROB_SCALE: exact code lengths for the
+ * encoders' size accounting. */
+extern float ckz_rans_log2[CKZ_RANS_PROB_SCALE + 1];
 #define CKZ_RANS32_STATE_BYTES (4 * CKZ_RANS32_LANES)
 
 /* Worst-case scratch for n symbols: two bytes per symbol (one word at most), the states, and
@@ -67,5 +82,23 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
  * ends at L. */
 int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
                       size_t n, ckz_err *err);
+
+/* ---- bucketed RANS32 (context stream format 3) --------------------------------------------
+ * The RANS32 stream above, but symbol i is coded with table tab[i] (< tables) of a set of
+ * tables: states, renormalization, word order and stream end are unchanged, only the slot lookup
+ * becomes T[tab[i] * SCALE + slot] and the encoder's (f, c) come from table tab[i]. */
+
+/* Codes src[0..n) into the end of scratch (ckz_rans32_scratch_size(n) bytes) with tables
+ * freq[0..tables); every symbol must have freq[tab[i]][src[i]] > 0.  Returns -1 only when its
+ * (tables * 3 KiB) workspace cannot be allocated. */
+int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
+                          const uint16_t (*freq)[256], unsigned tables, uint8_t *scratch,
+                          const uint8_t **start, size_t *size);
+
+/* Decodes with the decode tables T (ckz_rans_build_dtable_unit(..., shift, ...) each, table t at
+ * T + t * (SCALE >> shift)); the caller guarantees tab[i] indexes one of them.  Same checks as
+ * ckz_rans32_decode. */
+int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                          const uint8_t *in, size_t len, uint8_t *out, size_t n, ckz_err *err);
 
 #endif /* CKZ_RANS_H */
