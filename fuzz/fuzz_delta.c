@@ -1,13 +1,16 @@
 /* fuzz_delta.c - libFuzzer harness for the decode of a delta chunk, as the reader runs it:
- * the stream (format 1 via decode_planes, or format 2 via decode_planes_ctx with the context
- * that context_bytes derives from the base chunk), then residual_decode against the base.
+ * the stream (format 1 via decode_planes, or formats 3 and 2 via decode_planes_ctx with the
+ * context that context_bytes derives from the base chunk), then residual_decode against the
+ * base.
  *
  * Input: control byte | u32 LE base length L | L base bytes | stream.  Control byte bits 0-1:
  * residual kind (3 is an invalid kind, which must be refused), bits 2-3: log2 of the element
  * width, bits 4-7: plane rotation.  The destination has L bytes, like the chunk's raw length.
  * Any outcome but a crash, a sanitizer report or a leak is fine.  Invariants checked:
- * residual_encode(residual_decode(d, base), base) == d (the residual is a bijection), and the
- * in-place decode (dst == delta) equals the out-of-place one.
+ * residual_encode(residual_decode(d, base), base) == d (the residual is a bijection), the
+ * in-place decode (dst == delta) equals the out-of-place one, and a context stream that decodes
+ * re-encodes (format 3) to a stream that decodes to the same bytes (the encoder's plane modes
+ * and tables on whatever the fuzzer's streams decode to).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +28,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     ckz_init();
     return 0;
+}
+
+/* encode_planes_ctx(d) must decode back to d. */
+static void check_reencode(const uint8_t *d, const uint8_t *ctx, size_t n, unsigned width,
+                           unsigned rotate) {
+    ckz_err err;
+    size_t bytes = n * width, len = 0;
+    uint8_t *enc = malloc(ckz_encode_ctx_bound(n, width)), *back = malloc(bytes ? bytes : 1);
+    if (!enc || !back) abort();
+    if (ckz_encode_planes_ctx(d, ctx, n, width, rotate, enc, &len, &err)) abort();
+    if (len > ckz_encode_ctx_bound(n, width) || enc[0] != CKZ_CTX_FORMAT) abort();
+    if (ckz_decode_planes_ctx(enc, len, ctx, n, back, bytes, width, rotate, &err)) abort();
+    if (memcmp(back, d, bytes)) abort();
+    free(enc);
+    free(back);
 }
 
 static void check_residual(const uint8_t *delta, const uint8_t *base, size_t len, unsigned width,
@@ -61,13 +79,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *dst = malloc(base_len ? base_len : 1);
     if (!dst) abort();
     int rc;
-    if (len && src[0] == CKZ_CTX_FORMAT) {
+    if (len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2)) {
         size_t n = base_len / width;
         uint8_t *ctx = malloc(n ? n : 1);
         if (!ctx) abort();
         /* context_bytes reads whole elements; a ragged tail makes the decode refuse dst */
         ckz_context_bytes(base, n, width, CONTEXT_ROTATE % (8 * width), ctx);
         rc = ckz_decode_planes_ctx(src, len, ctx, n, dst, base_len, width, rotate, &err);
+        if (!rc) check_reencode(dst, ctx, n, width, rotate);
         free(ctx);
     } else {
         rc = ckz_decode_planes(src, len, dst, base_len, width, rotate, &err);

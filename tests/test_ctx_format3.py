@@ -433,3 +433,21 @@ FORMAT2_SIZES: dict[tuple[int, int, float], int] = {
     (131_072, 1, 1e-3): 105_608,
     (65_536, 2, 5e-5): 18_988,
 }
+
+
+def test_empty_stream_with_a_coded_plane() -> None:
+    """n = 0 gives no buckets: a RANS32 plane's table must not go to the bucket tables (a fuzzer
+    finding, fuzz_delta: heap overflow before the fix)."""
+    stream = base64.b64decode(
+        "AwABAARVxijGxsbGxsbGxsbGxsbGxsbGxsbGxsbGxsbGxsbGxsbGxgIAAADGxsbGxsY7xsbGxsbGxsbGxsbGxsbG"
+        "xsbGxsbGxsbGxsbGxsbGxsbGxsbGxsbGAQAA"
+    )
+    with pytest.raises(ValueError):
+        N.decode_planes_ctx(stream, b"", bytearray(0), 1, 0)
+    table = bytes([0, 1, 0x80, 0x10, 0x80, 0x10])  # symbols 0, 1: 2048 each
+    states = (1 << 16).to_bytes(4, "little") * 32
+    body = table + states
+    ok = bytes([FORMAT3, 0, 1, 0, RANS32]) + varint(len(body)) + body
+    N.decode_planes_ctx(ok, b"", bytearray(0), 1, 0)
+    with pytest.raises(ValueError, match="trailing"):
+        N.decode_planes_ctx(ok + b"\x00", b"", bytearray(0), 1, 0)

@@ -776,10 +776,11 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
             }
             memset(o, *p++, n);
         } else if (mode == CKZ_MODE_RANS32) {
+            uint16_t one[256]; /* not freq[0]: B is 0 for n = 0 */
             size_t used = 0;
             if (get_body(&p, end, q, &body, err) ||
-                ckz_rans_read_table(p, body, freq[0], &used, err) ||
-                ckz_rans32_decode(freq[0], p + used, body - used, o, n, err))
+                ckz_rans_read_table(p, body, one, &used, err) ||
+                ckz_rans32_decode(one, p + used, body - used, o, n, err))
                 goto done;
             p += body;
         } else if (mode == CKZ_CTX_MODE_BUCKETED) {
