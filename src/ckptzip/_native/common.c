@@ -16,11 +16,14 @@ int ckz_fail(ckz_err *err, const char *fmt, ...) {
 }
 
 int ckz_cpu_v3 = 0;
+int ckz_cpu_v4 = 0;
 
 void ckz_cpu_init(void) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
     __builtin_cpu_init();
     ckz_cpu_v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+    ckz_cpu_v4 = ckz_cpu_v3 && __builtin_cpu_supports("avx512f") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
 #endif
 }
 

@@ -71,6 +71,9 @@ static inline void ckz_store64(uint8_t *p, uint64_t v) {
  * through the best variant; ckz_cpu_v3 is written once by ckz_cpu_init (module init) and only
  * read afterwards.  Elsewhere (aarch64: NEON is baseline) there is one variant. */
 extern int ckz_cpu_v3;
+/* AVX-512 F, BW and VBMI as well (byte permutes across a whole 64-byte vector): the plane
+ * kernels of 2- and 4-byte elements use it where it exists (Ice Lake and later, Zen 4). */
+extern int ckz_cpu_v4;
 void ckz_cpu_init(void);
 /* Everything the core needs before its first call, once: CPU dispatch, then the CRC-32C and rANS
  * tables (the Python module's init and the fuzz harnesses call it). */

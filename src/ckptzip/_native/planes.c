@@ -178,6 +178,122 @@ __attribute__((target("avx2"))) static size_t merge4_avx2(const uint8_t *p0, con
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+/* AVX-512 VBMI: a byte permute across two 64-byte vectors (vpermt2b) is a whole plane step.
+ * 2-byte elements: 64 per step, two loads, two permutes, two full stores; 4-byte elements: 64
+ * per step, four loads, transposed by two rounds of two-source permutes.  The rotations are
+ * shift pairs (16-bit shifts by 16 give zero, so r = 0 needs no case). */
+#define V4_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+
+V4_TARGET static __m512i bytes_every(unsigned stride, unsigned first) {
+    uint8_t idx[64];
+    for (unsigned j = 0; j < 64; j++) idx[j] = (uint8_t)((first + stride * j) & 127);
+    return _mm512_loadu_si512(idx);
+}
+
+V4_TARGET static size_t split2_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, size_t n,
+                                  unsigned r) {
+    const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)(16 - r));
+    const __m512i even = bytes_every(2, 0), odd = bytes_every(2, 1);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i a = _mm512_loadu_si512(src + 2 * i), b = _mm512_loadu_si512(src + 2 * i + 64);
+        a = _mm512_or_si512(_mm512_sll_epi16(a, cl), _mm512_srl_epi16(a, cr));
+        b = _mm512_or_si512(_mm512_sll_epi16(b, cl), _mm512_srl_epi16(b, cr));
+        _mm512_storeu_si512(p0 + i, _mm512_permutex2var_epi8(a, even, b));
+        _mm512_storeu_si512(p1 + i, _mm512_permutex2var_epi8(a, odd, b));
+    }
+    return i;
+}
+
+V4_TARGET static size_t merge2_v4(const uint8_t *p0, const uint8_t *p1, uint8_t *dst, size_t n,
+                                  unsigned r) {
+    const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)(16 - r));
+    uint8_t lo[64], hi[64]; /* byte j of the output: plane j % 2, element j / 2 (+ 32 for hi) */
+    for (unsigned j = 0; j < 64; j++) {
+        lo[j] = (uint8_t)((j & 1) * 64 + j / 2);
+        hi[j] = (uint8_t)((j & 1) * 64 + 32 + j / 2);
+    }
+    const __m512i ilo = _mm512_loadu_si512(lo), ihi = _mm512_loadu_si512(hi);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
+        __m512i x = _mm512_permutex2var_epi8(a, ilo, b), y = _mm512_permutex2var_epi8(a, ihi, b);
+        x = _mm512_or_si512(_mm512_srl_epi16(x, cr), _mm512_sll_epi16(x, cl));
+        y = _mm512_or_si512(_mm512_srl_epi16(y, cr), _mm512_sll_epi16(y, cl));
+        _mm512_storeu_si512(dst + 2 * i, x);
+        _mm512_storeu_si512(dst + 2 * i + 64, y);
+    }
+    return i;
+}
+
+/* idx[j] = 4 (j mod 32) + b: from a pair of vectors (32 elements), byte b of each, twice over. */
+V4_TARGET static __m512i plane_of_pair(unsigned b) {
+    uint8_t idx[64];
+    for (unsigned j = 0; j < 64; j++) idx[j] = (uint8_t)(4 * (j % 32) + b);
+    return _mm512_loadu_si512(idx);
+}
+
+V4_TARGET static size_t split4_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, uint8_t *p2,
+                                  uint8_t *p3, size_t n, unsigned r) {
+    const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)(32 - r));
+    const __m512i idx[4] = {plane_of_pair(0), plane_of_pair(1), plane_of_pair(2),
+                            plane_of_pair(3)};
+    uint8_t *dst[4] = {p0, p1, p2, p3};
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i v[4];
+        for (int j = 0; j < 4; j++) {
+            __m512i a = _mm512_loadu_si512(src + 4 * i + 64 * j);
+            v[j] = _mm512_or_si512(_mm512_sll_epi32(a, cl), _mm512_srl_epi32(a, cr));
+        }
+        /* plane b: elements 0-31 from (v0, v1) in the low half, 32-63 from (v2, v3) above */
+        for (int b = 0; b < 4; b++)
+            _mm512_storeu_si512(dst[b] + i,
+                                _mm512_mask_blend_epi64(0xF0,
+                                                        _mm512_permutex2var_epi8(v[0], idx[b], v[1]),
+                                                        _mm512_permutex2var_epi8(v[2], idx[b], v[3])));
+    }
+    return i;
+}
+
+V4_TARGET static size_t merge4_v4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                                  const uint8_t *p3, uint8_t *dst, size_t n, unsigned r) {
+    const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)(32 - r));
+    /* stage 1: two planes interleaved, elements 0-31 (lo) or 32-63 (hi) */
+    uint8_t pair_lo[64], pair_hi[64], out[4][64];
+    for (unsigned j = 0; j < 64; j++) {
+        pair_lo[j] = (uint8_t)((j & 1) * 64 + j / 2);
+        pair_hi[j] = (uint8_t)((j & 1) * 64 + 32 + j / 2);
+    }
+    /* stage 2: output vector k (elements 16k..16k+15) from the interleaved pairs: byte 4e + b is
+     * byte 2e' + b of (P0P1) for b < 2, of (P2P3) for b >= 2, e' = e + 16 (k mod 2) */
+    for (unsigned k = 0; k < 4; k++)
+        for (unsigned j = 0; j < 64; j++) {
+            unsigned e = j / 4 + 16 * (k % 2), b = j % 4;
+            out[k][j] = (uint8_t)((b >= 2) * 64 + 2 * e + (b & 1));
+        }
+    const __m512i ilo = _mm512_loadu_si512(pair_lo), ihi = _mm512_loadu_si512(pair_hi);
+    const __m512i o0 = _mm512_loadu_si512(out[0]), o1 = _mm512_loadu_si512(out[1]);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
+        __m512i c = _mm512_loadu_si512(p2 + i), d = _mm512_loadu_si512(p3 + i);
+        __m512i ab_lo = _mm512_permutex2var_epi8(a, ilo, b), ab_hi = _mm512_permutex2var_epi8(a, ihi, b);
+        __m512i cd_lo = _mm512_permutex2var_epi8(c, ilo, d), cd_hi = _mm512_permutex2var_epi8(c, ihi, d);
+        __m512i w[4] = {_mm512_permutex2var_epi8(ab_lo, o0, cd_lo),
+                        _mm512_permutex2var_epi8(ab_lo, o1, cd_lo),
+                        _mm512_permutex2var_epi8(ab_hi, o0, cd_hi),
+                        _mm512_permutex2var_epi8(ab_hi, o1, cd_hi)};
+        for (int k = 0; k < 4; k++)
+            _mm512_storeu_si512(dst + 4 * i + 64 * k,
+                                _mm512_or_si512(_mm512_srl_epi32(w[k], cr), _mm512_sll_epi32(w[k], cl)));
+    }
+    return i;
+}
+
+#endif
+
 /* Generic element size k: a left rotation by r = 8*q + b bits moves source byte j to byte
  * (j + q) mod k, shifted left by b, with the spill of byte j-1 filling its low bits:
  *     out[t] = (in[(t - q) mod k] << b) | (in[(t - q - 1) mod k] >> (8 - b))   (b > 0). */
@@ -208,11 +324,20 @@ void ckz_split_planes(const uint8_t *src, uint8_t *dst, size_t n, unsigned elem_
                       unsigned rotate) {
     switch (elem_size) {
     case 1: split1(src, dst, n, rotate); break;
-    case 2: split2(src, dst, dst + n, n, rotate); break;
+    case 2: {
+        size_t done = 0;
+#ifdef CKZ_HAVE_AVX2_PLANES
+        if (ckz_cpu_v4) done = split2_v4(src, dst, dst + n, n, rotate);
+#endif
+        split2(src + 2 * done, dst + done, dst + n + done, n - done, rotate);
+        break;
+    }
     case 4: {
         size_t done = 0;
 #ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v3) done = split4_avx2(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
+        if (ckz_cpu_v4) done = split4_v4(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
+        else if (ckz_cpu_v3)
+            done = split4_avx2(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
 #endif
         split4(src + 4 * done, dst + done, dst + n + done, dst + 2 * n + done,
                dst + 3 * n + done, n - done, rotate);
@@ -227,11 +352,20 @@ void ckz_merge_planes(const uint8_t *const *planes, uint8_t *dst, size_t n, unsi
                       unsigned rotate) {
     switch (elem_size) {
     case 1: merge1(planes[0], dst, n, rotate); break;
-    case 2: merge2(planes[0], planes[1], dst, n, rotate); break;
+    case 2: {
+        size_t done = 0;
+#ifdef CKZ_HAVE_AVX2_PLANES
+        if (ckz_cpu_v4) done = merge2_v4(planes[0], planes[1], dst, n, rotate);
+#endif
+        merge2(planes[0] + done, planes[1] + done, dst + 2 * done, n - done, rotate);
+        break;
+    }
     case 4: {
         size_t done = 0;
 #ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v3)
+        if (ckz_cpu_v4)
+            done = merge4_v4(planes[0], planes[1], planes[2], planes[3], dst, n, rotate);
+        else if (ckz_cpu_v3)
             done = merge4_avx2(planes[0], planes[1], planes[2], planes[3], dst, n, rotate);
 #endif
         merge4(planes[0] + done, planes[1] + done, planes[2] + done, planes[3] + done,
