@@ -488,19 +488,24 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
-/* hist[b * 256 + v] = elements of bucket b whose byte is v.  Two interleaved copies, so that a
- * run of equal (bucket, byte) pairs does not serialize on one counter's store and load. */
+/* hist[b * 256 + v] = elements of bucket b whose byte is v.  Four interleaved copies (hist and
+ * the three of spare), so that a run of equal (bucket, byte) pairs - a high residual plane is
+ * mostly zeros - does not serialize on one counter's store and load. */
 static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, unsigned B,
                              uint32_t *hist, uint32_t *spare) {
-    memset(hist, 0, (size_t)B * 256 * sizeof *hist);
-    memset(spare, 0, (size_t)B * 256 * sizeof *spare);
+    size_t span = (size_t)B * 256;
+    uint32_t *h1 = spare, *h2 = spare + span, *h3 = spare + 2 * span;
+    memset(hist, 0, span * sizeof *hist);
+    memset(spare, 0, 3 * span * sizeof *spare);
     size_t i = 0;
-    for (; i + 2 <= n; i += 2) {
+    for (; i + 4 <= n; i += 4) {
         hist[(uint32_t)bk[i] << 8 | s[i]]++;
-        spare[(uint32_t)bk[i + 1] << 8 | s[i + 1]]++;
+        h1[(uint32_t)bk[i + 1] << 8 | s[i + 1]]++;
+        h2[(uint32_t)bk[i + 2] << 8 | s[i + 2]]++;
+        h3[(uint32_t)bk[i + 3] << 8 | s[i + 3]]++;
     }
-    if (i < n) hist[(uint32_t)bk[i] << 8 | s[i]]++;
-    for (size_t j = 0; j < (size_t)B * 256; j++) hist[j] += spare[j];
+    for (; i < n; i++) hist[(uint32_t)bk[i] << 8 | s[i]]++;
+    for (size_t j = 0; j < span; j++) hist[j] += h1[j] + h2[j] + h3[j];
 }
 
 typedef struct {
@@ -604,14 +609,15 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     size_t bytes = n * elem_size;
     buckets bs;
     find_buckets(ctx, n, &bs);
-    /* planes | bucket indices | RANS32 scratch | two bucket histograms | the plan */
+    /* bucket histograms (one, and three spare copies) | the plan | planes | bucket indices |
+     * RANS32 scratch */
     size_t hist = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint32_t);
-    size_t total = bytes + n + ckz_rans32_scratch_size(n) + 2 * hist + sizeof(plane_plan);
+    size_t total = 4 * hist + sizeof(plane_plan) + bytes + n + ckz_rans32_scratch_size(n);
     uint8_t *mem = malloc(total);
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of encoder scratch", total);
     uint32_t *h0 = (uint32_t *)mem, *h1 = h0 + CKZ_CTX_MAX_BUCKETS * 256;
-    plane_plan *pl = (plane_plan *)(mem + 2 * hist);
-    uint8_t *planes = mem + 2 * hist + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
+    plane_plan *pl = (plane_plan *)(mem + 4 * hist);
+    uint8_t *planes = mem + 4 * hist + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
     ckz_split_planes(src, planes, n, elem_size, rotate);
     bucket_index(ctx, n, bs.first, bs.count, bk);
     uint8_t *o = out;
