@@ -1,17 +1,16 @@
-/* ctx.h - byte planes coded in context buckets: the stream of encode_planes_ctx (stream format 2,
- * docs/STREAMS.md has the byte layout).
+/* ctx.h - byte planes coded against a per-element context: the stream of encode_planes_ctx
+ * (stream format 3; format 2 is still decoded; docs/STREAMS.md has both layouts).
  *
  * Each element i has one context byte ctx[i] that the encoder and the decoder both know (for an
  * incremental checkpoint: the base tensor's exponent byte, from ckz_context_bytes).  The context
  * values are cut into buckets, contiguous value ranges of at least ckz_ctx_min_bucket(n) elements,
  * by a rule that depends on the context histogram alone, so the decoder recomputes it and nothing
- * about the buckets but their count is stored.  Every byte plane is then stored as one segment per
- * bucket (RAW, CONST, HUFF or RANS, as in stream.h), each with its own table: a segment codes the
- * plane's bytes of the elements whose context falls in its bucket.
- *
- * Element order inside a plane's bucket run: by context value, then by lane, then by index, where
- * lane l is the l-th of CKZ_CTX_LANES near-equal runs of elements (ckz_huf_stream_start/count).
- * The lanes give the permuting loops independent cursor chains.
+ * about the buckets but their count is stored.  Format 3 codes each byte plane, in element order,
+ * as RAW, CONST, one RANS32 stream with one table, or one RANS32 stream whose symbol i uses the
+ * table of element i's bucket.  Format 2 stored each plane as one segment per bucket (RAW, CONST,
+ * HUFF or RANS, as in stream.h), the plane's bytes permuted into bucket order: by context value,
+ * then by lane, then by index, where lane l is the l-th of CKZ_CTX_LANES near-equal runs of
+ * elements (ckz_huf_stream_start/count).
  */
 #ifndef CKZ_CTX_H
 #define CKZ_CTX_H

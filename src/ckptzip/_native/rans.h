@@ -24,8 +24,7 @@
 /* freq[s] > 0 for every symbol with total[s] > 0, summing to CKZ_RANS_PROB_SCALE.  Needs at
  * least two used symbols. */
 void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256]);
-/* The same normalized to sum 2^bits (8 <= bits <= CKZ_RANS_PROB_BITS): format 3's coarser bucket
- * tables, whose frequencies are stored divided by 2^(CKZ_RANS_PROB_BITS - bits). */
+/* The same normalized to sum 2^bits (8 <= bits <= CKZ_RANS_PROB_BITS). */
 void ckz_rans_normalize_bits(const uint64_t total[256], uint64_t n, unsigned bits,
                              uint16_t freq[256]);
 
