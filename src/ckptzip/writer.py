@@ -252,6 +252,9 @@ def _check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
 class Sink(ABC):
     """Receives the stored chunks in order, then the header."""
 
+    #: Whether ``reserve`` needs a bound on the header's size (worth a pass over the plans).
+    places_data_after_header = True
+
     def __init__(self) -> None:
         self.position = 0  # bytes of data section written so far
         self.reserved = 0  # bytes set aside for the header (file sinks)
@@ -277,8 +280,12 @@ class MemorySink(Sink):
     until a final join instead, the chunks of a large state made the allocator map fresh memory
     on every save, and on a VM a fresh page's fault costs as long as coding it: 17,500 faults per
     dumps() of a 43 MB fp32 state dict before, about 2,000 after (docs/BENCHMARKS.md). The one
-    cost is moving the data once when the header turns out shorter than reserved.
+    cost is moving the data once, in place, behind the header when that is finished (so no bound
+    on the header's size is computed beforehand).
     """
+
+    #: The data is moved once behind the finished header anyway: no header bound is needed.
+    places_data_after_header = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -481,8 +488,9 @@ def encode_state(
         header["source"] = source
     raw_total = sum(leaf.nbytes for leaf in leaves)
     # a stored chunk exceeds its raw bytes by its stream header at most (RAW planes)
-    sink.reserve(_estimate_header(header, leaves, policy, base, base_location, encoded),
-                 raw_total + raw_total // 256 + (64 << 10))
+    header_bound = (_estimate_header(header, leaves, policy, base, base_location, encoded)
+                    if sink.places_data_after_header else 0)
+    sink.reserve(header_bound, raw_total + raw_total // 256 + (64 << 10))
     bar = Progress(raw_total, "compress", enabled=progress)
 
     def encode_task(task: _Task) -> list[tuple[int, bytes, int, int, int]]:
