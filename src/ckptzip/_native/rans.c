@@ -470,6 +470,88 @@ rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, co
                        const double *inv, uint32_t x[LANES], uint8_t *p) {
     return rans32_encode_avx2_impl(src, tab, rounds, fc, inv, x, p);
 }
+
+/* AVX-512 (F, BW, VL): 16 lanes a step, so a round of 32 symbols is two steps and the chain of
+ * refill positions between steps is half as long.  The refill words go to the refilling lanes
+ * by an expand (no permutation table); the encoder's flushed words leave by a compress and a
+ * masked store of exactly their count.  Same streams, byte for byte, as the 8-lane steps: the
+ * refills of a step still come in lane order. */
+#define V4_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"), always_inline)) \
+    static inline
+#define V4_FN __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) static
+
+V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t **p, uint8_t *out) {
+    __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(SCALE - 1)), T, 4);
+    __m512i f = _mm512_srli_epi32(e, 20);
+    __m512i bias = _mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xfff));
+    x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, PROB_BITS)), bias);
+    _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(e)); /* the symbols: byte 0 of e */
+    __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(L));
+    __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)*p));
+    x = _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(need, words));
+    *p += 2 * (size_t)__builtin_popcount(need);
+    return x;
+}
+
+/* As rans32_avx2 (whole rounds while 64 bytes remain at p: two 32-byte loads a round). */
+V4_FN size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
+                       const uint8_t *end, uint8_t *out, size_t i, size_t n) {
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+    const uint8_t *p = *pp;
+    size_t start = i;
+    for (; n - i >= LANES && end - p >= 4 * 16; i += LANES) {
+        x0 = rans32_step16(T, x0, &p, out + i);
+        x1 = rans32_step16(T, x1, &p, out + i + 16);
+    }
+    _mm512_storeu_si512(x, x0);
+    _mm512_storeu_si512(x + 16, x1);
+    *pp = p;
+    return i - start;
+}
+
+V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
+                               const uint8_t *sym, uint8_t **p) {
+    __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym));
+    __m512i e = _mm512_i32gather_epi32(s, fc, 4);
+    __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
+    __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
+    unsigned count = (unsigned)__builtin_popcount(flush);
+    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
+    *p -= 2 * (size_t)count;
+    _mm256_mask_storeu_epi16(*p, (__mmask16)((1u << count) - 1), w);
+    x = _mm512_mask_srli_epi32(x, flush, x, 16);
+    /* q = floor(x / f) from doubles, as in rans32_put8 (x < f 2^20 after the flush) */
+    const __m512d eps = _mm512_set1_pd(0x1p-24);
+    __m512d lo = _mm512_cvtepu32_pd(_mm512_castsi512_si256(x));
+    __m512d hi = _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1));
+    lo = _mm512_add_pd(_mm512_mul_pd(lo, _mm512_i32gather_pd(_mm512_castsi512_si256(s), inv, 8)), eps);
+    hi = _mm512_add_pd(_mm512_mul_pd(hi, _mm512_i32gather_pd(_mm512_extracti64x4_epi64(s, 1), inv, 8)),
+                       eps);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)),
+                                   _mm512_cvttpd_epu32(hi), 1);
+    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+    return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
+}
+
+V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
+                                uint32_t x[LANES], uint8_t *p) {
+    enc_vec_table t;
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        uint32_t f = freq[s] ? freq[s] : 1;
+        t.fc[s] = f | cum << 12;
+        t.inv[s] = 1.0 / f;
+        cum += freq[s];
+    }
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+    for (size_t r = rounds; r-- > 0;) {
+        x1 = rans32_put16(t.fc, t.inv, x1, src + r * LANES + 16, &p);
+        x0 = rans32_put16(t.fc, t.inv, x0, src + r * LANES, &p);
+    }
+    _mm512_storeu_si512(x, x0);
+    _mm512_storeu_si512(x + 16, x1);
+    return p;
+}
 #endif
 
 float ckz_rans_log2[SCALE + 1];
@@ -514,7 +596,9 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
         x[(i - 1) % LANES] = xl + e->bias + q * e->cmpl_freq;
     }
 #ifdef CKZ_HAVE_AVX2_RANS
-    if (stop) p = rans32_encode_avx2(src, rounds, freq, x, p);
+    if (stop)
+        p = ckz_cpu_v4 ? rans32_encode_v4(src, rounds, freq, x, p)
+                       : rans32_encode_avx2(src, rounds, freq, x, p);
 #endif
     p -= CKZ_RANS32_STATE_BYTES;
     for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
@@ -587,7 +671,8 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
          * corrupt stream) stops the loop, and the final position check reports it. */
         const uint8_t *p = in + pos;
         i = tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
-                : rans32_avx2(T, x, &p, in + len, out, i, n);
+            : ckz_cpu_v4 ? rans32_v4(T, x, &p, in + len, out, i, n)
+                         : rans32_avx2(T, x, &p, in + len, out, i, n);
         uint8_t tail[2 * 4 * 16] = {0};
         size_t rest = (size_t)(in + len - p); /* < 64 unless the symbols ran out first */
         if (rest < 4 * 16 && n - i >= LANES) {
@@ -596,7 +681,8 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
             while (n - i >= LANES && q <= tail + rest) {
                 const uint8_t *q_end = tail + rest + 4 * 16; /* loads stay inside tail */
                 i += tab ? rans32_avx2_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
-                         : rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
+                     : ckz_cpu_v4 ? rans32_v4(T, x, &q, q_end, out, i, i + LANES)
+                                  : rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
             }
             if (q > tail + rest)
                 return ckz_fail(err, "rans32 stream ends %zu bytes early", (size_t)(q - tail) - rest);
