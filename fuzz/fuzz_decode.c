@@ -5,8 +5,8 @@
  * decode, decode_planes with matching and mismatching element sizes.  Any outcome but a crash,
  * a sanitizer report or a leak is fine.  Successful plain and fused decodes must agree.
  *
- * A stream whose first byte is CKZ_CTX_FORMAT goes to decode_planes_ctx instead, with the
- * context fuzz_context(i, ctl) (fuzz/make_corpus.py builds its seeds with the same function),
+ * A stream whose first byte is a context format (3, or the older 2) goes to decode_planes_ctx
+ * instead, with the context fuzz_context(i, ctl) (fuzz/make_corpus.py builds its seeds with the same function),
  * elem_size 1 << ((ctl >> 2) & 3), and one context byte too many when ctl & 3 == 3.
  */
 #include <stdint.h>
@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckz_err err;
     uint64_t n;
     (void)ckz_crc32c(0, src, len);
-    if (len && src[0] == CKZ_CTX_FORMAT) return fuzz_ctx(ctl, src, len);
+    if (len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2))
+        return fuzz_ctx(ctl, src, len);
     if (ckz_decoded_size(src, len, &n, &err) || n > MAX_OUT) return 0;
     size_t dst_len = (size_t)n + ((ctl & 3) == 3 ? 1 : 0); /* 1 in 4: wrong length */
     uint8_t *a = malloc(dst_len ? dst_len : 1), *b = malloc(dst_len ? dst_len : 1);

@@ -139,6 +139,11 @@ def test_codec_seeds_decode(harnesses: dict[str, Any]) -> None:
     assert ids == set(ckptzip.codecs.registered_ids())  # every registered codec has seeds
 
 
+#: First bytes of context-bucketed streams: format 3 (written now) and format 2 (still read).
+FORMAT2 = b"\x02"
+CTX_FORMATS = (bytes([_native.CTX_STREAM_FORMAT]), FORMAT2)
+
+
 def test_libfuzzer_decode_corpus_replays() -> None:
     """fuzz/corpus/decode through the Python entry points of the same decoders: today's seeds
     decode, every seed gives a value or a ckptzip.Error."""
@@ -148,7 +153,7 @@ def test_libfuzzer_decode_corpus_replays() -> None:
         ctl, stream = path.read_bytes()[0], path.read_bytes()[1:]
         try:
             n = entropy.decoded_size(stream)
-            if stream[:1] == bytes([_native.CTX_STREAM_FORMAT]):
+            if stream[:1] in CTX_FORMATS:
                 k = 1 << ((ctl >> 2) & 3)
                 out = bytearray(n)
                 _native.decode_planes_ctx(stream, fuzz_context(n // k, ctl), out, k,
@@ -170,7 +175,7 @@ def test_libfuzzer_delta_corpus_replays() -> None:
         base, stream = data[5 : 5 + length], data[5 + length :]
         width, rotate = 1 << ((ctl >> 2) & 3), ctl >> 4
         second = ({"id": "ctxplanes", "width": width, "rotate": rotate}
-                  if stream[:1] == bytes([_native.CTX_STREAM_FORMAT]) else
+                  if stream[:1] in CTX_FORMATS else
                   {"id": "byteplanes", "width": width, "rotate": rotate})
         configs = [{"id": "residual", "kind": kinds[ctl & 3], "width": width}, second]
         if second["id"] == "byteplanes":
@@ -178,7 +183,13 @@ def test_libfuzzer_delta_corpus_replays() -> None:
         pipeline = Pipeline.from_config(configs)
         out = bytearray(length)
         pipeline.decode_chunk(stream, out, base)
-        assert pipeline.encode_chunk(bytes(out), base) == stream  # the writer's chunk, exactly
+        again = pipeline.encode_chunk(bytes(out), base)
+        if stream[:1] == FORMAT2:  # a seed of the earlier writer: re-encoded as format 3 now
+            back = bytearray(length)
+            pipeline.decode_chunk(again, back, base)
+            assert back == out and again[:1] == bytes([_native.CTX_STREAM_FORMAT])
+        else:
+            assert again == stream  # the writer's chunk, exactly
 
 
 # ---- (c) memory is capped by the file's real size -----------------------------------------------
