@@ -14,6 +14,38 @@ typedef struct {
     Py_ssize_t size;
 } PageBuffer;
 
+/* Mappings of freed PageBuffers, kept for a later PageBuffer of the same size: memory already
+ * faulted in, as glibc keeps freed heap blocks (without it, loading the same checkpoint twice
+ * zeroes and faults in every page twice).  At most CACHE_SLOTS mappings and CACHE_BYTES in
+ * all; the GIL guards it (PageBuffers are made and freed with the GIL held). */
+#define CACHE_SLOTS 256
+#define CACHE_BYTES ((size_t)256 << 20)
+static struct {
+    void *data;
+    size_t size;
+} cache[CACHE_SLOTS];
+static unsigned cached;
+static size_t cached_bytes;
+
+static void *cache_take(size_t size) {
+    for (unsigned i = 0; i < cached; i++)
+        if (cache[i].size == size) {
+            void *data = cache[i].data;
+            cache[i] = cache[--cached];
+            cached_bytes -= size;
+            return data;
+        }
+    return NULL;
+}
+
+static int cache_keep(void *data, size_t size) {
+    if (cached == CACHE_SLOTS || size > CACHE_BYTES - cached_bytes) return 0;
+    cache[cached].data = data;
+    cache[cached++].size = size;
+    cached_bytes += size;
+    return 1;
+}
+
 static PyObject *page_buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"size", NULL};
     Py_ssize_t size;
@@ -21,10 +53,12 @@ static PyObject *page_buffer_new(PyTypeObject *type, PyObject *args, PyObject *k
     if (size < 0) return PyErr_Format(PyExc_ValueError, "size %zd is negative", size);
     PageBuffer *self = (PageBuffer *)type->tp_alloc(type, 0);
     if (!self) return NULL;
-    void *data;
-    Py_BEGIN_ALLOW_THREADS /* munmap of the trimmed head and tail, madvise */
-    data = ckz_pages_alloc(size ? (size_t)size : 1);
-    Py_END_ALLOW_THREADS
+    void *data = cache_take(size ? (size_t)size : 1);
+    if (!data) {
+        Py_BEGIN_ALLOW_THREADS /* munmap of the trimmed head and tail, madvise */
+        data = ckz_pages_alloc(size ? (size_t)size : 1);
+        Py_END_ALLOW_THREADS
+    }
     if (!data) {
         Py_DECREF(self);
         return PyErr_Format(PyExc_MemoryError, "cannot map %zd bytes", size);
@@ -35,7 +69,8 @@ static PyObject *page_buffer_new(PyTypeObject *type, PyObject *args, PyObject *k
 }
 
 static void page_buffer_dealloc(PageBuffer *self) {
-    if (self->data) ckz_pages_free(self->data, self->size ? (size_t)self->size : 1);
+    size_t size = self->size ? (size_t)self->size : 1;
+    if (self->data && !cache_keep(self->data, size)) ckz_pages_free(self->data, size);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -51,11 +86,12 @@ static PySequenceMethods page_buffer_as_sequence = {.sq_length = (lenfunc)page_b
 
 PyDoc_STRVAR(page_buffer_doc,
              "PageBuffer(size)\n\n"
-             "size writable bytes (not initialized to anything but zero pages) on an anonymous "
-             "mapping that starts on a 2 MiB boundary, with transparent huge pages advised for "
-             "its whole 2 MiB pages: writing it the first time faults once per 2 MiB instead of "
-             "once per 4 KiB.  A buffer: wrap it with memoryview, numpy.frombuffer or "
-             "torch.frombuffer, which keep it alive.");
+             "size writable bytes, uninitialized, on an anonymous mapping that starts on a 2 MiB "
+             "boundary, with transparent huge pages advised for its whole 2 MiB pages: writing "
+             "it the first time faults once per 2 MiB instead of once per 4 KiB.  The mappings "
+             "of freed PageBuffers (up to 256 MiB) serve later ones of the same size.  A buffer: "
+             "wrap it with memoryview, numpy.frombuffer or torch.frombuffer, which keep it "
+             "alive.");
 
 static PyTypeObject PageBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
