@@ -45,8 +45,11 @@ def cpu_model() -> str:
 
 def machine_info() -> dict[str, Any]:
     """The machine, the versions of everything measured, the commit and the exact command."""
-    commit = _run("git", "-C", str(REPO), "rev-parse", "--short", "HEAD")
-    if commit and _run("git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"):
+    # a copy of the tree without its repository (a remote machine) names its commit in the env
+    commit = os.environ.get("CKPTZIP_BENCH_COMMIT") or _run(
+        "git", "-C", str(REPO), "rev-parse", "--short", "HEAD")
+    if (commit and "CKPTZIP_BENCH_COMMIT" not in os.environ
+            and _run("git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no")):
         commit += " (with uncommitted changes)"
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -2,7 +2,8 @@
 
 On a shared machine, load changes between the blocks of a long benchmark; running ckptzip and
 zipnn alternately on the same bytes, and keeping each one's best time, compares them under the
-same conditions. Ratios and MB/s (raw bytes per second) for the bf16 and fp32 weight sets.
+same conditions. Ratios and MB/s (raw bytes per second) for the bf16 and fp32 weight sets and
+the GPT's Adam moments (the sets of benchmarks/lossless.py; MiniLM only where its package is).
 
     python benchmarks/interleaved.py [--repeat 5]
 """
@@ -24,10 +25,13 @@ from ckptzip.tree import flatten
 
 
 def sets() -> dict[str, dict[str, torch.Tensor]]:
-    model = gpt_training_run(300, 30, progress=False)[-1][1]["model"]
+    state = gpt_training_run(300, 30, progress=False)[-1][1]
+    model, moments = state["model"], state["optimizer"]["state"]
     found = {
         "GPT weights bf16": {k: v.bfloat16() for k, v in model.items()},
         "GPT weights fp32": dict(model),
+        "Adam exp_avg": {str(k): s["exp_avg"] for k, s in moments.items()},
+        "Adam exp_avg_sq": {str(k): s["exp_avg_sq"] for k, s in moments.items()},
     }
     try:
         found["MiniLM bf16"] = minilm_state_dict(torch.bfloat16)

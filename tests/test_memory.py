@@ -165,3 +165,16 @@ def test_loads_leaves_the_collector_little_to_do() -> None:
         gc.callbacks.remove(callback)
     assert torch.equal(out["layer3.w"], state["layer3.w"])
     assert len(generations) <= 12 and max(generations, default=0) == 0, generations
+
+
+def test_in_memory_result_is_the_same_joined_or_assembled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MemorySink keeps small results' chunks for one final join and copies large ones in as
+    they come: the bytes must not depend on which."""
+    from ckptzip.writer import MemorySink
+
+    state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
+    joined = ckptzip.dumps(state, threads=2)
+    for limit in (0, 1, 300_000):
+        monkeypatch.setattr(MemorySink, "JOIN_BYTES", limit)
+        assert ckptzip.dumps(state, threads=2) == joined
+    assert torch.equal(ckptzip.loads(joined)["t5"], state["t5"])

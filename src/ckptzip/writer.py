@@ -273,42 +273,56 @@ class Sink(ABC):
 
 
 class MemorySink(Sink):
-    """Builds the container as one bytes object in place (``_native.Assembler``).
+    """Builds the container as one bytes object (``_native.Assembler``: huge pages advised).
 
-    Each chunk is copied behind the space reserved for the header as it arrives and is freed at
-    once, so the next chunk reuses its memory; the result's memory has huge pages advised. Kept
-    until a final join instead, the chunks of a large state made the allocator map fresh memory
-    on every save, and on a VM a fresh page's fault costs as long as coding it: 17,500 faults per
-    dumps() of a 43 MB fp32 state dict before, about 2,000 after (docs/BENCHMARKS.md). The one
-    cost is moving the data once, in place, behind the header when that is finished (so no bound
-    on the header's size is computed beforehand).
+    Up to ``JOIN_BYTES`` of chunks are kept and copied behind the header at the end into an
+    allocation of the exact size, which the allocator serves from its heap, warm when the
+    previous result was freed. Beyond that, results are fresh mappings whatever the size asked,
+    and keeping the chunks made the allocator map fresh memory for them too on every save (on a
+    VM a fresh page's fault costs as long as coding it: 17,500 faults per dumps() of a 43 MB fp32
+    state dict): then each chunk is copied into the result as it arrives and freed at once, and
+    the data moves once, in place, behind the header when that is finished.
     """
 
-    #: The data is moved once behind the finished header anyway: no header bound is needed.
+    #: Chunks kept for a final join, at most (measured: a bf16 GPT's 14 MB joined faults in
+    #: nothing, while keeping 16-32 MB of a 36 MB result cost 5,000-8,600 faults per dumps).
+    JOIN_BYTES = 16 << 20
+
+    #: The data is placed behind the finished header: no bound on its size is needed.
     places_data_after_header = False
 
     def __init__(self) -> None:
         super().__init__()
+        self.parts: list[bytes] = []
         self.assembler: _native.Assembler | None = None
+        self.data_size = 0
         self.result = b""
 
     def reserve(self, header_size: int, data_size: int = 0) -> None:
-        self.assembler = _native.Assembler(PRELUDE_SIZE + header_size, data_size)
-
-    def _open(self) -> _native.Assembler:
-        if self.assembler is None:  # no reserve() hint came
-            self.reserve(0)
-        assert self.assembler is not None
-        return self.assembler
+        self.data_size = data_size
 
     def write(self, data: bytes) -> None:
-        self._open().append(data)
+        if self.assembler is not None:
+            self.assembler.append(data)
+        elif self.position + len(data) <= self.JOIN_BYTES:
+            self.parts.append(data)
+        else:  # large: assemble in place from now on
+            self.assembler = _native.Assembler(PRELUDE_SIZE, max(self.data_size, self.JOIN_BYTES))
+            for part in self.parts:
+                self.assembler.append(part)
+            self.parts = []
+            self.assembler.append(data)
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
         stored, flags = store_header(header)
         self.reserved = len(stored)
-        self.result = self._open().finish(pack_prelude(stored, flags) + stored)
+        head = pack_prelude(stored, flags) + stored
+        assembler = self.assembler or _native.Assembler(len(head), self.position)
+        for part in self.parts:
+            assembler.append(part)
+        self.parts = []
+        self.result = assembler.finish(head)
         self.assembler = None
 
 
