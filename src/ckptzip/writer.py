@@ -533,7 +533,10 @@ def encode_state(
         header["chain_depth"] = base.depth + 1
     header["pipelines"], header["leaves"], header["chunk"] = _leaf_entries(plans)
     header["data_length"] = sink.position
-    header["id"] = hashlib.sha256(_header_json(header)).hexdigest()[:32]
-    sink.finish(_header_json(header))
+    # the id hashes the header without it; "id" goes last, so the JSON with it is that JSON with
+    # one more member before the closing brace (no second encoding of a large header)
+    body = _header_json(header)
+    header["id"] = hashlib.sha256(body).hexdigest()[:32]
+    sink.finish(body[:-1] + b',"id":"' + header["id"].encode() + b'"}')
     stored_total = PRELUDE_SIZE + sink.reserved + sink.position
     return SaveReport(path, raw_total, stored_total, time.perf_counter() - started, len(leaves), mode)
