@@ -269,6 +269,36 @@ static void fill_single(uint16_t freq[256], unsigned v, unsigned shift) {
     freq[v ^ 1] = (uint16_t)(1u << shift);
 }
 
+/* A candidate of normalize_bucket's sum correction: the code bits that moving one unit of
+ * value v costs (down: the unit taken away; up: given, negative), as the scan computed it. */
+typedef struct {
+    float c;
+    uint16_t v;
+} corr_cand;
+
+static float corr_cost(uint32_t h, unsigned f, int down) {
+    return down ? (float)h * (ckz_rans_log2[f] - ckz_rans_log2[f - 1])
+                : -(float)h * (ckz_rans_log2[f + 1] - ckz_rans_log2[f]);
+}
+
+CKZ_INLINE int corr_less(corr_cand a, corr_cand b) {
+    return a.c < b.c || (a.c == b.c && a.v < b.v);
+}
+
+/* Sifts heap[j] down a min-heap of k candidates. */
+static void corr_sift(corr_cand *heap, unsigned k, unsigned j) {
+    corr_cand x = heap[j];
+    for (;;) {
+        unsigned c = 2 * j + 1;
+        if (c >= k) break;
+        if (c + 1 < k && corr_less(heap[c + 1], heap[c])) c++;
+        if (!corr_less(heap[c], x)) break;
+        heap[j] = heap[c];
+        j = c;
+    }
+    heap[j] = x;
+}
+
 /* Frequencies summing to 2^prec for the counts h[lo..hi] (>= 2 used, total m): rounded to the
  * nearest, at least 1, then the sum corrected one unit at a time where that costs fewest code
  * bits (count * log2 of the frequency ratio).  Coarse units need this: truncation (as
@@ -284,20 +314,26 @@ static void normalize_bucket(const uint32_t *h, unsigned lo, unsigned hi, size_t
         f[v] = (uint16_t)(q ? (q < scale ? q : scale - 1) : 1);
         sum += f[v];
     }
+    if (sum == scale) return;
+    /* sum > scale: take a unit from the symbol that loses least (f > 1), until the sum is
+     * right; else give one to the symbol that gains most (f < scale - 1).  The direction never
+     * changes, and a step changes only its own symbol's cost, so the candidates live in a heap
+     * ordered by (cost, value): the same choices as scanning lo..hi for the first least cost
+     * at every step. */
+    int down = sum > (int64_t)scale;
+    corr_cand heap[256];
+    unsigned k = 0;
+    for (unsigned v = lo; v <= hi; v++)
+        if (h[v] && (down ? f[v] > 1 : f[v] < scale - 1))
+            heap[k++] = (corr_cand){corr_cost(h[v], f[v], down), (uint16_t)v};
+    for (unsigned j = k / 2; j-- > 0;) corr_sift(heap, k, j);
     while (sum != scale) {
-        /* sum > scale: take a unit from the symbol that loses least (f > 1); else give one to
-         * the symbol that gains most. */
-        int down = sum > (int64_t)scale;
-        unsigned best = 256;
-        float best_cost = 0;
-        for (unsigned v = lo; v <= hi; v++) {
-            if (!h[v] || (down && f[v] <= 1) || (!down && f[v] >= scale - 1)) continue;
-            float c = down ? (float)h[v] * (ckz_rans_log2[f[v]] - ckz_rans_log2[f[v] - 1])
-                           : -(float)h[v] * (ckz_rans_log2[f[v] + 1] - ckz_rans_log2[f[v]]);
-            if (best == 256 || c < best_cost) best = v, best_cost = c;
-        }
-        f[best] = (uint16_t)(f[best] + (down ? -1 : 1));
+        unsigned v = heap[0].v; /* k > 0: a sum off by d leaves >= d units to move */
+        f[v] = (uint16_t)(f[v] + (down ? -1 : 1));
         sum += down ? -1 : 1;
+        if (down ? f[v] > 1 : f[v] < scale - 1) heap[0].c = corr_cost(h[v], f[v], down);
+        else heap[0] = heap[--k];
+        corr_sift(heap, k, 0);
     }
 }
 
