@@ -273,29 +273,26 @@ static void fill_single(uint16_t freq[256], unsigned v, unsigned shift) {
 }
 
 /* A candidate of normalize_bucket's sum correction: the code bits that moving one unit of
- * value v costs (down: the unit taken away; up: given, negative), as the scan computed it. */
-typedef struct {
-    float c;
-    uint16_t v;
-} corr_cand;
-
-static float corr_cost(uint32_t h, unsigned f, int down) {
-    return down ? (float)h * (ckz_rans_log2[f] - ckz_rans_log2[f - 1])
-                : -(float)h * (ckz_rans_log2[f + 1] - ckz_rans_log2[f]);
+ * value v costs (down: the unit taken away; up: given, negative), as the scan computed it,
+ * packed as an integer key: the float's bits made monotone (sign set: all flipped, else the
+ * sign flipped) above v, so that key order is (cost, value) order. */
+static uint64_t corr_key(uint32_t h, unsigned f, int down, unsigned v) {
+    float c = down ? (float)h * (ckz_rans_log2[f] - ckz_rans_log2[f - 1])
+                   : -(float)h * (ckz_rans_log2[f + 1] - ckz_rans_log2[f]);
+    uint32_t u;
+    memcpy(&u, &c, sizeof u);
+    u ^= (u >> 31) ? 0xffffffffu : 0x80000000u;
+    return (uint64_t)u << 32 | v;
 }
 
-CKZ_INLINE int corr_less(corr_cand a, corr_cand b) {
-    return a.c < b.c || (a.c == b.c && a.v < b.v);
-}
-
-/* Sifts heap[j] down a min-heap of k candidates. */
-static void corr_sift(corr_cand *heap, unsigned k, unsigned j) {
-    corr_cand x = heap[j];
+/* Sifts heap[j] down a min-heap of k keys. */
+static void corr_sift(uint64_t *heap, unsigned k, unsigned j) {
+    uint64_t x = heap[j];
     for (;;) {
         unsigned c = 2 * j + 1;
         if (c >= k) break;
-        if (c + 1 < k && corr_less(heap[c + 1], heap[c])) c++;
-        if (!corr_less(heap[c], x)) break;
+        if (c + 1 < k) c += heap[c + 1] < heap[c];
+        if (heap[c] >= x) break;
         heap[j] = heap[c];
         j = c;
     }
@@ -324,17 +321,16 @@ static void normalize_bucket(const uint32_t *h, unsigned lo, unsigned hi, size_t
      * ordered by (cost, value): the same choices as scanning lo..hi for the first least cost
      * at every step. */
     int down = sum > (int64_t)scale;
-    corr_cand heap[256];
+    uint64_t heap[256];
     unsigned k = 0;
     for (unsigned v = lo; v <= hi; v++)
-        if (h[v] && (down ? f[v] > 1 : f[v] < scale - 1))
-            heap[k++] = (corr_cand){corr_cost(h[v], f[v], down), (uint16_t)v};
+        if (h[v] && (down ? f[v] > 1 : f[v] < scale - 1)) heap[k++] = corr_key(h[v], f[v], down, v);
     for (unsigned j = k / 2; j-- > 0;) corr_sift(heap, k, j);
     while (sum != scale) {
-        unsigned v = heap[0].v; /* k > 0: a sum off by d leaves >= d units to move */
+        unsigned v = (unsigned)(heap[0] & 0xff); /* k > 0: a sum off by d leaves >= d units */
         f[v] = (uint16_t)(f[v] + (down ? -1 : 1));
         sum += down ? -1 : 1;
-        if (down ? f[v] > 1 : f[v] < scale - 1) heap[0].c = corr_cost(h[v], f[v], down);
+        if (down ? f[v] > 1 : f[v] < scale - 1) heap[0] = corr_key(h[v], f[v], down, v);
         else heap[0] = heap[--k];
         corr_sift(heap, k, 0);
     }
