@@ -514,9 +514,20 @@ static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shi
 #define MIN_TRIED_SHIFT 1
 
 static int looks_like_noise(const uint8_t *s, size_t m) {
-    uint32_t h[256] = {0};
+    /* Four sub-histograms: on a low-entropy plane most samples hit one counter, and one
+     * histogram would serialize the increments on its store-to-load latency. */
+    uint32_t h[256], g[3][256];
+    memset(h, 0, sizeof h);
+    memset(g, 0, sizeof g);
     size_t stride = m / SCREEN_SAMPLES;
-    for (size_t i = 0; i < SCREEN_SAMPLES; i++) h[s[i * stride]]++;
+    _Static_assert(SCREEN_SAMPLES % 4 == 0, "four sub-histograms");
+    for (size_t i = 0; i < SCREEN_SAMPLES; i += 4) {
+        h[s[i * stride]]++;
+        g[0][s[(i + 1) * stride]]++;
+        g[1][s[(i + 2) * stride]]++;
+        g[2][s[(i + 3) * stride]]++;
+    }
+    for (unsigned v = 0; v < 256; v++) h[v] += g[0][v] + g[1][v] + g[2][v];
     double pairs = 0; /* sum c(c-1) / (N(N-1)) estimates sum p^2 without bias */
     for (unsigned v = 0; v < 256; v++) pairs += (double)h[v] * (h[v] - (h[v] > 0));
     double collide = pairs / ((double)SCREEN_SAMPLES * (SCREEN_SAMPLES - 1));
