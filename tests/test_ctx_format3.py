@@ -451,3 +451,40 @@ def test_empty_stream_with_a_coded_plane() -> None:
     N.decode_planes_ctx(ok, b"", bytearray(0), 1, 0)
     with pytest.raises(ValueError, match="trailing"):
         N.decode_planes_ctx(ok + b"\x00", b"", bytearray(0), 1, 0)
+
+
+def skewed_plane(n: int, seed: int) -> tuple[bytes, bytes]:
+    """Bytes with a few dominant and many rare values per bucket (the bucket tables' sum
+    correction runs downwards at coarse units and upwards at fine ones), contexts over several
+    buckets."""
+    rng = np.random.default_rng(seed)
+    ctx = rng.integers(100, 140, n).astype(np.uint8)
+    z = np.minimum(rng.geometric(0.02 + (ctx % 7) * 0.05), 255).astype(np.uint8)
+    return z.tobytes(), ctx.tobytes()
+
+
+#: sha256 (first 32 hex digits) and length of encode_planes_ctx's output, from the encoder before
+#: its speedups (heap sum correction, vector bucket histogram): the encoder policy is
+#: deterministic, and the faster planning must choose the same tables.
+ENCODER_PINS: dict[str, tuple[int, str]] = {
+    "bf16_a": (64_975, "116c9f784c7e093af604c0e14071ed21"),
+    "bf16_b": (104_472, "8196294f2c0d5ed50b18222bceb4f935"),
+    "fp32": (164_287, "7f3080526138517e1c4870537c64f075"),
+    "skewed": (55_202, "0d22a397fd18eaf6f7e8a0b29cffd1ff"),
+}
+
+
+def test_encoder_output_pinned() -> None:
+    import hashlib
+
+    cases = {
+        "bf16_a": (*bf16_delta(131_072, 0, 2e-4), 2, 1),
+        "bf16_b": (*bf16_delta(131_072, 1, 1e-3), 2, 1),
+        "fp32": (*fp32_delta(65_536, 3), 4, 1),
+        "skewed": (*skewed_plane(100_003, 4), 1, 0),
+    }
+    for name, (data, ctx, k, r) in cases.items():
+        enc = roundtrip(data, ctx, k, r)
+        size, digest = ENCODER_PINS[name]
+        assert (len(enc), hashlib.sha256(enc).hexdigest()[:32]) == (size, digest), name
+    assert BUCKETED in plane_modes(roundtrip(*cases["skewed"]), 1, 100_003)
