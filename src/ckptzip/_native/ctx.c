@@ -303,13 +303,13 @@ static void corr_sift(uint64_t *heap, unsigned k, unsigned j) {
  * nearest, at least 1, then the sum corrected one unit at a time where that costs fewest code
  * bits (count * log2 of the frequency ratio).  Coarse units need this: truncation (as
  * ckz_rans_normalize does) loses ~1 % at 2^9 units on 200-symbol planes. */
-static void normalize_bucket(const uint32_t *h, unsigned lo, unsigned hi, size_t m,
+static void normalize_bucket(const uint32_t *h, const uint8_t *used, unsigned distinct, size_t m,
                              unsigned prec, uint16_t f[256]) {
     uint32_t scale = 1u << prec;
     int64_t sum = 0;
     memset(f, 0, 256 * sizeof f[0]);
-    for (unsigned v = lo; v <= hi; v++) {
-        if (!h[v]) continue;
+    for (unsigned j = 0; j < distinct; j++) {
+        unsigned v = used[j];
         uint64_t q = ((uint64_t)h[v] * scale * 2 + m) / (2 * (uint64_t)m); /* round(h scale / m) */
         f[v] = (uint16_t)(q ? (q < scale ? q : scale - 1) : 1);
         sum += f[v];
@@ -323,8 +323,10 @@ static void normalize_bucket(const uint32_t *h, unsigned lo, unsigned hi, size_t
     int down = sum > (int64_t)scale;
     uint64_t heap[256];
     unsigned k = 0;
-    for (unsigned v = lo; v <= hi; v++)
-        if (h[v] && (down ? f[v] > 1 : f[v] < scale - 1)) heap[k++] = corr_key(h[v], f[v], down, v);
+    for (unsigned j = 0; j < distinct; j++) {
+        unsigned v = used[j];
+        if (down ? f[v] > 1 : f[v] < scale - 1) heap[k++] = corr_key(h[v], f[v], down, v);
+    }
     for (unsigned j = k / 2; j-- > 0;) corr_sift(heap, k, j);
     while (sum != scale) {
         unsigned v = (unsigned)(heap[0] & 0xff); /* k > 0: a sum off by d leaves >= d units */
@@ -345,13 +347,30 @@ static double code_bits(const uint32_t *h, unsigned lo, unsigned hi, const uint1
     return bits;
 }
 
-/* The cheapest table with unit 2^shift for a bucket of m >= 1 bytes with histogram h (exact bits
- * of the table and of the code lengths; the rANS stream matches the latter to within its states'
- * slack). */
-static void plan_bucket_table(const uint32_t h[256], size_t m, unsigned shift, bucket_table *t) {
-    unsigned distinct = 0, lo = 256, hi = 0;
-    for (unsigned v = 0; v < 256; v++)
-        if (h[v]) distinct++, hi = v, lo = lo < v ? lo : v;
+/* A bucket's values: the used ones in increasing order (h[used[j]] > 0), found once per plane
+ * and shared by the units' trials. */
+typedef struct {
+    unsigned distinct, lo, hi;
+    uint8_t used[256];
+} bucket_values;
+
+static void find_values(const uint32_t h[256], bucket_values *bv) {
+    unsigned d = 0;
+    for (unsigned v = 0; v < 256; v++) {
+        bv->used[d] = (uint8_t)v;
+        d += h[v] > 0;
+    }
+    bv->distinct = d;
+    bv->lo = d ? bv->used[0] : 256;
+    bv->hi = d ? bv->used[d - 1] : 0;
+}
+
+/* The cheapest table with unit 2^shift for a bucket of m >= 1 bytes with histogram h and values
+ * bv (exact bits of the table and of the code lengths; the rANS stream matches the latter to
+ * within its states' slack). */
+static void plan_bucket_table(const uint32_t h[256], const bucket_values *bv, size_t m,
+                              unsigned shift, bucket_table *t) {
+    unsigned distinct = bv->distinct, lo = bv->lo, hi = bv->hi;
     if (distinct == 1) {
         t->kind = TAB_SINGLE;
         t->value = (uint8_t)lo;
@@ -363,8 +382,12 @@ static void plan_bucket_table(const uint32_t h[256], size_t m, unsigned shift, b
     t->bits = 8 + 8.0 * (double)m;
     uint16_t f[256];
     unsigned prec = PROB_BITS - shift;
-    normalize_bucket(h, lo, hi, m, prec, f);
-    double bits = code_bits(h, lo, hi, f, prec);
+    normalize_bucket(h, bv->used, distinct, m, prec, f);
+    double bits = 0; /* code_bits over the used values, in the same order */
+    for (unsigned j = 0; j < distinct; j++) {
+        unsigned v = bv->used[j];
+        bits += (double)h[v] * (prec - ckz_rans_log2[f[v]]);
+    }
     if (bits + 24 < t->bits) {
         /* The order: the best for the codes' length classes (a code of u costs
          * 2 max(bitlen u, g + 1) - g - 1 bits, or 2 more when u + 2^g carries into a new
@@ -606,10 +629,13 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
     /* One table per bucket, all in the unit 2^shift that costs least.  A coarser unit (smaller
      * decode tables) is kept unless a finer one saves UNIT_SAVE_PER_MILLE of the plane. */
     double per_bucket = HUGE_VAL;
+    bucket_values bv[CKZ_CTX_MAX_BUCKETS];
+    unsigned found = 0; /* buckets whose values are known (trials stop early past raw) */
     for (unsigned s = MAX_SHIFT + 1; s-- > MIN_TRIED_SHIFT;) {
         double size = 1 + STATE_BYTES;
         for (unsigned b = 0; b < B && size < raw; b++) {
-            plan_bucket_table(hist + b * 256, bs->size[b], s, &pl->tab[s][b]);
+            if (b == found) find_values(hist + b * 256, &bv[found++]);
+            plan_bucket_table(hist + b * 256, &bv[b], bs->size[b], s, &pl->tab[s][b]);
             size += pl->tab[s][b].bits / 8;
         }
         if (size * 1000 < per_bucket * (1000 - UNIT_SAVE_PER_MILLE))
