@@ -557,14 +557,73 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#include <immintrin.h>
+#define CTX_HAVE_AVX2 1
+/* Adds to hist[b * 256 + v] every byte v of bucket b = bk[i] < 16 that is not the bucket's guess
+ * dom[b]: 32 bytes compared with their guesses (a byte shuffle of dom by bk) per step, then only
+ * the misses counted one by one. */
+__attribute__((target("avx2,bmi"))) static void count_misses(const uint8_t *s, const uint8_t *bk,
+                                                             size_t n, const uint8_t dom[16],
+                                                             uint32_t *hist) {
+    __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dom));
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(bk + i));
+        __m256i v = _mm256_loadu_si256((const __m256i *)(s + i));
+        uint32_t miss =
+            ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(lut, b), v));
+        while (miss) {
+            unsigned j = (unsigned)__builtin_ctz(miss);
+            hist[(uint32_t)bk[i + j] << 8 | s[i + j]]++;
+            miss &= miss - 1;
+        }
+    }
+    for (; i < n; i++)
+        if (s[i] != dom[bk[i]]) hist[(uint32_t)bk[i] << 8 | s[i]]++;
+}
+#endif
+
+/* Low-entropy planes (a high residual byte: mostly one value per bucket) take count_misses
+ * when a sample of MISS_SAMPLES bytes guesses at least MISS_HIT_NUM / MISS_HIT_DEN of them. */
+#define MISS_SAMPLES 512
+#define MISS_HIT_NUM 15
+#define MISS_HIT_DEN 16
+
 /* hist[b * 256 + v] = elements of bucket b whose byte is v.  Four interleaved copies (hist and
  * the three of spare), so that a run of equal (bucket, byte) pairs - a high residual plane is
  * mostly zeros - does not serialize on one counter's store and load. */
-static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, unsigned B,
+static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
                              uint32_t *hist, uint32_t *spare) {
+    unsigned B = bs->count;
     size_t span = (size_t)B * 256;
     uint32_t *h1 = spare, *h2 = spare + span, *h3 = spare + 2 * span;
     memset(hist, 0, span * sizeof *hist);
+#ifdef CTX_HAVE_AVX2
+    if (ckz_cpu_v3 && B <= 16 && n >= 16 * MISS_SAMPLES) {
+        /* Each bucket's most frequent byte in an even sample (spare as its histogram), then
+         * the misses counted exactly; a bucket's guessed byte has what the misses leave of it. */
+        uint32_t *c = spare;
+        memset(c, 0, span * sizeof *c);
+        size_t stride = n / MISS_SAMPLES;
+        uint8_t dom[16] = {0}; /* the leader so far (the first byte to reach its count) */
+        for (size_t j = 0; j < MISS_SAMPLES; j++) {
+            unsigned b = bk[j * stride], v = s[j * stride];
+            if (++c[b << 8 | v] > c[b << 8 | dom[b]]) dom[b] = (uint8_t)v;
+        }
+        uint32_t hits = 0;
+        for (unsigned b = 0; b < B; b++) hits += c[b << 8 | dom[b]];
+        if ((uint64_t)hits * MISS_HIT_DEN >= (uint64_t)MISS_SAMPLES * MISS_HIT_NUM) {
+            count_misses(s, bk, n, dom, hist);
+            for (unsigned b = 0; b < B; b++) {
+                size_t missed = 0;
+                for (unsigned v = 0; v < 256; v++) missed += hist[b * 256 + v];
+                hist[b * 256 + dom[b]] = (uint32_t)(bs->size[b] - missed);
+            }
+            return;
+        }
+    }
+#endif
     memset(spare, 0, 3 * span * sizeof *spare);
     size_t i = 0;
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -608,7 +667,7 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
     pl->mode = CKZ_MODE_RAW;
     if (!n || (n >= SCREEN_MIN && looks_like_noise(s, n))) return;
     unsigned B = bs->count;
-    bucket_histogram(s, bk, n, B, hist, spare);
+    bucket_histogram(s, bk, n, bs, hist, spare);
     uint32_t all[256];
     uint64_t total[256];
     unsigned distinct = 0, lo = 256, hi = 0;
