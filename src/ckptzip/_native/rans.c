@@ -533,20 +533,76 @@ V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
     return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
 }
 
+/* The symbols of a plane whose used values span at most 32 (bf16 exponent planes: every chunk of
+ * the GPT's weights, 97% of MiniLM's) find f, c and 1/f in registers (two-source permutes of
+ * tables of 32) instead of three gathers per 16 symbols. */
+V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d inv[4],
+                                   __m512i first, __m512i x, const uint8_t *sym, uint8_t **p) {
+    __m512i s = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym)), first);
+    __m512i e = _mm512_permutex2var_epi32(fc_lo, s, fc_hi);
+    __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
+    __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
+    unsigned count = (unsigned)__builtin_popcount(flush);
+    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
+    *p -= 2 * (size_t)count;
+    _mm256_mask_storeu_epi16(*p, (__mmask16)((1u << count) - 1), w);
+    x = _mm512_mask_srli_epi32(x, flush, x, 16);
+    /* 1/f of each lane: indices 0-15 from inv[0..1], 16-31 from inv[2..3] (bit 4 picks) */
+    __m512i s_lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(s));
+    __m512i s_hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(s, 1));
+    const __m512i bit4 = _mm512_set1_epi64(16);
+    __m512d r_lo = _mm512_mask_blend_pd(_mm512_test_epi64_mask(s_lo, bit4),
+                                        _mm512_permutex2var_pd(inv[0], s_lo, inv[1]),
+                                        _mm512_permutex2var_pd(inv[2], s_lo, inv[3]));
+    __m512d r_hi = _mm512_mask_blend_pd(_mm512_test_epi64_mask(s_hi, bit4),
+                                        _mm512_permutex2var_pd(inv[0], s_hi, inv[1]),
+                                        _mm512_permutex2var_pd(inv[2], s_hi, inv[3]));
+    const __m512d eps = _mm512_set1_pd(0x1p-24);
+    __m512d lo = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r_lo, eps);
+    __m512d hi = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r_hi, eps);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)),
+                                   _mm512_cvttpd_epu32(hi), 1);
+    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+    return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
+}
+
 V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                                 uint32_t x[LANES], uint8_t *p) {
     enc_vec_table t;
     uint32_t cum = 0;
+    unsigned first = 256, last = 0;
     for (unsigned s = 0; s < 256; s++) {
         uint32_t f = freq[s] ? freq[s] : 1;
         t.fc[s] = f | cum << 12;
         t.inv[s] = 1.0 / f;
         cum += freq[s];
+        if (freq[s]) {
+            first = first < s ? first : s;
+            last = s;
+        }
     }
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
-    for (size_t r = rounds; r-- > 0;) {
-        x1 = rans32_put16(t.fc, t.inv, x1, src + r * LANES + 16, &p);
-        x0 = rans32_put16(t.fc, t.inv, x0, src + r * LANES, &p);
+    if (first <= last && last - first < 32) {
+        /* tables of the 32 values from first (past 255: never used, any entry) */
+        uint32_t fc32[32];
+        double inv32[32];
+        for (unsigned j = 0; j < 32; j++) {
+            fc32[j] = first + j < 256 ? t.fc[first + j] : 1;
+            inv32[j] = first + j < 256 ? t.inv[first + j] : 1.0;
+        }
+        const __m512i fc_lo = _mm512_loadu_si512(fc32), fc_hi = _mm512_loadu_si512(fc32 + 16);
+        const __m512d inv[4] = {_mm512_loadu_pd(inv32), _mm512_loadu_pd(inv32 + 8),
+                                _mm512_loadu_pd(inv32 + 16), _mm512_loadu_pd(inv32 + 24)};
+        const __m512i base = _mm512_set1_epi32((int)first);
+        for (size_t r = rounds; r-- > 0;) {
+            x1 = rans32_put16_reg(fc_lo, fc_hi, inv, base, x1, src + r * LANES + 16, &p);
+            x0 = rans32_put16_reg(fc_lo, fc_hi, inv, base, x0, src + r * LANES, &p);
+        }
+    } else {
+        for (size_t r = rounds; r-- > 0;) {
+            x1 = rans32_put16(t.fc, t.inv, x1, src + r * LANES + 16, &p);
+            x0 = rans32_put16(t.fc, t.inv, x0, src + r * LANES, &p);
+        }
     }
     _mm512_storeu_si512(x, x0);
     _mm512_storeu_si512(x + 16, x1);
