@@ -31,7 +31,9 @@ static void scratch_free(void *arg) { /* at thread exit */
     free(set);
 }
 
-static void scratch_key_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+static void scratch_key_init(void) {
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
+}
 
 static scratch_set *this_thread(void) {
     pthread_once(&scratch_once, scratch_key_init);

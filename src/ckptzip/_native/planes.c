@@ -248,11 +248,11 @@ V4_TARGET static size_t split4_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, 
             v[j] = _mm512_or_si512(_mm512_sll_epi32(a, cl), _mm512_srl_epi32(a, cr));
         }
         /* plane b: elements 0-31 from (v0, v1) in the low half, 32-63 from (v2, v3) above */
-        for (int b = 0; b < 4; b++)
-            _mm512_storeu_si512(dst[b] + i,
-                                _mm512_mask_blend_epi64(0xF0,
-                                                        _mm512_permutex2var_epi8(v[0], idx[b], v[1]),
-                                                        _mm512_permutex2var_epi8(v[2], idx[b], v[3])));
+        for (int b = 0; b < 4; b++) {
+            __m512i first = _mm512_permutex2var_epi8(v[0], idx[b], v[1]);
+            __m512i second = _mm512_permutex2var_epi8(v[2], idx[b], v[3]);
+            _mm512_storeu_si512(dst[b] + i, _mm512_mask_blend_epi64(0xF0, first, second));
+        }
     }
     return i;
 }
@@ -279,15 +279,19 @@ V4_TARGET static size_t merge4_v4(const uint8_t *p0, const uint8_t *p1, const ui
     for (; i + 64 <= n; i += 64) {
         __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
         __m512i c = _mm512_loadu_si512(p2 + i), d = _mm512_loadu_si512(p3 + i);
-        __m512i ab_lo = _mm512_permutex2var_epi8(a, ilo, b), ab_hi = _mm512_permutex2var_epi8(a, ihi, b);
-        __m512i cd_lo = _mm512_permutex2var_epi8(c, ilo, d), cd_hi = _mm512_permutex2var_epi8(c, ihi, d);
+        __m512i ab_lo = _mm512_permutex2var_epi8(a, ilo, b);
+        __m512i ab_hi = _mm512_permutex2var_epi8(a, ihi, b);
+        __m512i cd_lo = _mm512_permutex2var_epi8(c, ilo, d);
+        __m512i cd_hi = _mm512_permutex2var_epi8(c, ihi, d);
         __m512i w[4] = {_mm512_permutex2var_epi8(ab_lo, o0, cd_lo),
                         _mm512_permutex2var_epi8(ab_lo, o1, cd_lo),
                         _mm512_permutex2var_epi8(ab_hi, o0, cd_hi),
                         _mm512_permutex2var_epi8(ab_hi, o1, cd_hi)};
-        for (int k = 0; k < 4; k++)
-            _mm512_storeu_si512(dst + 4 * i + 64 * k,
-                                _mm512_or_si512(_mm512_srl_epi32(w[k], cr), _mm512_sll_epi32(w[k], cl)));
+        for (int k = 0; k < 4; k++) {
+            __m512i rotated =
+                _mm512_or_si512(_mm512_srl_epi32(w[k], cr), _mm512_sll_epi32(w[k], cl));
+            _mm512_storeu_si512(dst + 4 * i + 64 * k, rotated);
+        }
     }
     return i;
 }

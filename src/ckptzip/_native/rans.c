@@ -281,6 +281,18 @@ CKZ_INLINE int rans32_scalar(const uint32_t *T, const uint8_t *tab, unsigned shi
     return 0;
 }
 
+/* The vector encoders' entries of one table: fc[s] = f | c << 12 and inv[s] = 1.0 / f (f = 1
+ * for unused symbols, which never occur). */
+static void enc_fill(const uint16_t freq[256], uint32_t fc[256], double inv[256]) {
+    uint32_t cum = 0;
+    for (unsigned s = 0; s < 256; s++) {
+        uint32_t f = freq[s] ? freq[s] : 1;
+        fc[s] = f | cum << 12;
+        inv[s] = 1.0 / f;
+        cum += freq[s];
+    }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
 #include <immintrin.h>
 #define CKZ_HAVE_AVX2_RANS 1
@@ -455,13 +467,7 @@ __attribute__((target("avx2"))) static uint8_t *
 rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                    uint32_t x[LANES], uint8_t *p) {
     enc_vec_table t;
-    uint32_t cum = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        uint32_t f = freq[s] ? freq[s] : 1;
-        t.fc[s] = f | cum << 12;
-        t.inv[s] = 1.0 / f;
-        cum += freq[s];
-    }
+    enc_fill(freq, t.fc, t.inv);
     return rans32_encode_avx2_impl(src, NULL, rounds, t.fc, t.inv, x, p);
 }
 
@@ -488,7 +494,8 @@ V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t **p,
     _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(e)); /* the symbols: byte 0 of e */
     __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(L));
     __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)*p));
-    x = _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(need, words));
+    x = _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16),
+                             _mm512_maskz_expand_epi32(need, words));
     *p += 2 * (size_t)__builtin_popcount(need);
     return x;
 }
@@ -538,7 +545,8 @@ V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
  * tables of 32) instead of three gathers per 16 symbols. */
 V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d inv[4],
                                    __m512i first, __m512i x, const uint8_t *sym, uint8_t **p) {
-    __m512i s = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym)), first);
+    __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym));
+    s = _mm512_sub_epi32(s, first);
     __m512i e = _mm512_permutex2var_epi32(fc_lo, s, fc_hi);
     __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
     __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
@@ -569,20 +577,12 @@ V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d i
 V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                                 uint32_t x[LANES], uint8_t *p) {
     enc_vec_table t;
-    uint32_t cum = 0;
-    unsigned first = 256, last = 0;
-    for (unsigned s = 0; s < 256; s++) {
-        uint32_t f = freq[s] ? freq[s] : 1;
-        t.fc[s] = f | cum << 12;
-        t.inv[s] = 1.0 / f;
-        cum += freq[s];
-        if (freq[s]) {
-            first = first < s ? first : s;
-            last = s;
-        }
-    }
+    enc_fill(freq, t.fc, t.inv);
+    unsigned first = 0, last = 255;
+    while (first < 255 && !freq[first]) first++;
+    while (last > first && !freq[last]) last--;
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
-    if (first <= last && last - first < 32) {
+    if (last - first < 32) {
         /* tables of the 32 values from first (past 255: never used, any entry) */
         uint32_t fc32[32];
         double inv32[32];
@@ -669,15 +669,8 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
     uint32_t *fc = malloc((size_t)tables * 256 * (sizeof *fc + sizeof(double)));
     if (!fc) return -1;
     double *inv = (double *)(fc + (size_t)tables * 256); /* tables * 256 is even: aligned */
-    for (unsigned t = 0; t < tables; t++) {
-        uint32_t cum = 0;
-        for (unsigned s = 0; s < 256; s++) {
-            uint32_t f = freq[t][s] ? freq[t][s] : 1;
-            fc[t * 256 + s] = f | cum << 12;
-            inv[t * 256 + s] = 1.0 / f;
-            cum += freq[t][s];
-        }
-    }
+    for (unsigned t = 0; t < tables; t++)
+        enc_fill(freq[t], fc + (size_t)t * 256, inv + (size_t)t * 256);
     uint32_t x[LANES];
     for (unsigned l = 0; l < LANES; l++) x[l] = L;
     uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
