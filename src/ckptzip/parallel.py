@@ -18,6 +18,20 @@ R = TypeVar("R")
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 
+#: Raw bytes of one task (a run of chunks coded by one thread) at most.
+TASK_BYTES = 4 << 20
+#: Tasks per thread at least, where the data allows it: in tasks of TASK_BYTES, a 22 MB state
+#: makes 6 tasks, which leaves 10 of 16 threads idle.
+TASKS_PER_THREAD = 4
+
+
+def task_bytes(total: int, threads: int) -> int:
+    """Raw bytes per task for ``total`` bytes over ``threads`` threads (a task is still at least
+    one chunk: tasks are cut at chunk boundaries once they reach this size)."""
+    if threads <= 1:
+        return TASK_BYTES
+    return max(1, min(TASK_BYTES, total // (threads * TASKS_PER_THREAD)))
+
 
 def cpu_count() -> int:
     try:

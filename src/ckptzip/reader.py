@@ -17,13 +17,12 @@ from .codecs import TransformContext
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
-from .parallel import ordered_map, resolve_threads
+from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
 from .storage import PathLike, Source, open_source
 from .tree import TENSOR_KINDS, leaf_refs, unflatten, unique_name
 
 #: Raw bytes decoded by one worker task.
-TASK_BYTES = 4 << 20
 
 # leaf, chunk index, chunk, output slice, base slice (for residuals)
 _Job = tuple[LeafInfo, int, ChunkRef, np.ndarray, np.ndarray | None]
@@ -219,7 +218,8 @@ class CheckpointFile:
                              None if chunk_base is None else chunk_base[start:end]))
         total = sum(self.leaves[i].array_nbytes for i in indices)
         bar = Progress(total, "decompress", enabled=progress)
-        for done in ordered_map(self._decode_task, _group(jobs), self.threads):
+        tasks = _group(jobs, task_bytes(total, self.threads))
+        for done in ordered_map(self._decode_task, tasks, self.threads):
             bar.update(done)
         bar.close()
         result = {i: self._finish_leaf(self.leaves[i], buffers[i], bases.get(i)) for i in indices}
@@ -340,14 +340,14 @@ def _typed(buffer: torch.Tensor, dtype: DType, shape: tuple[int, ...]) -> torch.
     return buffer.view(torch_dtype).reshape(shape)
 
 
-def _group(jobs: list[_Job]) -> Iterator[list[_Job]]:
-    """Consecutive chunks that lie back to back in the file, about TASK_BYTES of raw data each."""
+def _group(jobs: list[_Job], size_limit: int) -> Iterator[list[_Job]]:
+    """Consecutive chunks that lie back to back in the file, about ``size_limit`` raw bytes each."""
     task: list[_Job] = []
     size = 0
     for job in jobs:
         if task:
             previous = task[-1][2]
-            if previous.offset + previous.length != job[2].offset or size >= TASK_BYTES:
+            if previous.offset + previous.length != job[2].offset or size >= size_limit:
                 yield task
                 task, size = [], 0
         task.append(job)

@@ -20,7 +20,7 @@ from ._version import __version__
 from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
-from .parallel import gc_paused, ordered_map, resolve_threads
+from .parallel import gc_paused, ordered_map, resolve_threads, task_bytes
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
 from .progress import Progress
@@ -28,7 +28,6 @@ from .tree import Leaf, flatten, host_copies, tensor_bytes
 
 #: Raw bytes handed to one worker task (several chunks, possibly of several small tensors), so
 #: that task overhead stays small next to the work.
-TASK_BYTES = 4 << 20
 
 
 @dataclass
@@ -79,12 +78,12 @@ _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chun
 
 def _tasks(
     leaves: list[Leaf], policy: Policy, base: Base | None, encoded: dict[int, _LeafPlan],
-    plans: list[_LeafPlan],
+    plans: list[_LeafPlan], size_limit: int,
 ) -> Iterator[_Task]:
-    """Chunks in file order, grouped into tasks of about TASK_BYTES. Each leaf is planned (and
-    its bytes and its base's bytes materialized on the host) only when its turn comes, and the
-    base's bytes are released once its chunks are scheduled, so a save never holds a second full
-    copy of the state or of the base."""
+    """Chunks in file order, grouped into tasks of about ``size_limit`` raw bytes (the last chunk
+    crosses it). Each leaf is planned (and its bytes and its base's bytes materialized on the
+    host) only when its turn comes, and the base's bytes are released once its chunks are
+    scheduled, so a save never holds a second full copy of the state or of the base."""
     task: _Task = []
     size = 0
     for index, leaf in enumerate(leaves):
@@ -104,7 +103,7 @@ def _tasks(
             base_chunk = None if plan.base_raw is None else plan.base_raw[start:end]
             task.append((index, piece, base_chunk))
             size += len(piece)
-            if size >= TASK_BYTES:
+            if size >= size_limit:
                 yield task
                 task, size = [], 0
     if task:
@@ -516,7 +515,7 @@ def encode_state(
         return out
 
     plans: list[_LeafPlan] = []
-    tasks = _tasks(leaves, policy, base, encoded, plans)
+    tasks = _tasks(leaves, policy, base, encoded, plans, task_bytes(raw_total, n_threads))
     for results in ordered_map(encode_task, tasks, n_threads):
         for index, stored, crc, raw_crc, raw_length in results:
             plan = plans[index]
