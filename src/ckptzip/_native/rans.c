@@ -486,10 +486,20 @@ rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, co
     static inline
 #define V4_FN __attribute__((target("avx512f,avx512bw,avx512vl,fma,popcnt"))) static
 
-V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t **p, uint8_t *out) {
-    __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(SCALE - 1)), T, 4);
+/* tab: NULL for one table; else each lane's table index tab[j], which moves its slot's entry
+ * to T + (tab[j] << tsh) + (slot >> sh), the slot's low bits (low) added to its bias (as in
+ * rans32_step8). */
+V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t *tab, __m128i sh,
+                                __m128i tsh, __m512i low, const uint8_t **p, uint8_t *out) {
+    __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(SCALE - 1)), index = slot;
+    if (tab) {
+        __m512i table = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)tab));
+        index = _mm512_or_si512(_mm512_srl_epi32(slot, sh), _mm512_sll_epi32(table, tsh));
+    }
+    __m512i e = _mm512_i32gather_epi32(index, T, 4);
     __m512i f = _mm512_srli_epi32(e, 20);
     __m512i bias = _mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xfff));
+    if (tab) bias = _mm512_add_epi32(bias, _mm512_and_si512(slot, low));
     x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, PROB_BITS)), bias);
     _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(e)); /* the symbols: byte 0 of e */
     __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(L));
@@ -501,14 +511,17 @@ V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t **p,
 }
 
 /* As rans32_avx2 (whole rounds while 64 bytes remain at p: two 32-byte loads a round). */
-V4_FN size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
-                       const uint8_t *end, uint8_t *out, size_t i, size_t n) {
+V4_INLINE size_t rans32_v4_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+                                uint8_t *out, size_t i, size_t n) {
+    const __m128i sh = _mm_cvtsi32_si128((int)shift), tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
+    const __m512i low = _mm512_set1_epi32((int)((1u << shift) - 1));
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
     const uint8_t *p = *pp;
     size_t start = i;
     for (; n - i >= LANES && end - p >= 4 * 16; i += LANES) {
-        x0 = rans32_step16(T, x0, &p, out + i);
-        x1 = rans32_step16(T, x1, &p, out + i + 16);
+        x0 = rans32_step16(T, x0, tab ? tab + i : NULL, sh, tsh, low, &p, out + i);
+        x1 = rans32_step16(T, x1, tab ? tab + i + 16 : NULL, sh, tsh, low, &p, out + i + 16);
     }
     _mm512_storeu_si512(x, x0);
     _mm512_storeu_si512(x + 16, x1);
@@ -516,9 +529,24 @@ V4_FN size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
     return i - start;
 }
 
+V4_FN size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
+                       const uint8_t *end, uint8_t *out, size_t i, size_t n) {
+    return rans32_v4_impl(T, NULL, 0, x, pp, end, out, i, n);
+}
+
+V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                           uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+                           uint8_t *out, size_t i, size_t n) {
+    return rans32_v4_impl(T, tab, shift, x, pp, end, out, i, n);
+}
+
+/* tab: NULL for one table; else entry tab[j] * 256 + symbol of the tables fc and inv. */
 V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
-                               const uint8_t *sym, uint8_t **p) {
+                               const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
     __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym));
+    if (tab)
+        s = _mm512_or_si512(
+            s, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)tab)), 8));
     __m512i e = _mm512_i32gather_epi32(s, fc, 4);
     __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
     __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
@@ -600,9 +628,22 @@ V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_
         }
     } else {
         for (size_t r = rounds; r-- > 0;) {
-            x1 = rans32_put16(t.fc, t.inv, x1, src + r * LANES + 16, &p);
-            x0 = rans32_put16(t.fc, t.inv, x0, src + r * LANES, &p);
+            x1 = rans32_put16(t.fc, t.inv, x1, src + r * LANES + 16, NULL, &p);
+            x0 = rans32_put16(t.fc, t.inv, x0, src + r * LANES, NULL, &p);
         }
+    }
+    _mm512_storeu_si512(x, x0);
+    _mm512_storeu_si512(x + 16, x1);
+    return p;
+}
+
+V4_FN uint8_t *rans32_encode_v4_tab(const uint8_t *src, const uint8_t *tab, size_t rounds,
+                                    const uint32_t *fc, const double *inv, uint32_t x[LANES],
+                                    uint8_t *p) {
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+    for (size_t r = rounds; r-- > 0;) {
+        x1 = rans32_put16(fc, inv, x1, src + r * LANES + 16, tab + r * LANES + 16, &p);
+        x0 = rans32_put16(fc, inv, x0, src + r * LANES, tab + r * LANES, &p);
     }
     _mm512_storeu_si512(x, x0);
     _mm512_storeu_si512(x + 16, x1);
@@ -693,7 +734,9 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
         x[(i - 1) % LANES] = (q << PROB_BITS) + (xl - q * f) + (e >> 12);
     }
 #ifdef CKZ_HAVE_AVX2_RANS
-    if (stop) p = rans32_encode_avx2_tab(src, tab, rounds, fc, inv, x, p);
+    if (stop)
+        p = ckz_cpu_v4 ? rans32_encode_v4_tab(src, tab, rounds, fc, inv, x, p)
+                       : rans32_encode_avx2_tab(src, tab, rounds, fc, inv, x, p);
 #endif
     free(fc);
     p -= CKZ_RANS32_STATE_BYTES;
@@ -719,9 +762,12 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
          * the 16-byte loads never leave the buffer.  A round that runs past the real end (a
          * corrupt stream) stops the loop, and the final position check reports it. */
         const uint8_t *p = in + pos;
-        i = tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
-            : ckz_cpu_v4 ? rans32_v4(T, x, &p, in + len, out, i, n)
-                         : rans32_avx2(T, x, &p, in + len, out, i, n);
+        if (ckz_cpu_v4)
+            i = tab ? rans32_v4_tab(T, tab, shift, x, &p, in + len, out, i, n)
+                    : rans32_v4(T, x, &p, in + len, out, i, n);
+        else
+            i = tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
+                    : rans32_avx2(T, x, &p, in + len, out, i, n);
         uint8_t tail[2 * 4 * 16] = {0};
         size_t rest = (size_t)(in + len - p); /* < 64 unless the symbols ran out first */
         if (rest < 4 * 16 && n - i >= LANES) {
@@ -729,9 +775,12 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
             const uint8_t *q = tail;
             while (n - i >= LANES && q <= tail + rest) {
                 const uint8_t *q_end = tail + rest + 4 * 16; /* loads stay inside tail */
-                i += tab ? rans32_avx2_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
-                     : ckz_cpu_v4 ? rans32_v4(T, x, &q, q_end, out, i, i + LANES)
-                                  : rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
+                if (ckz_cpu_v4)
+                    i += tab ? rans32_v4_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
+                             : rans32_v4(T, x, &q, q_end, out, i, i + LANES);
+                else
+                    i += tab ? rans32_avx2_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
+                             : rans32_avx2(T, x, &q, q_end, out, i, i + LANES);
             }
             if (q > tail + rest)
                 return ckz_fail(err, "rans32 stream ends %zu bytes early", (size_t)(q - tail) - rest);
