@@ -514,7 +514,8 @@ V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t *tab
 V4_INLINE size_t rans32_v4_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
                                 uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
                                 uint8_t *out, size_t i, size_t n) {
-    const __m128i sh = _mm_cvtsi32_si128((int)shift), tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
+    const __m128i sh = _mm_cvtsi32_si128((int)shift);
+    const __m128i tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
     const __m512i low = _mm512_set1_epi32((int)((1u << shift) - 1));
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
     const uint8_t *p = *pp;
