@@ -661,6 +661,26 @@ void ckz_rans_init(void) {
 #endif
 }
 
+/* Symbols the vector encoders take (whole rounds, where the CPU has AVX2); the scalar loop does
+ * the symbols above them first. */
+static size_t vector_symbols(size_t rounds) {
+#ifdef CKZ_HAVE_AVX2_RANS
+    return ckz_cpu_v3 ? rounds * LANES : 0;
+#else
+    (void)rounds;
+    return 0;
+#endif
+}
+
+/* Writes the final states in front of the words at p (the stream's start) and its extent. */
+static void put_states(const uint32_t x[LANES], uint8_t *p, const uint8_t *end,
+                       const uint8_t **start, size_t *size) {
+    p -= CKZ_RANS32_STATE_BYTES;
+    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
+    *start = p;
+    *size = (size_t)(end - p);
+}
+
 void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
                        const uint8_t **start, size_t *size) {
     enc_sym es[256];
@@ -678,11 +698,7 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
      * happens; a branch would mispredict on the ~H/16 of symbols that flush. */
     uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
     size_t i = n, rounds = n / LANES;
-#ifdef CKZ_HAVE_AVX2_RANS
-    size_t stop = ckz_cpu_v3 ? rounds * LANES : 0;
-#else
-    size_t stop = 0;
-#endif
+    size_t stop = vector_symbols(rounds);
     for (; i > stop; i--) {
         const enc_sym *e = &es[src[i - 1]];
         uint32_t xl = x[(i - 1) % LANES], flush = xl >= e->x_max;
@@ -698,10 +714,7 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
         p = ckz_cpu_v4 ? rans32_encode_v4(src, rounds, freq, x, p)
                        : rans32_encode_avx2(src, rounds, freq, x, p);
 #endif
-    p -= CKZ_RANS32_STATE_BYTES;
-    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
-    *start = p;
-    *size = (size_t)(end - p);
+    put_states(x, p, end, start, size);
 }
 
 int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
@@ -717,11 +730,7 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
     for (unsigned l = 0; l < LANES; l++) x[l] = L;
     uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
     size_t i = n, rounds = n / LANES;
-#ifdef CKZ_HAVE_AVX2_RANS
-    size_t stop = ckz_cpu_v3 ? rounds * LANES : 0;
-#else
-    size_t stop = 0;
-#endif
+    size_t stop = vector_symbols(rounds);
     /* The scalar steps (the tail, or everything without AVX2) divide directly: the result is
      * the same state as the reciprocal and double paths compute. */
     for (; i > stop; i--) {
@@ -740,10 +749,7 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
                        : rans32_encode_avx2_tab(src, tab, rounds, fc, inv, x, p);
 #endif
     free(fc);
-    p -= CKZ_RANS32_STATE_BYTES;
-    for (unsigned l = 0; l < LANES; l++) ckz_store32(p + 4 * l, x[l]);
-    *start = p;
-    *size = (size_t)(end - p);
+    put_states(x, p, end, start, size);
     return 0;
 }
 
