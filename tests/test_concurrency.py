@@ -149,7 +149,9 @@ from tests.test_corruption import bits_equal
 directory, stop = sys.argv[1], sys.argv[2]
 counts = {{"loads": 0, "exact": 0, "errors": []}}
 print("ready", flush=True)
-while not os.path.exists(stop):
+finished = False
+while not finished:  # passes while the manager saves, then one more over every file it left
+    finished = os.path.exists(stop)
     for name in sorted(os.listdir(directory)):
         match = STEP_FILE.match(name)
         if not match:
