@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -195,12 +196,13 @@ def test_a_reader_thread_beside_retention_gets_exact_data_or_a_clear_error(tmp_p
     naming it, never a partial read or wrong data."""
     saves = 40
     stop = threading.Event()
-    counts: dict[str, Any] = {"exact": 0, "errors": []}
+    counts: dict[str, Any] = {"exact": 0, "errors": [], "passes": 0}
     failures: list[str] = []
 
     def reader() -> None:
         try:
             while not stop.is_set():
+                counts["passes"] += 1
                 for step in steps_on_disk(tmp_path):
                     path = tmp_path / f"step-{step:08d}.ckz"
                     try:
@@ -220,6 +222,11 @@ def test_a_reader_thread_beside_retention_gets_exact_data_or_a_clear_error(tmp_p
         with CheckpointManager(tmp_path, keep_last=1, keyframe_every=3, threads=1) as manager:
             for step in range(1, saves + 1):
                 manager.save(step, manager_state(step))
+                # let the reader start a new pass over what is on disk now (however fast saves
+                # get, every save then overlaps reads)
+                passes, deadline = counts["passes"], time.monotonic() + 5
+                while counts["passes"] <= passes + 1 and time.monotonic() < deadline:
+                    time.sleep(0.001)
     finally:
         stop.set()
         thread.join(60)
