@@ -320,3 +320,42 @@ def test_transforms_run_on_the_device(mode, chain_states):
                               base=chain_states[0])
     for name, tensor in flat(decoded).items():
         assert torch.allclose(tensor.double(), flat(reference)[name].double(), rtol=1e-3, atol=1e-6)
+
+
+def test_adaptive_second_moment_is_stored_at_the_first_moments_support(chain_states):
+    """exp_avg_sq is zero wherever exp_avg is pruned; it is stored only at exp_avg's decoded
+    non-zeros, so the mask is paid for once, and every way of reading it agrees."""
+    data = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0])
+    decoded = ckptzip.loads(data, base=chain_states[0])
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=chain_states[0]) as f:
+        supported = [leaf for leaf in f.leaves if leaf.pipeline.support is not None]
+        assert supported and all(leaf.name.endswith("exp_avg_sq") for leaf in supported)
+        for leaf in supported:
+            sibling = f.leaves[leaf.pipeline.support]
+            assert sibling.name == leaf.name.replace("exp_avg_sq", "exp_avg")
+            assert leaf.array_shape == (int((flat(decoded)[sibling.name] != 0).sum()),)
+            alone = f.get_tensor(leaf.name)  # decodes its sibling too
+            assert torch.equal(alone, flat(decoded)[leaf.name])
+            assert torch.equal(alone != 0, flat(decoded)[sibling.name] != 0)
+
+
+@pytest.mark.parametrize("damage", ["self", "beyond", "chain", "shape"])
+def test_bad_support_references_are_refused(chain_states, damage):
+    from tests.test_bad_input import rebuild, split
+
+    header, body = split(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0]))
+    leaves = header["leaves"]
+    index = next(i for i, leaf in enumerate(leaves)
+                 if any(s["id"] == "support" for s in header["pipelines"][leaf["pipeline"]]))
+    stage = next(s for s in header["pipelines"][leaves[index]["pipeline"]] if s["id"] == "support")
+    if damage == "self":
+        stage["leaf"] = index
+    elif damage == "beyond":
+        stage["leaf"] = len(leaves)
+    elif damage == "chain":  # the sibling itself stored at a support
+        sibling = stage["leaf"]
+        header["pipelines"][leaves[sibling]["pipeline"]].insert(0, {"id": "support", "leaf": index})
+    else:
+        stage["leaf"] = next(i for i, leaf in enumerate(leaves) if leaf["shape"] != leaves[index]["shape"])
+    with pytest.raises(FormatError, match="support"):
+        ckptzip.loads(rebuild(header, body), base=chain_states[0])

@@ -220,9 +220,32 @@ def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
         _parse_leaf(i, e, names[i], data_length, source, pipelines, chunk)
         for i, e in enumerate(entries)
     )
+    _check_supports(leaves, source)
     if not isinstance(raw.get("metadata", {}), dict):
         raise FormatError(f"{source}: header metadata must be an object")
     return Header(raw, leaves, raw.get("tree"), data_length)
+
+
+def _check_supports(leaves: tuple[LeafInfo, ...], source: str) -> None:
+    """A tensor stored at a sibling's support names another leaf of the same shape that is not
+    itself stored at a support (so there are no chains and no cycles), and expands at most
+    :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array."""
+    for leaf in leaves:
+        j = leaf.pipeline.support
+        if j is None:
+            continue
+        where = f"{source}: tensor {leaf.name!r}"
+        if j >= len(leaves) or j == leaf.index:
+            raise FormatError(f"{where}: its support names leaf {j}, which is not another leaf")
+        sibling = leaves[j]
+        if sibling.shape != leaf.shape or sibling.pipeline.support is not None:
+            raise FormatError(
+                f"{where}: its support names {sibling.name!r}, which has shape "
+                f"{list(sibling.shape)} or a support of its own"
+            )
+        if leaf.nbytes > MAX_TRANSFORM_EXPANSION * (leaf.array_nbytes + sibling.array_nbytes + 1):
+            raise FormatError(f"{where}: {leaf.nbytes} bytes claimed from encoded arrays of "
+                              f"{leaf.array_nbytes + sibling.array_nbytes}")
 
 
 def _parse_leaf(
@@ -241,7 +264,10 @@ def _parse_leaf(
         if not isinstance(encoded, dict):
             raise FormatError(f"{where}: a pipeline with transforms needs an 'encoded' array")
         array_dtype, array_dims, array_nbytes = _array_type(encoded, where)
-        if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) and "base" not in entry:
+        # a tensor stored at a sibling's support is bounded by that sibling (checked in
+        # _check_supports); one coded against a base, by the base
+        bounded_elsewhere = "base" in entry or pipeline.support is not None
+        if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) and not bounded_elsewhere:
             raise FormatError(
                 f"{where}: {nbytes} bytes claimed from an encoded array of {array_nbytes}"
             )

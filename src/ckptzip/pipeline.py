@@ -20,6 +20,7 @@ from .codecs import (
     ContextPlanes,
     Entropy,
     Residual,
+    Support,
     TensorToBytes,
     TensorToTensor,
     codec_from_config,
@@ -72,6 +73,12 @@ class Pipeline:
         if isinstance(serializer, ContextPlanes) and (residual is None or compressors):
             raise FormatError(f"{source}: ctxplanes must follow a residual and end the pipeline")
         return cls(tuple(transforms), residual, serializer, tuple(compressors))
+
+    @property
+    def support(self) -> int | None:
+        """The leaf index of the sibling whose non-zeros this pipeline stores values at
+        (:class:`~ckptzip.codecs.Support`), or None."""
+        return next((t.leaf for t in self.transforms if isinstance(t, Support)), None)
 
     @property
     def relative_cost(self) -> float:

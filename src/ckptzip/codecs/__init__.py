@@ -16,6 +16,7 @@ from .kmeans import KMeans
 from .lossy_residual import LossyResidual
 from .residual import Residual
 from .sparse import Sparse
+from .support import Support
 
 __all__ = [
     "BytePlanes",
@@ -27,6 +28,7 @@ __all__ = [
     "LossyResidual",
     "Residual",
     "Sparse",
+    "Support",
     "TensorToBytes",
     "TensorToTensor",
     "TransformContext",

@@ -74,6 +74,9 @@ class TransformContext:
     #: The base checkpoint's reconstruction of this tensor (same dtype and shape), when the
     #: tensor is coded against a base; None otherwise.
     base: torch.Tensor | None = None
+    #: Where a sibling tensor of the same checkpoint is non-zero (a bool tensor of its shape), for
+    #: a tensor stored only there (:mod:`.support`); None otherwise.
+    support: torch.Tensor | None = None
 
 
 class TensorToTensor(Codec):

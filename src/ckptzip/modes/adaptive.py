@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from ..chain import Base
-from ..codecs import KMeans, TransformContext
+from ..codecs import KMeans, Support, TransformContext
 from ..codecs.kmeans import lloyd_sorted, sample_sorted
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, finish
+from .common import GroupValues, JointPolicy, decode, finish
 from .pairing import MOMENTS
 
 STATES = ("weight", *MOMENTS)
@@ -152,8 +152,12 @@ class AdaptivePolicy(JointPolicy):
             plans[group.exp_avg], kept = self._quantize(leaves[group.exp_avg], values.m,
                                                         float(values.m.pow(2).sum()), "exp_avg")
         if group.exp_avg_sq is not None and values.v is not None:
-            plans[group.exp_avg_sq] = self._second_moment(
-                leaves[group.exp_avg_sq], values.v, values.v != 0 if kept is None else kept)
+            v_leaf = leaves[group.exp_avg_sq]
+            if kept is not None and kept.shape == values.v.shape:  # stored at exp_avg's support
+                assert group.exp_avg is not None
+                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept, group.exp_avg)
+            else:
+                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0)
         return plans
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
@@ -165,12 +169,17 @@ class AdaptivePolicy(JointPolicy):
         pruned = prune(array, choice.kept)
         encoded = finish(leaf, pruned, KMeans(choice.k, leaf.dtype.name), residual=residual, base=base)
         encoded.extra["error"]["budget"] = budget
-        return encoded, pruned != 0
+        # the support as a reader decodes it (a centroid could round to zero)
+        decoded = decode(encoded.pipeline.transforms, encoded.array, TransformContext(leaf.name, base))
+        return encoded, decoded != 0 if not residual else pruned != 0
 
-    def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor) -> Encoded:
+    def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
+                       sibling: int | None = None) -> Encoded:
         """``exp_avg_sq`` where ``exp_avg`` is kept, zero elsewhere (both moments restart there,
         as ExCP's joint mask makes them), quantized in the log domain with the fewest centroids
-        that keep ``sqrt(v)`` within the budget."""
+        that keep ``sqrt(v)`` within the budget. With ``sibling`` (the leaf index of
+        ``exp_avg``, whose decoded non-zeros are ``kept``), only the values there are stored: the
+        mask is not paid for twice."""
         budget = self.budget["exp_avg_sq"]
         array = v * kept
         logs = sample_sorted(array[array > 0].double().log())
@@ -180,8 +189,13 @@ class AdaptivePolicy(JointPolicy):
             if math.sqrt(lloyd_sorted(logs, size).sse / max(logs.size, 1)) / 2 <= budget:
                 k = size
                 break
-        encoded = finish(leaf, array, KMeans(k, leaf.dtype.name, "log"))
-        decoded = encoded.pipeline.transforms[0].decode(encoded.array, TransformContext(leaf.name))
+        quantizer = KMeans(k, leaf.dtype.name, "log")
+        if sibling is None:
+            encoded = finish(leaf, array, quantizer)
+        else:
+            encoded = finish(leaf, array, quantizer, support=(Support(sibling), kept))
+        context = TransformContext(leaf.name, support=kept)
+        decoded = decode(encoded.pipeline.transforms, encoded.array, context)
         ratio = (decoded.double()[array > 0] / array.double()[array > 0]).sqrt() - 1
         error = float(ratio.pow(2).mean().sqrt()) if ratio.numel() else 0.0
         encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)

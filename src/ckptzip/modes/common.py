@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import torch
 
 from ..chain import Base
-from ..codecs import BytePlanes, Entropy, KMeans, LossyResidual, TensorToTensor, TransformContext
+from ..codecs import (
+    BytePlanes,
+    Entropy,
+    KMeans,
+    LossyResidual,
+    Support,
+    TensorToTensor,
+    TransformContext,
+)
 from ..dtypes import from_torch
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, LosslessPolicy
@@ -124,19 +132,25 @@ class JointPolicy(LosslessPolicy):
 
 def finish(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
-    base: torch.Tensor | None = None, original: torch.Tensor | None = None, **more: float,
+    base: torch.Tensor | None = None, original: torch.Tensor | None = None,
+    support: tuple[Support, torch.Tensor] | None = None, **more: float,
 ) -> Encoded:
-    """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``),
-    through ``quantizer`` (needed unless ``residual``), and record the error of what a reader
-    will decode against ``original`` (the leaf by default)."""
+    """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
+    only at a sibling's non-zeros with ``support``, its stage and that mask), through
+    ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
+    decode against ``original`` (the leaf by default)."""
     stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
-    context = TransformContext(leaf.name, base)
+    context = TransformContext(leaf.name, base, None if support is None else support[1])
+    if support is not None:
+        stages = (*stages, support[0])
+        array = support[0].encode(array, context)
     if quantizer is not None:
         array = quantizer.encode(array, context)
         stages = (*stages, quantizer)
     decoded = decode(stages, array, context)
     reference = leaf.tensor if original is None else original
-    more.setdefault("kept", float((array != 0).float().mean()) if array.numel() else 0.0)
+    kept = int((array != 0).sum())
+    more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
     return Encoded(coded(stages, array), array, {"error": error_record(reference, decoded, **more)},
