@@ -17,6 +17,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "memory.h"
 #include "planes.h"
 #include "rans.h"
 
@@ -64,22 +65,25 @@ CKZ_INLINE uint64_t rotr_k(uint64_t w, unsigned r, unsigned k) {
 
 /* ---- context bytes -------------------------------------------------------------------------- */
 
-CKZ_INLINE void context_k_impl(const uint8_t *restrict src, size_t n, unsigned k, unsigned r,
-                               uint8_t *restrict ctx) {
-    for (size_t i = 0; i < n; i++)
-        ctx[i] = (uint8_t)(rotl_k(load_elem(src + i * k, k), r, k) >> (8 * (k - 1)));
-}
-#define CONTEXT_K(K)                                                                           \
+/* One loop per element width, on the unsigned type of that width (a uint64 rotation of a
+ * narrower word does not vectorize): rotl by r, then the top byte.  `& (BITS - 1)` keeps r == 0
+ * from shifting by the full width. */
+#define CONTEXT_K(K, T, BITS)                                                                  \
     CKZ_INLINE void context##K##_impl(const uint8_t *restrict src, size_t n, unsigned r,         \
                                       uint8_t *restrict ctx) {                                 \
-        context_k_impl(src, n, K, r, ctx);                                                     \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            T x;                                                                               \
+            memcpy(&x, src + i * K, K);                                                        \
+            T y = (T)((T)(x << r) | (T)(x >> ((BITS - r) & (BITS - 1))));                      \
+            ctx[i] = (uint8_t)(y >> (BITS - 8));                                               \
+        }                                                                                      \
     }                                                                                          \
     CKZ_VERSIONED(context##K, (const uint8_t *restrict src, size_t n, unsigned r,              \
                                uint8_t *restrict ctx), (src, n, r, ctx))
-CONTEXT_K(1)
-CONTEXT_K(2)
-CONTEXT_K(4)
-CONTEXT_K(8)
+CONTEXT_K(1, uint8_t, 8)
+CONTEXT_K(2, uint16_t, 16)
+CONTEXT_K(4, uint32_t, 32)
+CONTEXT_K(8, uint64_t, 64)
 
 void ckz_context_bytes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
                        uint8_t *ctx) {
@@ -708,7 +712,8 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
  * the RANS32 workspace cannot be allocated.  A coded plane whose stream ends up no smaller than
  * RAW (the estimate is off by the states' slack) is written RAW after all. */
 static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
-                        const plane_plan *pl, uint8_t *scratch, uint8_t *out) {
+                        const plane_plan *pl, uint16_t (*freq)[256], uint8_t *scratch,
+                        uint8_t *out) {
     uint8_t *o = out;
     if (pl->mode == CKZ_MODE_CONST) {
         *o++ = CKZ_MODE_CONST;
@@ -723,18 +728,15 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
             tlen = ckz_rans_write_table(pl->freq, tables);
             ckz_rans32_encode(s, n, pl->freq, scratch, &start, &size);
         } else {
-            uint16_t (*freq)[256] = malloc(bs->count * sizeof *freq);
-            if (!freq) return 0;
             tables[tlen++] = pl->shift;
             for (unsigned b = 0; b < bs->count; b++) {
                 const bucket_table *t = &pl->tab[pl->shift][b];
                 tlen += put_bucket_table(t, pl->shift, tables + tlen);
                 memcpy(freq[b], t->freq, sizeof freq[b]);
             }
-            int rc = ckz_rans32_encode_tab(s, bk, n, (const uint16_t (*)[256])freq, bs->count,
-                                           scratch, &start, &size);
-            free(freq);
-            if (rc) return 0;
+            if (ckz_rans32_encode_tab(s, bk, n, (const uint16_t (*)[256])freq, bs->count, scratch,
+                                      &start, &size))
+                return 0;
         }
         size_t body = tlen + size;
         if (1 + ckz_varint_size(body) + body < 1 + n) {
@@ -759,15 +761,18 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     size_t bytes = n * elem_size;
     buckets bs;
     find_buckets(ctx, n, &bs);
-    /* bucket histograms (one, and three spare copies) | the plan | planes | bucket indices |
-     * RANS32 scratch */
+    /* bucket histograms (one, and three spare copies) | the bucket tables' frequencies | the
+     * plan | planes | bucket indices | RANS32 scratch: this thread's scratch, kept from call to
+     * call (memory.h), so that chunk after chunk reuses memory already faulted in. */
     size_t hist = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint32_t);
-    size_t total = 4 * hist + sizeof(plane_plan) + bytes + n + ckz_rans32_scratch_size(n);
-    uint8_t *mem = malloc(total);
+    size_t freqs = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint16_t);
+    size_t total = 4 * hist + freqs + sizeof(plane_plan) + bytes + n + ckz_rans32_scratch_size(n);
+    uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_PLANES, total);
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of encoder scratch", total);
     uint32_t *h0 = (uint32_t *)mem, *h1 = h0 + CKZ_CTX_MAX_BUCKETS * 256;
-    plane_plan *pl = (plane_plan *)(mem + 4 * hist);
-    uint8_t *planes = mem + 4 * hist + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
+    uint16_t (*freq)[256] = (uint16_t (*)[256])(mem + 4 * hist);
+    plane_plan *pl = (plane_plan *)(mem + 4 * hist + freqs);
+    uint8_t *planes = (uint8_t *)pl + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
     ckz_split_planes(src, planes, n, elem_size, rotate);
     bucket_index(ctx, n, bs.first, bs.count, bk);
     uint8_t *o = out;
@@ -778,11 +783,11 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     int rc = 0;
     for (unsigned p = 0; p < elem_size && !rc; p++) {
         plan_plane(planes + p * n, bk, n, &bs, h0, h1, pl);
-        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, scratch, o);
+        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, freq, scratch, o);
         if (!len) rc = ckz_fail(err, "out of memory for the rans32 tables");
         o += len;
     }
-    free(mem);
+    ckz_scratch_put(CKZ_SCRATCH_PLANES, mem);
     *out_len = (size_t)(o - out);
     return rc;
 }
@@ -901,7 +906,7 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
      * The planes are <= dst_len (the caller's buffer); the tables <= 528 KiB. */
     size_t bytes = n * elem_size, tables = (size_t)B * SCALE * sizeof(uint32_t);
     size_t total = bytes + n + tables + (size_t)B * 256 * sizeof(uint16_t);
-    uint8_t *mem = malloc(total ? total : 1);
+    uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, total); /* this thread's, kept */
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
     uint32_t *T = (uint32_t *)mem;
     uint16_t (*freq)[256] = (uint16_t (*)[256])(mem + tables);
@@ -971,7 +976,7 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
     ckz_merge_planes(plane_at, dst, n, elem_size, rotate);
     rc = 0;
 done:
-    free(mem);
+    ckz_scratch_put(CKZ_SCRATCH_DECODE, mem);
     return rc;
 }
 
