@@ -106,19 +106,17 @@ static size_t min_bucket(size_t n) {
  * closing a bucket as soon as it holds min_bucket(n) elements; a last, smaller run joins the
  * bucket before it (or is the only bucket).  Every closed bucket holds >= n /
  * CKZ_CTX_MAX_BUCKETS elements, so there are at most that many, and every bucket is non-empty
- * (B = 0 only for n = 0).  h: the per-lane context histogram (ckz_huf_count; the lanes are the
- * Huffman streams' runs, CKZ_CTX_LANES == CKZ_HUF_STREAMS).  Sets size[b] and first[b], the
+ * (B = 0 only for n = 0).  h: the context histogram.  Sets size[b] and first[b], the
  * lowest context value of bucket b (first[0] = 0; values are bucketed monotonically), and
  * returns B. */
-static unsigned plan_buckets(const uint32_t h[CKZ_CTX_LANES][256], size_t n,
-                             size_t size[CKZ_CTX_MAX_BUCKETS], uint8_t first[CKZ_CTX_MAX_BUCKETS]) {
+static unsigned plan_buckets(const uint32_t h[256], size_t n, size_t size[CKZ_CTX_MAX_BUCKETS],
+                             uint8_t first[CKZ_CTX_MAX_BUCKETS]) {
     size_t least = min_bucket(n);
     unsigned b = 0;
     memset(size, 0, CKZ_CTX_MAX_BUCKETS * sizeof size[0]);
     memset(first, 0, CKZ_CTX_MAX_BUCKETS);
     for (unsigned v = 0; v < 256; v++) {
-        size_t acc = 0;
-        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) acc += h[l][v];
+        size_t acc = h[v];
         /* b < CKZ_CTX_MAX_BUCKETS when acc > 0: b closed buckets hold b * least <= n - acc
          * elements, and least >= n / CKZ_CTX_MAX_BUCKETS. */
         if (acc) {
@@ -146,7 +144,12 @@ static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
             L->cur[l][v] = pos;
             pos += h[l][v];
         }
-    L->buckets = plan_buckets(h, n, L->size, first);
+    uint32_t total[256];
+    for (unsigned v = 0; v < 256; v++) {
+        total[v] = 0;
+        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) total[v] += h[l][v];
+    }
+    L->buckets = plan_buckets(total, n, L->size, first);
 }
 
 /* Element i of lane l goes to cur[l][ctx[i]]++ in every plane.  The lanes run in lockstep so
@@ -207,17 +210,97 @@ typedef struct {
     uint8_t first[CKZ_CTX_MAX_BUCKETS];
 } buckets;
 
+/* The context histogram.  Contexts are exponent bytes: nearly all of a chunk's fall in a few
+ * neighbouring values, where a scalar histogram spends a store-to-load chain per byte.  With
+ * AVX-512 BW, when a sample puts >= WIN_HIT_NUM / WIN_HIT_DEN of the bytes in one window of
+ * WIN_VALUES values, each value of the window is counted by a compare and a popcount per 64 bytes
+ * and the bytes outside it one by one; otherwise (and without AVX-512) ckz_huf_count's
+ * interleaved counters. */
+#define WIN_VALUES 16
+#define WIN_SAMPLES 512
+#define WIN_HIT_NUM 31
+#define WIN_HIT_DEN 32
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#include <immintrin.h>
+#define CTX_HAVE_AVX2 1
+#define CTX_V4 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,popcnt")))
+
+/* h[lo + v] += the bytes of c[0..n) equal to lo + v (v < WIN_VALUES), and h[x] += 1 for every
+ * byte x outside [lo, lo + WIN_VALUES).  n is a multiple of 64. */
+CTX_V4 static void window_count(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
+    uint64_t cnt[WIN_VALUES] = {0};
+    __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(WIN_VALUES - 1);
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i x = _mm512_loadu_si512((const void *)(c + i));
+        __m512i d = _mm512_sub_epi8(x, base);
+        uint64_t out = _mm512_cmpgt_epu8_mask(d, top);
+        for (unsigned v = 0; v < WIN_VALUES; v++)
+            cnt[v] += (uint64_t)__builtin_popcountll(
+                _mm512_cmpeq_epi8_mask(d, _mm512_set1_epi8((char)v)));
+        while (out) {
+            h[c[i + (unsigned)__builtin_ctzll(out)]]++;
+            out &= out - 1;
+        }
+    }
+    for (unsigned v = 0; v < WIN_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
+}
+
+/* bk[i] = lut[ctx[i]] for i < n, 64 bytes a step: two two-table byte permutes (the LUT's low
+ * and high 128 entries) and a blend on the context's top bit. */
+CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lut[256],
+                                  uint8_t *bk) {
+    __m512i t0 = _mm512_loadu_si512((const void *)lut);
+    __m512i t1 = _mm512_loadu_si512((const void *)(lut + 64));
+    __m512i t2 = _mm512_loadu_si512((const void *)(lut + 128));
+    __m512i t3 = _mm512_loadu_si512((const void *)(lut + 192));
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i x = _mm512_loadu_si512((const void *)(ctx + i));
+        __m512i a = _mm512_permutex2var_epi8(t0, x, t1), b = _mm512_permutex2var_epi8(t2, x, t3);
+        _mm512_storeu_si512((void *)(bk + i), _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), a, b));
+    }
+    return i;
+}
+#endif
+
+static void context_histogram(const uint8_t *ctx, size_t n, uint32_t h[256]) {
+    memset(h, 0, 256 * sizeof h[0]);
+#ifdef CTX_HAVE_AVX2
+    if (ckz_cpu_v4 && n >= 8 * WIN_SAMPLES) {
+        uint32_t sample[256] = {0};
+        size_t stride = n / WIN_SAMPLES;
+        for (size_t j = 0; j < WIN_SAMPLES; j++) sample[ctx[j * stride]]++;
+        unsigned lo = 0, best = 0, run = 0; /* the window [lo, lo + WIN_VALUES) with most */
+        for (unsigned v = 0; v < 256; v++) {
+            run += sample[v] - (v >= WIN_VALUES ? sample[v - WIN_VALUES] : 0);
+            if (run > best) best = run, lo = v + 1 >= WIN_VALUES ? v + 1 - WIN_VALUES : 0;
+        }
+        if (best * WIN_HIT_DEN >= WIN_SAMPLES * WIN_HIT_NUM) {
+            size_t m = n / 64 * 64;
+            window_count(ctx, m, lo, h);
+            for (size_t i = m; i < n; i++) h[ctx[i]]++;
+            return;
+        }
+    }
+#endif
+    uint32_t lanes[CKZ_CTX_LANES][256];
+    ckz_huf_count(ctx, n, lanes);
+    for (unsigned v = 0; v < 256; v++)
+        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) h[v] += lanes[l][v];
+}
+
 static void find_buckets(const uint8_t *ctx, size_t n, buckets *bs) {
-    uint32_t h[CKZ_CTX_LANES][256];
-    ckz_huf_count(ctx, n, h);
+    uint32_t h[256];
+    context_histogram(ctx, n, h);
     bs->count = plan_buckets(h, n, bs->size, bs->first);
 }
 
 /* bk[i] = bucket of ctx[i] = how many of the bucket starts first[1..B) are <= ctx[i] (buckets are
  * value ranges in order).  One vectorizable pass per start over blocks that stay in L1. */
-CKZ_INLINE void bucket_index_impl(const uint8_t *restrict ctx, size_t n,
-                                  const uint8_t *restrict first, unsigned B,
-                                  uint8_t *restrict bk) {
+CKZ_INLINE void bucket_index_passes_impl(const uint8_t *restrict ctx, size_t n,
+                                         const uint8_t *restrict first, unsigned B,
+                                         uint8_t *restrict bk) {
     for (size_t i0 = 0; i0 < n; i0 += 4096) {
         size_t m = n - i0 < 4096 ? n - i0 : 4096;
         const uint8_t *restrict c = ctx + i0;
@@ -229,8 +312,26 @@ CKZ_INLINE void bucket_index_impl(const uint8_t *restrict ctx, size_t n,
         }
     }
 }
-CKZ_VERSIONED(bucket_index, (const uint8_t *restrict ctx, size_t n, const uint8_t *restrict first,
-                             unsigned B, uint8_t *restrict bk), (ctx, n, first, B, bk))
+CKZ_VERSIONED(bucket_index_passes, (const uint8_t *restrict ctx, size_t n,
+                                    const uint8_t *restrict first, unsigned B,
+                                    uint8_t *restrict bk), (ctx, n, first, B, bk))
+
+static void bucket_index(const uint8_t *ctx, size_t n, const uint8_t *first, unsigned B,
+                         uint8_t *bk) {
+#ifdef CTX_HAVE_AVX2
+    if (ckz_cpu_v4 && B > 2) { /* one lookup instead of B - 1 compare passes */
+        uint8_t lut[256];
+        for (unsigned v = 0, b = 0; v < 256; v++) {
+            while (b + 1 < B && v >= first[b + 1]) b++;
+            lut[v] = (uint8_t)b;
+        }
+        size_t done = lut_index_v4(ctx, n, lut, bk);
+        for (size_t i = done; i < n; i++) bk[i] = lut[ctx[i]];
+        return;
+    }
+#endif
+    bucket_index_passes(ctx, n, first, B, bk);
+}
 
 /* A bucket's table (docs/STREAMS.md, format 3).  The plane's frequencies are multiples of its
  * unit 2^s (s = 0..3, stored once per plane): a bucket's statistics rarely need all of SCALE's
@@ -561,9 +662,7 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
-#include <immintrin.h>
-#define CTX_HAVE_AVX2 1
+#ifdef CTX_HAVE_AVX2
 /* Adds to hist[b * 256 + v] every byte v of bucket b = bk[i] < 16 that is not the bucket's guess
  * dom[b]: 32 bytes compared with their guesses (a byte shuffle of dom by bk) per step, then only
  * the misses counted one by one. */
@@ -794,6 +893,33 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
 
 /* ---- decoder -------------------------------------------------------------------------------- */
 
+/* Decode tables of B buckets (unit 2^shift), table b at T + b * (SCALE >> shift), entries as
+ * ckz_rans_build_dtable_unit writes them (symbol | (slot - c) << 8 | f << 20).  Each symbol's run
+ * is written 16 entries at a time, the last block running past the run into the next one's
+ * entries, which are written after it; past the last table T needs TABLE_SLACK entries. */
+#define TABLE_SLACK 16
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+CKZ_INLINE void build_tables_impl(const uint16_t (*freq)[256], unsigned B, unsigned shift,
+                                  uint32_t *T) {
+    u32x8 step0 = {0, 1, 2, 3, 4, 5, 6, 7}, step1 = step0 + 8;
+    step0 *= 1u << shift << 8, step1 *= 1u << shift << 8;
+    uint32_t inc = 16u << shift << 8, *t = T;
+    for (unsigned b = 0; b < B; b++)
+        for (unsigned v = 0; v < 256; v++) {
+            uint32_t f = freq[b][v], units = f >> shift;
+            if (!units) continue;
+            uint32_t base = v | f << 20;
+            u32x8 e0 = step0 + base, e1 = step1 + base;
+            for (uint32_t j = 0; j < units; j += 16, e0 += inc, e1 += inc) {
+                memcpy(t + j, &e0, sizeof e0);
+                memcpy(t + j + 8, &e1, sizeof e1);
+            }
+            t += units;
+        }
+}
+CKZ_VERSIONED(build_tables, (const uint16_t (*freq)[256], unsigned B, unsigned shift, uint32_t *T),
+              (freq, B, shift, T))
+
 typedef struct {
     unsigned format;
     uint64_t n;          /* elements */
@@ -904,7 +1030,7 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
     unsigned B = bs.count;
     /* scratch planes | bucket indices (made on first use) | B decode tables | B freq tables.
      * The planes are <= dst_len (the caller's buffer); the tables <= 528 KiB. */
-    size_t bytes = n * elem_size, tables = (size_t)B * SCALE * sizeof(uint32_t);
+    size_t bytes = n * elem_size, tables = ((size_t)B * SCALE + TABLE_SLACK) * sizeof(uint32_t);
     size_t total = bytes + n + tables + (size_t)B * 256 * sizeof(uint16_t);
     uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, total); /* this thread's, kept */
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
@@ -956,10 +1082,9 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
                 ckz_fail(err, "plane %u: frequency unit 2^%u exceeds 2^%d", q, shift, MAX_SHIFT);
                 goto done;
             }
-            for (unsigned b = 0; b < B; b++) {
+            for (unsigned b = 0; b < B; b++)
                 if (get_bucket_table(&t, body_end, shift, freq[b], q, b, err)) goto done;
-                ckz_rans_build_dtable_unit(freq[b], shift, T + (size_t)b * (SCALE >> shift));
-            }
+            build_tables((const uint16_t (*)[256])freq, B, shift, T);
             if (!have_bk) bucket_index(ctx, n, bs.first, B, bk), have_bk = 1;
             if (ckz_rans32_decode_tab(T, bk, shift, t, (size_t)(body_end - t), o, n, err))
                 goto done;
