@@ -356,10 +356,6 @@ typedef struct {
 
 static unsigned bit_length(uint32_t v) { return v ? 32u - (unsigned)__builtin_clz(v) : 0; }
 
-/* Bits of the exp-Golomb-g code of u: the bit length of u + 2^g, less g + 1, zeros, then
- * u + 2^g itself. */
-static unsigned eg_bits(uint32_t u, unsigned g) { return 2 * bit_length(u + (1u << g)) - g - 1; }
-
 static void used_range(const uint16_t freq[256], unsigned *lo, unsigned *hi) {
     unsigned a = 0, b = 255;
     while (a < 255 && !freq[a]) a++;
@@ -413,9 +409,16 @@ static void normalize_bucket(const uint32_t *h, const uint8_t *used, unsigned di
     uint32_t scale = 1u << prec;
     int64_t sum = 0;
     memset(f, 0, 256 * sizeof f[0]);
+    /* q = round(h scale / m) = floor(num / den), num = 2 h scale + m < 2^46, den = 2 m <= 2^33:
+     * from the double quotient (off by at most one), then corrected exactly. */
+    uint64_t den = 2 * (uint64_t)m;
+    double inv = 1.0 / (double)den;
     for (unsigned j = 0; j < distinct; j++) {
         unsigned v = used[j];
-        uint64_t q = ((uint64_t)h[v] * scale * 2 + m) / (2 * (uint64_t)m); /* round(h scale / m) */
+        uint64_t num = (uint64_t)h[v] * scale * 2 + m;
+        uint64_t q = (uint64_t)((double)num * inv);
+        if (q * den > num) q--;
+        else if (num - q * den >= den) q++;
         f[v] = (uint16_t)(q ? (q < scale ? q : scale - 1) : 1);
         sum += f[v];
     }
@@ -470,6 +473,28 @@ static void find_values(const uint32_t h[256], bucket_values *bv) {
     bv->hi = d ? bv->used[d - 1] : 0;
 }
 
+/* cls[c] = how many of f[0..count) + add have bit length c (c < 14; every value < 2^13), from
+ * the counts below each power of two: comparison sums, which vectorize, where a counter per
+ * class would chain its increments (most values share a class). */
+static void class_counts(const uint16_t *f, unsigned count, unsigned add, unsigned cls[14]) {
+    unsigned below[14];
+    for (unsigned c = 0; c < 14; c++) {
+        unsigned k = 0, lim = 1u << c;
+        for (unsigned v = 0; v < count; v++) k += (unsigned)f[v] + add < lim;
+        below[c] = k; /* bit length <= c */
+    }
+    cls[0] = below[0];
+    for (unsigned c = 1; c < 14; c++) cls[c] = below[c] - below[c - 1];
+}
+
+/* Sum of eg_bits(f[v], g) over f[0..count) (each f < 2^12): 2 bitlen(f + 2^g) - g - 1 each. */
+static unsigned code_bits_eg(const uint16_t *f, unsigned count, unsigned g) {
+    unsigned cls[14], bits = 0;
+    class_counts(f, count, 1u << g, cls);
+    for (unsigned c = 0; c < 14; c++) bits += cls[c] * c;
+    return 2 * bits - count * (g + 1);
+}
+
 /* The cheapest table with unit 2^shift for a bucket of m >= 1 bytes with histogram h and values
  * bv (exact bits of the table and of the code lengths; the rANS stream matches the latter to
  * within its states' slack). */
@@ -497,16 +522,15 @@ static void plan_bucket_table(const uint32_t h[256], const bucket_values *bv, si
         /* The order: the best for the codes' length classes (a code of u costs
          * 2 max(bitlen u, g + 1) - g - 1 bits, or 2 more when u + 2^g carries into a new
          * length), then the exact size for that order. */
-        unsigned cls[14] = {0}, best_g = 0, best = ~0u;
-        for (unsigned v = lo; v <= hi; v++) cls[bit_length(f[v])]++;
+        unsigned cls[14], best_g = 0, best = ~0u;
+        class_counts(f + lo, hi - lo + 1, 0, cls);
         for (unsigned g = 0; g <= MAX_ORDER; g++) {
             unsigned tb = 0;
             for (unsigned c = 0; c < 14; c++)
                 tb += cls[c] * (2 * (c > g + 1 ? c : g + 1) - g - 1);
             if (tb < best) best = tb, best_g = g;
         }
-        best = 0;
-        for (unsigned v = lo; v <= hi; v++) best += eg_bits(f[v], best_g);
+        best = code_bits_eg(f + lo, hi - lo + 1, best_g);
         bits += 24 + 8.0 * ((best + 7) / 8);
         if (bits < t->bits) {
             t->kind = TAB_CODED;
