@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
+
 from .. import _native
 from ..errors import ConfigError
 from .base import Buffer, Codec, register
@@ -41,8 +43,9 @@ class Residual(Codec):
     def from_config(cls, config: dict[str, Any]) -> Residual:
         return cls(str(config["kind"]), config["width"])
 
-    def encode(self, raw: Buffer, base: Buffer) -> bytearray:
-        out = bytearray(len(memoryview(raw).cast("B")))
+    def encode(self, raw: Buffer, base: Buffer) -> np.ndarray:
+        # np.empty, not bytearray: every byte is written, so no zero fill first
+        out = np.empty(len(memoryview(raw).cast("B")), dtype=np.uint8)
         _native.residual_encode(raw, base, out, self.width, KINDS[self.kind])
         return out
 
