@@ -612,16 +612,32 @@ static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shi
     unsigned used = 0;
     for (unsigned j = 0; j < count; j++) {
         unsigned zeros = 0, bit;
-        for (;;) {
-            GET_BIT(bit);
-            if (bit) break;
-            if (++zeros > EG_MAX_ZEROS)
-                return ckz_fail(err, "plane %u bucket %u: frequency code too long", plane, b);
-        }
         uint32_t w = 1;
-        for (unsigned r = 0; r < zeros + g; r++) {
-            GET_BIT(bit);
-            w = w << 1 | bit;
+        if ((pos >> 3) + 8 <= (size_t)(end - p)) {
+            /* Fast path, 8 bytes in hand: >= 57 bits, and a code has at most 2 EG_MAX_ZEROS +
+             * 1 + MAX_ORDER = 32.  The sequence is LSB first, so the zeros are the trailing
+             * zeros, and w's bits after its leading 1 come lowest first: reversed. */
+            uint64_t bits = ckz_load64(p + (pos >> 3)) >> (pos & 7);
+            if (!(bits & ((2u << EG_MAX_ZEROS) - 1)))
+                return ckz_fail(err, "plane %u bucket %u: frequency code too long", plane, b);
+            zeros = (unsigned)__builtin_ctzll(bits);
+            unsigned rest = zeros + g;
+            uint32_t field = (uint32_t)(bits >> (zeros + 1)) & ((1u << rest) - 1), rev = 0;
+            for (unsigned r = 0; r < rest; r++) rev = rev << 1 | ((field >> r) & 1u);
+            w = (1u << rest) | rev;
+            pos += zeros + 1 + rest;
+        } else {
+            for (;;) {
+                GET_BIT(bit);
+                if (bit) break;
+                if (++zeros > EG_MAX_ZEROS)
+                    return ckz_fail(err, "plane %u bucket %u: frequency code too long", plane,
+                                    b);
+            }
+            for (unsigned r = 0; r < zeros + g; r++) {
+                GET_BIT(bit);
+                w = w << 1 | bit;
+            }
         }
         uint32_t u = w - (1u << g); /* w >= 2^g: its top bit is at position zeros + g */
         if (u >= SCALE >> shift)
