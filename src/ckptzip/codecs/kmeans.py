@@ -156,7 +156,14 @@ class KMeans(TensorToTensor):
                 raise ConfigError("kmeans: the log domain needs positive values")
             values = values.double().log()
         fit = lloyd_sorted(sample_sorted(values), self.k)
-        table = fit.centroids  # in the log domain the codebook holds logarithms
+        self.set_table(fit.centroids)  # in the log domain the codebook holds logarithms
+        return fit
+
+    def set_table(self, table: np.ndarray) -> None:
+        """Store ascending centroids (float64; logarithms in the log domain; at most ``k``) in
+        the codebook's precision, whatever chose them."""
+        if table.size > self.k or bool((np.diff(table) < 0).any()):
+            raise ConfigError(f"kmeans: {table.size} centroids for k={self.k}, or not ascending")
         if self.precision == "fp16":
             self.scale_exp = 0 if self.domain == "log" else half_scale_exponent(
                 float(np.abs(table).max()) if table.size else 0.0)
@@ -164,7 +171,12 @@ class KMeans(TensorToTensor):
             self.centroids = [int(b) for b in halves.view(np.uint16)]
         else:
             self.centroids = [float(c) for c in table.astype(np.float32)]
-        return fit
+
+    def scale_table(self, factor: float) -> None:
+        """Multiply every centroid of a linear-domain codebook by ``factor`` > 0."""
+        if self.domain != "linear" or not factor > 0 or not math.isfinite(factor):
+            raise ConfigError(f"kmeans: cannot scale a {self.domain} codebook by {factor!r}")
+        self.set_table(self.table()[1:].numpy() * factor)
 
     def table(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """Value of each code, code 0 (zero) first, in float64."""

@@ -43,6 +43,16 @@ FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
 CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
 #: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
 SEARCH_SAMPLES = 1 << 16
+#: States whose codebook is rescaled to keep the reconstruction's projection onto the original
+#: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes).
+DEBIASED = ("weight", "exp_avg")
+
+
+#: Uniform (entropy-coded scalar) quantizer candidates: rounding offsets (0.5 rounds to the
+#: nearest level; smaller ones widen the zero bin, a dead zone) and steps, as multiples of the
+#: values' RMS, tried from the coarsest down.
+UNIFORM_OFFSETS = (0.5, 0.35, 0.2)
+UNIFORM_STEPS = tuple(float(x) for x in np.geomspace(8.0, 0.02, 48))
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,9 @@ class Choice:
     k: int
     bits: float
     error: float
+    #: A uniform quantizer's step and rounding offset (``step`` 0: k-means of the kept values).
+    step: float = 0.0
+    offset: float = 0.5
 
 
 def _entropy_bits(counts: np.ndarray) -> float:
@@ -83,11 +96,84 @@ def search(values: torch.Tensor, scale_sq: float, budget: float) -> Choice:
             if choice.error <= budget:  # the first that fits: larger codebooks cost more
                 best = choice if best is None or choice.bits < best.bits else best
                 break
+    uniform = _uniform(ordered, scale_sq, budget)
+    if uniform is not None and (best is None or uniform.bits < best.bits):
+        best = uniform
     if best is None:  # nothing fits: the most accurate candidate
         kept = round(FRACTIONS[0] * n)
         pruned = max(total - float(energy[kept]), 0.0)
         best = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:])[0]
     return best
+
+
+def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
+    """The cheapest uniform quantizer within ``budget``: ``q = sign(x) floor(|x| / step +
+    offset)``, each level reconstructed at its values' mean (``q = 0`` at zero), the levels
+    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs one
+    ``searchsorted`` and reads its error off prefix sums. None when none fits in 255 levels."""
+    n = ordered.numel()
+    stride = max(1, -(-n // SEARCH_SAMPLES))
+    sample = ordered[::stride].cpu().numpy()
+    scale = n / max(sample.size, 1)
+    sums = np.concatenate([[0.0], np.cumsum(sample)])
+    squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
+    rms = math.sqrt(squares[-1] / max(sample.size, 1))
+    top = float(np.abs(sample).max()) if sample.size else 0.0
+    if not rms > 0:
+        return None
+    def candidate(step: float, offset: float) -> Choice | None:
+        levels = math.floor(top / step + offset)
+        if 2 * levels > 255:
+            return None
+        # boundaries -(j - offset) step ... (j - offset) step, j = levels..1 and 1..levels
+        inner = (np.arange(1, levels + 1) - offset) * step
+        edges = np.searchsorted(sample, np.concatenate([-inner[::-1], inner]))
+        edges = np.concatenate([[0], edges, [sample.size]])
+        counts = np.diff(edges)
+        s1, s2 = sums[edges[1:]] - sums[edges[:-1]], squares[edges[1:]] - squares[edges[:-1]]
+        zero = levels  # the bin between -(1 - offset) step and (1 - offset) step
+        sse = s2 - s1 * s1 / np.maximum(counts, 1)
+        sse[zero] = s2[zero]
+        error = math.sqrt(max(float(sse.sum()), 0.0) * scale / scale_sq)
+        kept = round((sample.size - int(counts[zero])) * scale)
+        return Choice(kept, int((counts > 0).sum() - (counts[zero] > 0)),
+                      _entropy_bits(counts) * scale, error, step, offset)
+
+    best: Choice | None = None
+    for offset in UNIFORM_OFFSETS:
+        coarse = None  # the finest step that misses the budget
+        for relative_step in UNIFORM_STEPS:  # coarsest first
+            choice = candidate(relative_step * rms, offset)
+            if choice is None:
+                break
+            if choice.error > budget:
+                coarse = choice.step
+                continue
+            fine = choice.step  # fits: bisect towards the coarser neighbour, which misses
+            for _ in range(10 if coarse is not None else 0):
+                assert coarse is not None
+                middle = math.sqrt(fine * coarse)
+                trial = candidate(middle, offset)
+                if trial is not None and trial.error <= budget:
+                    choice, fine = trial, middle
+                else:
+                    coarse = middle
+            best = choice if best is None or choice.bits < best.bits else best
+            break
+    return best
+
+
+def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[torch.Tensor, np.ndarray]:
+    """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
+    and the ascending means of its non-empty other levels (the codebook)."""
+    flat = values.reshape(-1).double()
+    levels = torch.sign(flat) * torch.floor(flat.abs() / step + offset)
+    kept = levels != 0
+    used, index = torch.unique(levels[kept], return_inverse=True)
+    totals = torch.zeros(used.numel(), dtype=torch.float64, device=flat.device)
+    totals.index_add_(0, index, flat[kept])
+    counts = torch.bincount(index, minlength=used.numel()).double()
+    return values * kept.reshape(values.shape), (totals / counts).cpu().numpy()
 
 
 def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
@@ -166,9 +252,32 @@ class AdaptivePolicy(JointPolicy):
         """Prune and quantize within the state's budget; also returns the mask of kept elements."""
         budget = self.budget[state]
         choice = search(array, max(scale_sq, 1e-300), budget)
-        pruned = prune(array, choice.kept)
-        encoded = finish(leaf, pruned, KMeans(choice.k, leaf.dtype.name), residual=residual, base=base)
+        quantizer = KMeans(max(choice.k, 1), leaf.dtype.name)
+        if choice.step > 0:
+            pruned, table = uniform_table(array, choice.step, choice.offset)
+            quantizer.set_table(table)
+        else:
+            pruned = prune(array, choice.kept)
+            nonzero = pruned.reshape(-1) != 0
+            quantizer.fit(pruned.reshape(-1)[nonzero])
+        least_squares, codes = None, None
+        if state in DEBIASED and bool((pruned != 0).any()):
+            # least-squares levels shrink the reconstruction: its projection onto the original
+            # falls short by the error's energy. Scaling the codebook (the codes stay) restores
+            # the projection, what the state moves training by, at a larger L2 error.
+            context = TransformContext(leaf.name)
+            codes = quantizer.encode(pruned, context)
+            rebuilt = quantizer.decode(codes, context).double()
+            original = array.double()
+            projection = float((rebuilt * original).sum())
+            least_squares = math.sqrt(float((rebuilt - original).pow(2).sum()) / max(scale_sq, 1e-300))
+            if projection > 0:
+                quantizer.scale_table(float(original.pow(2).sum()) / projection)
+        encoded = finish(leaf, pruned, quantizer, residual=residual, base=base, codes=codes)
         encoded.extra["error"]["budget"] = budget
+        encoded.extra["error"]["quantizer"] = "uniform" if choice.step > 0 else "kmeans"
+        if least_squares is not None:
+            encoded.extra["error"]["rel_ls"] = float(f"{least_squares:.4g}")
         # the support as a reader decodes it (a centroid could round to zero)
         decoded = decode(encoded.pipeline.transforms, encoded.array, TransformContext(leaf.name, base))
         return encoded, decoded != 0 if not residual else pruned != 0

@@ -133,19 +133,21 @@ class JointPolicy(LosslessPolicy):
 def finish(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
-    support: tuple[Support, torch.Tensor] | None = None, **more: float,
+    support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
+    **more: float,
 ) -> Encoded:
     """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
-    decode against ``original`` (the leaf by default)."""
+    decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
+    ``array``, where the caller fixed them (a codebook rescaled after assigning them)."""
     stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
     context = TransformContext(leaf.name, base, None if support is None else support[1])
     if support is not None:
         stages = (*stages, support[0])
         array = support[0].encode(array, context)
     if quantizer is not None:
-        array = quantizer.encode(array, context)
+        array = quantizer.encode(array, context) if codes is None else codes
         stages = (*stages, quantizer)
     decoded = decode(stages, array, context)
     reference = leaf.tensor if original is None else original
