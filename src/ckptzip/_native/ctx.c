@@ -473,18 +473,18 @@ static void find_values(const uint32_t h[256], bucket_values *bv) {
     bv->hi = d ? bv->used[d - 1] : 0;
 }
 
-/* cls[c] = how many of f[0..count) + add have bit length c (c < 14; every value < 2^13), from
- * the counts below each power of two: comparison sums, which vectorize, where a counter per
- * class would chain its increments (most values share a class). */
+/* cls[c] = how many of f[0..count) + add have bit length c (c < 14; every value < 2^13).  The
+ * bit lengths first (independent), then four interleaved counters: most values share a class,
+ * and one counter would chain its increments through memory. */
 static void class_counts(const uint16_t *f, unsigned count, unsigned add, unsigned cls[14]) {
-    unsigned below[14];
-    for (unsigned c = 0; c < 14; c++) {
-        unsigned k = 0, lim = 1u << c;
-        for (unsigned v = 0; v < count; v++) k += (unsigned)f[v] + add < lim;
-        below[c] = k; /* bit length <= c */
+    uint8_t len[256 + 3];
+    unsigned c4[4][16] = {{0}};
+    for (unsigned v = 0; v < count; v++) len[v] = (uint8_t)bit_length((uint32_t)f[v] + add);
+    len[count] = len[count + 1] = len[count + 2] = 15; /* a spare class past the 14 */
+    for (unsigned v = 0; v < count; v += 4) {
+        c4[0][len[v]]++, c4[1][len[v + 1]]++, c4[2][len[v + 2]]++, c4[3][len[v + 3]]++;
     }
-    cls[0] = below[0];
-    for (unsigned c = 1; c < 14; c++) cls[c] = below[c] - below[c - 1];
+    for (unsigned c = 0; c < 14; c++) cls[c] = c4[0][c] + c4[1][c] + c4[2][c] + c4[3][c];
 }
 
 /* Sum of eg_bits(f[v], g) over f[0..count) (each f < 2^12): 2 bitlen(f + 2^g) - g - 1 each. */
