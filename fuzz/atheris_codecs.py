@@ -6,9 +6,11 @@ configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of ever
 * a pipeline with chunk stages (residual, byteplanes or ctxplanes, entropy) decodes one chunk of
   ``raw`` bytes with ``Pipeline.decode_chunk``; for a residual the payload starts with the base's
   ``raw`` bytes, the stored stream follows;
-* a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual) undoes them with the
-  reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's ``encoded``
-  array, with the leaf's base tensor taken from the rest of the payload when it holds one.
+* a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual, support) undoes them
+  with the reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's
+  ``encoded`` array; for a ``support`` stage the next ``prod(shape)`` bytes are the sibling's
+  support (non-zero: kept); the leaf's base tensor is taken from the rest of the payload when it
+  holds one.
 
 The harness admits only what the container's parser guarantees (chunks of whole serializer
 elements, a base chunk as long as the chunk, an encoded array of the declared size, a tensor at
@@ -23,6 +25,7 @@ finding.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,15 +77,23 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
     array_dtype, array_shape, array_nbytes = _array_type(spec["encoded"], "<fuzz>")
     if len(payload) < array_nbytes:
         return False
-    tail = payload[array_nbytes:]  # the base tensor's bytes, when it holds them
+    tail = payload[array_nbytes:]
+    support, sibling_nbytes = None, 0
+    if pipeline.support is not None:  # the sibling's support: one byte per element
+        sibling_nbytes = math.prod(shape)
+        if len(tail) < sibling_nbytes:
+            return False
+        mask = np.frombuffer(tail, np.uint8, sibling_nbytes) != 0
+        support, tail = torch.from_numpy(mask.copy()).reshape(shape), tail[sibling_nbytes:]
+    # the base tensor's bytes, when the rest holds them
     base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
-    if base is None and nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1):
+    if base is None and nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + sibling_nbytes + 1):
         return False  # the container's bound for leaves without a base
     leaf = LeafInfo(0, "t", dtype, shape, nbytes, 1, pipeline, (), {}, array_dtype, array_shape,
                     array_nbytes)
     buffer = torch.empty(array_nbytes, dtype=torch.uint8)
     buffer.numpy()[:] = np.frombuffer(payload, np.uint8, array_nbytes)
-    CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base)  # type: ignore[arg-type]
+    CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base, support)  # type: ignore[arg-type]
     return True
 
 

@@ -130,6 +130,9 @@ def codec_seeds(files: list[bytes]) -> list[bytes]:
                     "encoded": {"dtype": leaf.array_dtype.name, "shape": list(leaf.array_shape)},
                 }
                 tail = b"" if base_raw is None else base_raw.tobytes()
+                if p.support is not None:  # the sibling's support, a byte per element
+                    sibling = ckpt.read_leaves([p.support])[p.support]
+                    tail = (sibling != 0).to(torch.uint8).numpy().tobytes() + tail
                 seeds.append(codec_input(spec, bytes(array) + tail))
         ckpt.close()
     # context planes: only large tensors choose them in a file, so code two chunks directly
