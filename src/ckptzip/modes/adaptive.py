@@ -37,7 +37,7 @@ from .pairing import MOMENTS
 
 STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md).
-DEFAULT_BUDGET = {"weight": 0.22, "exp_avg": 0.65, "exp_avg_sq": 0.8}
+DEFAULT_BUDGET = {"weight": 0.27, "exp_avg": 0.75, "exp_avg_sq": 0.8}
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
 CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
