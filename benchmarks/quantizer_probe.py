@@ -1,13 +1,15 @@
 """Bits per weight that the adaptive search and a uniform quantizer need for the same error.
 
 Trains the fidelity benchmark's model (``fidelity.FULL``) for 80 steps, takes the weight residual
-between steps 60 and 80, and for every tensor of more than 1,000 elements finds, at the adaptive
-mode's default weight budget (relative error 0.22):
+between steps 60 and 80, and for every tensor of more than 1,000 elements finds, at relative
+errors 0.22, 0.35 and 0.5 (least-squares, as the adaptive budget bounds them):
 
-* ``kmeans``: the adaptive policy's own choice (``ckptzip.modes.adaptive.search``: pruning plus
-  k-means; order-0 entropy of the codes and of the mask);
-* ``ecsq``: ``round(r / step)`` with the step bisected to the same error, order-0 entropy of the
-  integers (an entropy-coded uniform quantizer);
+* ``kmeans``: the adaptive search's pruning-plus-k-means family alone (order-0 entropy of the
+  codes and of the mask);
+* ``uniform``: the adaptive search's uniform levels alone (level means, three rounding offsets);
+* ``adaptive``: what ``ckptzip.modes.adaptive.search`` picks from both;
+* ``ecsq``: ``round(r / step)`` reconstructed at the level midpoints, the step bisected to the
+  error, order-0 entropy of the integers (the textbook entropy-coded uniform quantizer);
 * ``ecsq_dz``: the same with a dead zone (rounding offset 0.3 instead of 0.5).
 
     python benchmarks/quantizer_probe.py
@@ -22,7 +24,7 @@ import torch
 from fidelity import FULL
 
 from ckptzip.demo.train import load_data, make_trainer
-from ckptzip.modes.adaptive import DEFAULT_BUDGET, search
+from ckptzip.modes import adaptive
 
 
 def entropy_bits(values: np.ndarray) -> float:
@@ -49,20 +51,28 @@ def main() -> None:
     for _ in range(4):
         trainer.train(train, 20)
         weights.append({k: t.clone() for k, t in trainer.state()["model"].items()})
-    budget = DEFAULT_BUDGET["weight"]
-    bits = {"kmeans": 0.0, "ecsq": 0.0, "ecsq_dz": 0.0}
-    count = 0
-    for name, new in weights[3].items():
-        residual = (new - weights[2][name]).double().reshape(-1)
-        if residual.numel() < 1000:
-            continue
-        energy = float(residual.pow(2).sum())
-        count += residual.numel()
-        bits["kmeans"] += search(residual.float(), energy, budget).bits
-        bits["ecsq"] += uniform_bits(residual.numpy(), energy, budget, 0.5)
-        bits["ecsq_dz"] += uniform_bits(residual.numpy(), energy, budget, 0.3)
-    print(f"{count:,} weights, relative error {budget}: " +
-          ", ".join(f"{k} {v / count:.3f} bits/weight" for k, v in bits.items()))
+    for budget in (0.22, 0.35, 0.5):
+        bits = dict.fromkeys(("kmeans", "uniform", "adaptive", "ecsq", "ecsq_dz"), 0.0)
+        count = 0
+        for name, new in weights[3].items():
+            residual = (new - weights[2][name]).double().reshape(-1)
+            if residual.numel() < 1000:
+                continue
+            energy = float(residual.pow(2).sum())
+            count += residual.numel()
+            uniform = adaptive._uniform(residual.sort().values, energy, budget)
+            bits["uniform"] += uniform.bits if uniform is not None else math.inf
+            bits["adaptive"] += adaptive.search(residual.float(), energy, budget).bits
+            original = adaptive._uniform
+            adaptive._uniform = lambda *args: None  # the k-means family alone
+            try:
+                bits["kmeans"] += adaptive.search(residual.float(), energy, budget).bits
+            finally:
+                adaptive._uniform = original
+            bits["ecsq"] += uniform_bits(residual.numpy(), energy, budget, 0.5)
+            bits["ecsq_dz"] += uniform_bits(residual.numpy(), energy, budget, 0.3)
+        print(f"{count:,} weights, relative error {budget}: " +
+              ", ".join(f"{k} {v / count:.3f}" for k, v in bits.items()) + " bits/weight")
 
 
 if __name__ == "__main__":
