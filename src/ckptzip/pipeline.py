@@ -26,6 +26,8 @@ from .codecs import (
     codec_from_config,
 )
 from .codecs.base import Buffer
+from .codecs.context import CONTEXT_ROTATE
+from .codecs.residual import KINDS as RESIDUAL_KINDS
 from .errors import CorruptError, FormatError
 
 #: Most bytes an entropy stream adds to what it codes (stream.c's ckz_encode_bound: the header of
@@ -94,9 +96,47 @@ class Pipeline:
             return self.serializer
         return None
 
+    @functools.cached_property
+    def _chunk_spec(self) -> tuple[int, int, int, int] | None:
+        """``(width, rotate, kind, ctx_rotate)`` of ``_native.encode_chunk/decode_chunk`` when
+        they code this pipeline's chunks in one call (residual, planes and entropy; the same
+        stream as the stages one by one), else None."""
+        res, ser = self.residual, self.serializer
+        kind = -1 if res is None else RESIDUAL_KINDS[res.kind]
+        if isinstance(ser, ContextPlanes):
+            if res is None or res.width != ser.width or self.compressors:
+                return None
+            return (ser.width, ser.rotate, kind, CONTEXT_ROTATE)
+        if self.compressors != (Entropy(),):
+            return None
+        if type(ser) is BytePlanes:
+            width, rotate = ser.width, ser.rotate
+        elif ser is None:
+            width, rotate = 1, 0  # one segment: the stream of one plane
+        else:
+            return None
+        if res is not None and res.width != width:
+            return None
+        return (width, rotate, kind, -1)
+
+    def encoded_size(self, raw: Buffer, base: Buffer | None = None) -> int:
+        """``len(self.encode_chunk(raw, base))``, without writing the stream where the native
+        core can size it (a writer's trials of candidate pipelines)."""
+        spec = self._chunk_spec
+        if spec is None:
+            return len(self.encode_chunk(raw, base))
+        if self.residual is not None and base is None:
+            raise ValueError("a residual pipeline needs the base chunk")
+        return int(_native.encode_chunk(raw, base if self.residual is not None else None, *spec,
+                                        size_only=True))
+
     def encode_chunk(self, raw: Buffer, base: Buffer | None = None) -> bytes:
         """Serialize and compress one chunk of raw element bytes (``base``: the base's co-located
         chunk, for a pipeline with a residual stage)."""
+        spec = self._chunk_spec
+        if spec is not None and (self.residual is None or base is not None):
+            return bytes(_native.encode_chunk(raw, base if self.residual is not None else None,
+                                              *spec))
         if self.residual is not None:
             if base is None:
                 raise ValueError("a residual pipeline needs the base chunk")
@@ -125,6 +165,13 @@ class Pipeline:
         """
         if self.residual is not None and base is None:
             raise ValueError("a residual pipeline needs the base chunk")
+        spec = self._chunk_spec
+        if spec is not None and self.residual is not None:
+            try:
+                _native.decode_chunk(data, base, out, *spec)
+            except ValueError as exc:
+                raise CorruptError(str(exc)) from None
+            return
         if isinstance(self.serializer, ContextPlanes):
             assert base is not None
             try:

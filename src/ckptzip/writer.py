@@ -130,9 +130,10 @@ TRIAL_BYTES = 64 << 10
 
 
 def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -> _LeafPlan:
-    """Pick the leaf's pipeline. Against a base, code a sample from the middle of the tensor with
-    each candidate representation (dense included) and keep the smallest. When the sample is the
-    whole tensor, the winner's output is kept as the tensor's only chunk."""
+    """Pick the leaf's pipeline. Against a base, size a sample from the middle of the tensor with
+    each candidate representation (dense included) and keep the smallest. The trials only size
+    the streams (:meth:`Pipeline.encoded_size`, exact); when the sample is the whole tensor, the
+    winner's stream is coded once and kept as the tensor's only chunk."""
     chunk_bytes = policy.chunk_bytes(leaf)
     dense = policy.pipeline_for(leaf)
     match = base.tensor(leaf.name) if base is not None else None
@@ -144,18 +145,18 @@ def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -
     width = leaf.dtype.plane_layout[0]
     size = min(len(raw), max(width, TRIAL_BYTES // width * width))
     start = (len(raw) - size) // 2 // width * width
-    sample = slice(start, start + size)
-    best, best_out = dense, dense.encode_chunk(raw[sample])
-    best_score = float(len(best_out))
+    sample, base_sample = raw[start : start + size], base_raw[start : start + size]
+    best, best_score = dense, float(dense.encoded_size(sample))
     for candidate in policy.delta_candidates(leaf):
-        out = candidate.encode_chunk(raw[sample], base_raw[sample])
-        score = len(out) * (1 + SPEED_WEIGHT * (candidate.relative_cost - 1))
+        score = candidate.encoded_size(sample, base_sample) * (
+            1 + SPEED_WEIGHT * (candidate.relative_cost - 1))
         if score < best_score:
-            best, best_out, best_score = candidate, out, score
+            best, best_score = candidate, score
     whole = size == len(raw) <= chunk_bytes
-    precoded = best_out if whole else None
     if best is dense:
+        precoded = dense.encode_chunk(sample) if whole else None
         return _LeafPlan(leaf, dense, chunk_bytes, [], precoded=precoded)
+    precoded = best.encode_chunk(sample, base_sample) if whole else None
     extra = {"base": {"name": leaf.name, "crc": _native.crc32c(base_raw)}}
     return _LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, precoded=precoded)
 

@@ -849,14 +849,14 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
 
 /* Writes a planned plane (mode, value or body length, body) at o; returns its length, or 0 when
  * the RANS32 workspace cannot be allocated.  A coded plane whose stream ends up no smaller than
- * RAW (the estimate is off by the states' slack) is written RAW after all. */
+ * RAW (the estimate is off by the states' slack) is written RAW after all.  out NULL: the length
+ * only (a coded plane is still coded in scratch: its exact length is known only then). */
 static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
                         const plane_plan *pl, uint16_t (*freq)[256], uint8_t *scratch,
                         uint8_t *out) {
     uint8_t *o = out;
     if (pl->mode == CKZ_MODE_CONST) {
-        *o++ = CKZ_MODE_CONST;
-        *o++ = pl->value;
+        if (o) o[0] = CKZ_MODE_CONST, o[1] = pl->value;
         return 2;
     }
     if (pl->mode != CKZ_MODE_RAW) {
@@ -879,6 +879,7 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
         }
         size_t body = tlen + size;
         if (1 + ckz_varint_size(body) + body < 1 + n) {
+            if (!o) return 1 + ckz_varint_size(body) + body;
             *o++ = pl->mode;
             o += ckz_put_varint(o, body);
             memcpy(o, tables, tlen);
@@ -886,8 +887,10 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
             return (size_t)(o - out) + body;
         }
     }
-    *o++ = CKZ_MODE_RAW;
-    memcpy(o, s, n);
+    if (o) {
+        *o++ = CKZ_MODE_RAW;
+        memcpy(o, s, n);
+    }
     return 1 + n;
 }
 
@@ -914,20 +917,23 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     uint8_t *planes = (uint8_t *)pl + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
     ckz_split_planes(src, planes, n, elem_size, rotate);
     bucket_index(ctx, n, bs.first, bs.count, bk);
-    uint8_t *o = out;
-    *o++ = CKZ_CTX_FORMAT;
-    o += ckz_put_varint(o, n);
-    *o++ = (uint8_t)elem_size;
-    o += ckz_put_varint(o, bs.count);
+    size_t size = 1 + ckz_varint_size(n) + 1 + ckz_varint_size(bs.count);
+    if (out) {
+        uint8_t *o = out;
+        *o++ = CKZ_CTX_FORMAT;
+        o += ckz_put_varint(o, n);
+        *o++ = (uint8_t)elem_size;
+        ckz_put_varint(o, bs.count);
+    }
     int rc = 0;
     for (unsigned p = 0; p < elem_size && !rc; p++) {
         plan_plane(planes + p * n, bk, n, &bs, h0, h1, pl);
-        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, freq, scratch, o);
+        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, freq, scratch, out ? out + size : NULL);
         if (!len) rc = ckz_fail(err, "out of memory for the rans32 tables");
-        o += len;
+        size += len;
     }
     ckz_scratch_put(CKZ_SCRATCH_PLANES, mem);
-    *out_len = (size_t)(o - out);
+    *out_len = size;
     return rc;
 }
 

@@ -48,7 +48,8 @@ void ckz_context_bytes(const uint8_t *src, size_t n, unsigned elem_size, unsigne
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size);
 
 /* Codes n <= CKZ_CTX_MAX_ELEMENTS elements of src (n * elem_size bytes) against the context
- * ctx[0..n).  Fails (-1, err set) only when the scratch allocation (n * elem_size bytes) fails. */
+ * ctx[0..n).  Fails (-1, err set) only when the scratch allocation (n * elem_size bytes) fails.
+ * out NULL: sets *out_len to the stream's exact length without writing it. */
 int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
                           unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err);
 

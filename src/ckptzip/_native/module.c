@@ -428,6 +428,132 @@ static PyObject *py_decode_planes_ctx(PyObject *self, PyObject *args, PyObject *
     return ret;
 }
 
+/* encode_chunk / decode_chunk argument parsing: the spec, validated. */
+static int get_spec(long width, long rotate, long kind, long ctx_rotate, ckz_chunk_spec *spec) {
+    ckz_err err;
+    if (width < 1 || width > 8 || rotate < 0 || rotate > 63 || kind < -1 || kind > 255 ||
+        ctx_rotate < -1 || ctx_rotate > 63) {
+        PyErr_Format(PyExc_ValueError, "chunk spec (width %ld, rotate %ld, kind %ld, ctx_rotate "
+                     "%ld) out of range", width, rotate, kind, ctx_rotate);
+        return -1;
+    }
+    *spec = (ckz_chunk_spec){(unsigned)width, (unsigned)rotate, (int)kind, (int)ctx_rotate};
+    if (ckz_chunk_spec_check(spec, &err)) {
+        PyErr_SetString(PyExc_ValueError, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The base buffer a spec needs (or none: base None), checked against len. */
+static int get_base(PyObject *bo, const ckz_chunk_spec *spec, Py_ssize_t len, Py_buffer *b) {
+    int needs = spec->kind >= 0 || spec->ctx_rotate >= 0;
+    b->buf = NULL;
+    b->obj = NULL;
+    if (bo == Py_None) {
+        if (!needs) return 0;
+        PyErr_SetString(PyExc_ValueError, "a residual or context chunk needs the base");
+        return -1;
+    }
+    if (get_buffer(bo, b, 0, "base")) return -1;
+    if (b->len != len) {
+        PyErr_Format(PyExc_ValueError, "base holds %zd bytes but the chunk %zd", b->len, len);
+        PyBuffer_Release(b);
+        b->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void release_base(Py_buffer *b) {
+    if (b->obj) PyBuffer_Release(b);
+}
+
+PyDoc_STRVAR(encode_chunk_doc,
+             "encode_chunk(src, base, width, rotate, kind, ctx_rotate, size_only=False) -> "
+             "bytes | int\n\n"
+             "One chunk of a pipeline [residual(kind)?, byteplanes(width, rotate), entropy] "
+             "(ctx_rotate -1; kind -1: no residual, base None) or [residual(kind), "
+             "ctxplanes(width, rotate)] with context_bytes(base, width, ctx_rotate): the same "
+             "stream as the stages one by one.  size_only: its exact length, not written.");
+static PyObject *py_encode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "base", "width", "rotate", "kind", "ctx_rotate", "size_only",
+                             NULL};
+    PyObject *so, *bo;
+    long width, rotate, kind, ctx_rotate;
+    int size_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOllll|p:encode_chunk", kwlist, &so, &bo, &width,
+                                     &rotate, &kind, &ctx_rotate, &size_only))
+        return NULL;
+    ckz_chunk_spec spec;
+    if (get_spec(width, rotate, kind, ctx_rotate, &spec)) return NULL;
+    Py_buffer s, b;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_base(bo, &spec, s.len, &b)) { PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    size_t len = (size_t)s.len, n = len / spec.width;
+    if (check_len(s.len, width, "src")) goto done;
+    if ((uint64_t)len > CKZ_MAX_DECODED ||
+        (spec.ctx_rotate >= 0 && (uint64_t)n > CKZ_CTX_MAX_ELEMENTS)) {
+        PyErr_Format(PyExc_ValueError, "src of %zu bytes is too large: code it in chunks", len);
+        goto done;
+    }
+    size_t bound = ckz_chunk_bound(len, &spec), out_len = 0;
+    uint8_t *o = NULL;
+    int rc = 0;
+    ckz_err err;
+    Py_BEGIN_ALLOW_THREADS
+    if (!size_only && !(o = ckz_scratch_get(CKZ_SCRATCH_OUTPUT, bound)))
+        rc = ckz_fail(&err, "out of memory for %zu bytes of output", bound);
+    else
+        rc = ckz_chunk_encode(s.buf, b.buf, len, &spec, o, &out_len, &err);
+    Py_END_ALLOW_THREADS
+    if (rc) PyErr_NoMemory();
+    else if (size_only) ret = PyLong_FromSize_t(out_len);
+    else ret = PyBytes_FromStringAndSize((const char *)o, (Py_ssize_t)out_len);
+    if (o) ckz_scratch_put(CKZ_SCRATCH_OUTPUT, o);
+done:
+    release_base(&b);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
+PyDoc_STRVAR(decode_chunk_doc,
+             "decode_chunk(src, base, dst, width, rotate, kind, ctx_rotate) -> None\n\n"
+             "Decode a stream of encode_chunk (same spec and base) into dst.");
+static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "base", "dst", "width", "rotate", "kind", "ctx_rotate", NULL};
+    PyObject *so, *bo, *dobj;
+    long width, rotate, kind, ctx_rotate;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOllll:decode_chunk", kwlist, &so, &bo, &dobj,
+                                     &width, &rotate, &kind, &ctx_rotate))
+        return NULL;
+    ckz_chunk_spec spec;
+    if (get_spec(width, rotate, kind, ctx_rotate, &spec)) return NULL;
+    Py_buffer s, b, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) { PyBuffer_Release(&s); return NULL; }
+    if (get_base(bo, &spec, d.len, &b)) { PyBuffer_Release(&d); PyBuffer_Release(&s); return NULL; }
+    PyObject *ret = NULL;
+    if (overlaps(&s, &d) || (b.obj && overlaps(&b, &d))) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps src or base");
+    } else {
+        ckz_err err;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ckz_chunk_decode(s.buf, (size_t)s.len, b.buf, d.buf, (size_t)d.len, &spec, &err);
+        Py_END_ALLOW_THREADS
+        if (rc) PyErr_SetString(PyExc_ValueError, err.msg);
+        else ret = Py_NewRef(Py_None);
+    }
+    release_base(&b);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&s);
+    return ret;
+}
+
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
@@ -442,6 +568,8 @@ static PyMethodDef methods[] = {
     KW("context_bytes", py_context_bytes, context_bytes_doc),
     KW("encode_planes_ctx", py_encode_planes_ctx, encode_planes_ctx_doc),
     KW("decode_planes_ctx", py_decode_planes_ctx, decode_planes_ctx_doc),
+    KW("encode_chunk", py_encode_chunk, encode_chunk_doc),
+    KW("decode_chunk", py_decode_chunk, decode_chunk_doc),
     {"decoded_size", py_decoded_size, METH_O, decoded_size_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -205,6 +205,15 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
     for (unsigned j = 0; j < segments; j++)
         plan_segment(src + j * m, m, &plan[j], scratch ? scratch + j * rans_size : NULL);
 
+    if (!out) { /* size only: the header's and the planned bodies' lengths */
+        size_t size = 1 + ckz_varint_size(n) + ckz_varint_size(segments);
+        for (unsigned j = 0; j < segments; j++) {
+            size += 1 + (plan[j].mode == CKZ_MODE_CONST) + plan[j].body;
+            if (plan[j].mode >= CKZ_MODE_HUFF) size += ckz_varint_size(plan[j].body);
+        }
+        ckz_scratch_put(CKZ_SCRATCH_STREAMS, scratch);
+        return size;
+    }
     uint8_t *o = out;
     *o++ = CKZ_STREAM_FORMAT;
     o += ckz_put_varint(o, n);

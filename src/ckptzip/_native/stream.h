@@ -32,11 +32,14 @@ enum {
 size_t ckz_encode_bound(size_t n, unsigned segments);
 
 /* Encodes src[0..n) (n % segments == 0, 1 <= segments <= CKZ_MAX_SEGMENTS) into out, which has
- * room for ckz_encode_bound bytes.  Returns the stream's length.  Never fails. */
+ * room for ckz_encode_bound bytes.  Returns the stream's length.  Never fails.  out NULL: only
+ * the length, exactly, without writing the bodies (a rANS segment is still coded in scratch,
+ * since its length is known only then). */
 size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out);
 
-/* Same stream as ckz_encode(split_planes(src)), built from the elements directly; sets *out_len.
- * Fails (-1, err set) only when the scratch allocation fails. */
+/* Same stream as ckz_encode(split_planes(src)), built from the elements directly; sets *out_len
+ * (out NULL: the length only, as ckz_encode).  Fails (-1, err set) only when the scratch
+ * allocation fails. */
 int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
                       uint8_t *out, size_t *out_len, ckz_err *err);
 

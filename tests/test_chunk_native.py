@@ -1,0 +1,114 @@
+"""One-call chunk coding (``_native.encode_chunk/decode_chunk``, docs/STREAMS.md "Implementation
+notes"): the same streams as the pipeline's stages one by one, exact sizes without writing, for
+every pipeline a writer tries against a base (dense included) on real-ish and random data."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ckptzip import _native as N
+from ckptzip import dtypes
+from ckptzip.codecs import ContextPlanes
+from ckptzip.codecs.context import CONTEXT_ROTATE
+from ckptzip.errors import CorruptError
+from ckptzip.pipeline import Pipeline
+from ckptzip.policy import LosslessPolicy
+
+
+def candidates(dtype: torch.dtype) -> list[Pipeline]:
+    leaf = SimpleNamespace(dtype=dtypes.from_torch(dtype, "t"), name="t")
+    policy = LosslessPolicy()
+    return [policy.pipeline_for(leaf), *policy.delta_candidates(leaf)]  # type: ignore[arg-type]
+
+
+def staged(p: Pipeline, raw: bytes, base: bytes) -> bytes:
+    """The stream as the stages code it one by one (what encode_chunk did before it fused)."""
+    data: object = raw
+    if p.residual is not None:
+        data = p.residual.encode(raw, base)
+    if isinstance(p.serializer, ContextPlanes):
+        ctx = N.context_bytes(base, p.serializer.width, CONTEXT_ROTATE)
+        return N.encode_planes_ctx(data, ctx, p.serializer.width, p.serializer.rotate)
+    segments = 1
+    if p.serializer is not None:
+        data, segments = p.serializer.encode(data), p.serializer.segments()  # type: ignore[arg-type]
+    for c in p.compressors:
+        data, segments = c.encode(data, segments), 1  # type: ignore[arg-type]
+    return bytes(data)  # type: ignore[call-overload]
+
+
+def pair(dtype: torch.dtype, n: int, kind: str, seed: int = 0) -> tuple[bytes, bytes]:
+    """(new, base) raw bytes: weights after a small update, or random bits."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "random":
+        size = n * torch.empty((), dtype=dtype).element_size()
+        return (torch.randint(0, 256, (size,), generator=g, dtype=torch.uint8).numpy().tobytes(),
+                torch.randint(0, 256, (size,), generator=g, dtype=torch.uint8).numpy().tobytes())
+    if not dtype.is_floating_point:
+        b = torch.randint(-100, 100, (n,), generator=g).to(dtype)
+        a = b + torch.randint(-2, 3, (n,), generator=g).to(dtype)
+    else:
+        w = torch.randn(n, generator=g) * 0.02
+        b = w.to(dtype)
+        a = (w + torch.randn(n, generator=g) * 2e-4).to(dtype)
+    return a.numpy().tobytes() if dtype != torch.bfloat16 else a.view(torch.int16).numpy().tobytes(), \
+        b.numpy().tobytes() if dtype != torch.bfloat16 else b.view(torch.int16).numpy().tobytes()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int8,
+                                   torch.int32, torch.float64])
+@pytest.mark.parametrize("kind", ["weights", "random"])
+@pytest.mark.parametrize("n", [0, 1, 777, 40_000, 70_001])
+def test_sizes_and_streams_match_the_stages(dtype: torch.dtype, kind: str, n: int) -> None:
+    raw, base = pair(dtype, n, kind, seed=n)
+    for p in candidates(dtype):
+        b = base if p.residual is not None else None
+        ref = staged(p, raw, base)
+        assert p.encode_chunk(raw, b) == ref, p.get_config()
+        assert p.encoded_size(raw, b) == len(ref), p.get_config()
+        out = bytearray(len(raw))
+        p.decode_chunk(ref, out, b)
+        assert out == raw, p.get_config()
+
+
+def test_decode_chunk_refuses_corrupt_streams() -> None:
+    raw, base = pair(torch.bfloat16, 5000, "weights")
+    for p in candidates(torch.bfloat16)[1:]:
+        good = p.encode_chunk(raw, base)
+        out = bytearray(len(raw))
+        for bad in (good[:-1], good + b"\0", good[:3]):
+            with pytest.raises(CorruptError):
+                p.decode_chunk(bad, out, base)
+        with pytest.raises(ValueError):
+            p.decode_chunk(good, out, None)
+
+
+def test_native_chunk_arguments_checked() -> None:
+    raw, base = pair(torch.float32, 100, "weights")
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw, base, 3, 0, 1, -1)  # width
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw, base, 4, 32, 1, -1)  # rotate
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw, None, 4, 0, -1, 1)  # a context without a residual
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw, None, 4, 0, 1, 1)  # no base
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw, base[:-4], 4, 0, 1, 1)  # base length
+    with pytest.raises(ValueError):
+        N.encode_chunk(raw[:-1], base[:-1], 4, 0, 1, 1)  # ragged
+    out = bytearray(len(raw))
+    with pytest.raises(ValueError):
+        N.decode_chunk(b"", base, out, 4, 0, 1, 7)
+
+
+def test_trials_pick_what_full_coding_picks() -> None:
+    """The writer's size-only trials choose what coding every candidate chose (same sizes)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        raw, base = pair(dtype, 32768, "weights", seed=3)
+        sized = [p.encoded_size(raw, base if p.residual else None) for p in candidates(dtype)]
+        coded = [len(p.encode_chunk(raw, base if p.residual else None)) for p in candidates(dtype)]
+        assert sized == coded
