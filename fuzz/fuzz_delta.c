@@ -10,7 +10,10 @@
  * residual_encode(residual_decode(d, base), base) == d (the residual is a bijection), the
  * in-place decode (dst == delta) equals the out-of-place one, and a context stream that decodes
  * re-encodes (format 3) to a stream that decodes to the same bytes (the encoder's plane modes
- * and tables on whatever the fuzzer's streams decode to).
+ * and tables on whatever the fuzzer's streams decode to).  The one-call entry the reader takes,
+ * ckz_chunk_decode, runs on the same input and must agree with the stages: the same outcome and,
+ * on success, the same bytes; the stream it then re-encodes (ckz_chunk_encode, and its size-only
+ * form) must decode back to them.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -67,6 +70,44 @@ static void check_residual(const uint8_t *delta, const uint8_t *base, size_t len
     free(z);
 }
 
+/* ckz_chunk_decode on the input must do what the stages did (staged_rc, and on success the
+ * stream decodes to staged, the residual not yet inverted); a success re-encodes to a stream
+ * that decodes back, of the length the size-only encode gives. */
+static void check_chunk(const uint8_t *src, size_t len, const uint8_t *base, size_t base_len,
+                        unsigned width, unsigned rotate, unsigned kind, int staged_rc,
+                        const uint8_t *staged) {
+    int ctx = len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2);
+    ckz_chunk_spec spec = {width, rotate, kind < CKZ_RESIDUAL_KINDS ? (int)kind : -1,
+                           ctx ? CONTEXT_ROTATE % (int)(8 * width) : -1};
+    ckz_err err;
+    if (ckz_chunk_spec_check(&spec, &err)) return; /* width 1 with a context, or none */
+    uint8_t *out = malloc(base_len ? base_len : 1), *want = malloc(base_len ? base_len : 1);
+    if (!out || !want) abort();
+    int rc = ckz_chunk_decode(src, len, base, out, base_len, &spec, &err);
+    if (!rc != !staged_rc) abort();
+    if (!rc) {
+        size_t n = base_len / width; /* base_len % width == 0: the decode checked it */
+        memcpy(want, staged, base_len);
+        if (spec.kind >= 0 &&
+            ckz_residual_decode(want, base, want, n, width, (unsigned)spec.kind))
+            abort();
+        if (memcmp(out, want, base_len)) abort();
+        size_t bound = ckz_chunk_bound(base_len, &spec), elen = 0, slen = 0;
+        uint8_t *enc = malloc(bound), *back = malloc(base_len ? base_len : 1);
+        if (!enc || !back) abort();
+        if (ckz_chunk_encode(out, base, base_len, &spec, enc, &elen, &err) ||
+            ckz_chunk_encode(out, base, base_len, &spec, NULL, &slen, &err))
+            abort();
+        if (elen > bound || slen != elen) abort();
+        if (ckz_chunk_decode(enc, elen, base, back, base_len, &spec, &err)) abort();
+        if (memcmp(back, out, base_len)) abort();
+        free(enc);
+        free(back);
+    }
+    free(out);
+    free(want);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 5) return 0;
     uint8_t ctl = data[0];
@@ -92,6 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rc = ckz_decode_planes(src, len, dst, base_len, width, rotate, &err);
     }
     if (!rc && base_len % width == 0) check_residual(dst, base, base_len, width, kind);
+    check_chunk(src, len, base, base_len, width, rotate, kind, rc, dst);
     free(dst);
     return 0;
 }
