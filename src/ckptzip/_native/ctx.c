@@ -1066,17 +1066,40 @@ static int get_body(const uint8_t **p, const uint8_t *end, unsigned plane, size_
     return 0;
 }
 
+/* A BUCKETED plane's body at *p (its mode byte read): the body length, the unit 2^shift and the
+ * B bucket tables into freq; sets the rANS stream [*stream, *stream + *stream_len) and moves *p
+ * past the body. */
+static int get_bucketed(const uint8_t **p, const uint8_t *end, unsigned q, unsigned B,
+                        uint16_t (*freq)[256], unsigned *shift, const uint8_t **stream,
+                        size_t *stream_len, ckz_err *err) {
+    size_t body = 0;
+    if (get_body(p, end, q, &body, err)) return -1;
+    const uint8_t *t = *p, *body_end = *p + body;
+    if (t == body_end) return ckz_fail(err, "plane %u: truncated in the frequency unit", q);
+    *shift = *t++;
+    if (*shift > MAX_SHIFT)
+        return ckz_fail(err, "plane %u: frequency unit 2^%u exceeds 2^%d", q, *shift, MAX_SHIFT);
+    for (unsigned b = 0; b < B; b++)
+        if (get_bucket_table(&t, body_end, *shift, freq[b], q, b, err)) return -1;
+    *stream = t;
+    *stream_len = (size_t)(body_end - t);
+    *p = body_end;
+    return 0;
+}
+
 /* Format 3: each plane RAW (merged from the stream), CONST, or decoded into a scratch plane;
- * then one merge. */
+ * then one merge.  Two BUCKETED planes in a row decode together (ckz_rans32_decode_tab2), with
+ * the same outcome and first error as one after the other. */
 static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
                           uint8_t *dst, unsigned elem_size, unsigned rotate, ckz_err *err) {
     buckets bs;
     find_buckets(ctx, n, &bs);
     if (h->buckets != bs.count) return bucket_mismatch(h->buckets, bs.count, err);
     unsigned B = bs.count;
-    /* scratch planes | bucket indices (made on first use) | B decode tables | B freq tables.
-     * The planes are <= dst_len (the caller's buffer); the tables <= 528 KiB. */
-    size_t bytes = n * elem_size, tables = ((size_t)B * SCALE + TABLE_SLACK) * sizeof(uint32_t);
+    /* scratch planes | bucket indices (made on first use) | two planes' B decode tables | B freq
+     * tables.  The planes are <= dst_len (the caller's buffer); the tables <= 1 MiB. */
+    size_t span = (size_t)B * SCALE + TABLE_SLACK;
+    size_t bytes = n * elem_size, tables = 2 * span * sizeof(uint32_t);
     size_t total = bytes + n + tables + (size_t)B * 256 * sizeof(uint16_t);
     uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, total); /* this thread's, kept */
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
@@ -1117,24 +1140,34 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
                 goto done;
             p += body;
         } else if (mode == CKZ_CTX_MODE_BUCKETED) {
-            if (get_body(&p, end, q, &body, err)) goto done;
-            const uint8_t *t = p, *body_end = p + body;
-            if (t == body_end) {
-                ckz_fail(err, "plane %u: truncated in the frequency unit", q);
+            unsigned shift[2];
+            const uint8_t *stream[2];
+            size_t stream_len[2];
+            if (get_bucketed(&p, end, q, B, freq, &shift[0], &stream[0], &stream_len[0], err))
                 goto done;
-            }
-            unsigned shift = *t++;
-            if (shift > MAX_SHIFT) {
-                ckz_fail(err, "plane %u: frequency unit 2^%u exceeds 2^%d", q, shift, MAX_SHIFT);
-                goto done;
-            }
-            for (unsigned b = 0; b < B; b++)
-                if (get_bucket_table(&t, body_end, shift, freq[b], q, b, err)) goto done;
-            build_tables((const uint16_t (*)[256])freq, B, shift, T);
+            build_tables((const uint16_t (*)[256])freq, B, shift[0], T);
             if (!have_bk) bucket_index(ctx, n, bs.first, B, bk), have_bk = 1;
-            if (ckz_rans32_decode_tab(T, bk, shift, t, (size_t)(body_end - t), o, n, err))
+            /* The next plane too, when it is BUCKETED and reads without error (else it is
+             * read again, and its error reported, after this plane decodes). */
+            const uint8_t *next = p;
+            if (q + 1 < elem_size && next != end && *next == CKZ_CTX_MODE_BUCKETED) {
+                next++;
+                ckz_err spare;
+                if (!get_bucketed(&next, end, q + 1, B, freq, &shift[1], &stream[1],
+                                  &stream_len[1], &spare)) {
+                    build_tables((const uint16_t (*)[256])freq, B, shift[1], T + span);
+                    const uint32_t *tt[2] = {T, T + span};
+                    uint8_t *outs[2] = {o, o + n};
+                    plane_at[q + 1] = o + n;
+                    if (ckz_rans32_decode_tab2(tt, bk, shift, stream, stream_len, outs, n, err))
+                        goto done;
+                    p = next;
+                    q++;
+                    continue;
+                }
+            }
+            if (ckz_rans32_decode_tab(T, bk, shift[0], stream[0], stream_len[0], o, n, err))
                 goto done;
-            p = body_end;
         } else {
             ckz_fail(err, "plane %u has unknown mode %u", q, mode);
             goto done;

@@ -541,6 +541,37 @@ V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift
     return rans32_v4_impl(T, tab, shift, x, pp, end, out, i, n);
 }
 
+/* Two streams of the same symbol count and table indices (two planes of one chunk), decoded in
+ * one loop while both have 64 bytes in hand: four independent state chains instead of two, so
+ * that one stream's gathers and refills overlap the other's latencies. */
+V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab,
+                            unsigned shift_a, unsigned shift_b, uint32_t xa[LANES],
+                            uint32_t xb[LANES], const uint8_t **ppa, const uint8_t *end_a,
+                            const uint8_t **ppb, const uint8_t *end_b, uint8_t *out_a,
+                            uint8_t *out_b, size_t n) {
+    const __m128i sha = _mm_cvtsi32_si128((int)shift_a), shb = _mm_cvtsi32_si128((int)shift_b);
+    const __m128i tsha = _mm_cvtsi32_si128(PROB_BITS - (int)shift_a);
+    const __m128i tshb = _mm_cvtsi32_si128(PROB_BITS - (int)shift_b);
+    const __m512i lowa = _mm512_set1_epi32((int)((1u << shift_a) - 1));
+    const __m512i lowb = _mm512_set1_epi32((int)((1u << shift_b) - 1));
+    __m512i a0 = _mm512_loadu_si512(xa), a1 = _mm512_loadu_si512(xa + 16);
+    __m512i b0 = _mm512_loadu_si512(xb), b1 = _mm512_loadu_si512(xb + 16);
+    const uint8_t *pa = *ppa, *pb = *ppb;
+    size_t i = 0;
+    for (; n - i >= LANES && end_a - pa >= 4 * 16 && end_b - pb >= 4 * 16; i += LANES) {
+        a0 = rans32_step16(TA, a0, tab + i, sha, tsha, lowa, &pa, out_a + i);
+        b0 = rans32_step16(TB, b0, tab + i, shb, tshb, lowb, &pb, out_b + i);
+        a1 = rans32_step16(TA, a1, tab + i + 16, sha, tsha, lowa, &pa, out_a + i + 16);
+        b1 = rans32_step16(TB, b1, tab + i + 16, shb, tshb, lowb, &pb, out_b + i + 16);
+    }
+    _mm512_storeu_si512(xa, a0);
+    _mm512_storeu_si512(xa + 16, a1);
+    _mm512_storeu_si512(xb, b0);
+    _mm512_storeu_si512(xb + 16, b1);
+    *ppa = pa, *ppb = pb;
+    return i;
+}
+
 /* tab: NULL for one table; else entry tab[j] * 256 + symbol of the tables fc and inv. */
 V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
                                const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
@@ -753,16 +784,11 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
     return 0;
 }
 
-/* Decodes with tables T (tab NULL: one table) from in[0..len) into out[0..n). */
-CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
-                                  const uint8_t *in, size_t len, uint8_t *out, size_t n,
-                                  ckz_err *err) {
-    if (len < CKZ_RANS32_STATE_BYTES)
-        return ckz_fail(err, "rans32 stream has %zu bytes, fewer than its %d state bytes", len,
-                        CKZ_RANS32_STATE_BYTES);
-    uint32_t x[LANES];
-    for (unsigned l = 0; l < LANES; l++) x[l] = ckz_load32(in + 4 * l);
-    size_t pos = CKZ_RANS32_STATE_BYTES, i = 0;
+/* Decodes with tables T (tab NULL: one table) from in[0..len) into out[i..n), the states x and
+ * the stream position pos (>= the state bytes) where symbols 0..i left them. */
+CKZ_INLINE int rans32_finish(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                             uint32_t x[LANES], const uint8_t *in, size_t len, size_t pos,
+                             uint8_t *out, size_t i, size_t n, ckz_err *err) {
 #ifdef CKZ_HAVE_AVX2_RANS
     if (ckz_cpu_v3) {
         /* In place while 64 bytes remain, then the last < 64 bytes from a zero-padded copy, so
@@ -770,11 +796,11 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
          * corrupt stream) stops the loop, and the final position check reports it. */
         const uint8_t *p = in + pos;
         if (ckz_cpu_v4)
-            i = tab ? rans32_v4_tab(T, tab, shift, x, &p, in + len, out, i, n)
-                    : rans32_v4(T, x, &p, in + len, out, i, n);
+            i += tab ? rans32_v4_tab(T, tab, shift, x, &p, in + len, out, i, n)
+                     : rans32_v4(T, x, &p, in + len, out, i, n);
         else
-            i = tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
-                    : rans32_avx2(T, x, &p, in + len, out, i, n);
+            i += tab ? rans32_avx2_tab(T, tab, shift, x, &p, in + len, out, i, n)
+                     : rans32_avx2(T, x, &p, in + len, out, i, n);
         uint8_t tail[2 * 4 * 16] = {0};
         size_t rest = (size_t)(in + len - p); /* < 64 unless the symbols ran out first */
         if (rest < 4 * 16 && n - i >= LANES) {
@@ -807,6 +833,18 @@ CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigne
     return 0;
 }
 
+/* Decodes with tables T (tab NULL: one table) from in[0..len) into out[0..n). */
+CKZ_INLINE int rans32_decode_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                  const uint8_t *in, size_t len, uint8_t *out, size_t n,
+                                  ckz_err *err) {
+    if (len < CKZ_RANS32_STATE_BYTES)
+        return ckz_fail(err, "rans32 stream has %zu bytes, fewer than its %d state bytes", len,
+                        CKZ_RANS32_STATE_BYTES);
+    uint32_t x[LANES];
+    for (unsigned l = 0; l < LANES; l++) x[l] = ckz_load32(in + 4 * l);
+    return rans32_finish(T, tab, shift, x, in, len, CKZ_RANS32_STATE_BYTES, out, 0, n, err);
+}
+
 int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, uint8_t *out,
                       size_t n, ckz_err *err) {
     uint32_t T[SCALE];
@@ -817,4 +855,28 @@ int ckz_rans32_decode(const uint16_t freq[256], const uint8_t *in, size_t len, u
 int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
                           const uint8_t *in, size_t len, uint8_t *out, size_t n, ckz_err *err) {
     return rans32_decode_impl(T, tab, shift, in, len, out, n, err);
+}
+
+int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
+                           const unsigned shift[2], const uint8_t *const in[2],
+                           const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err) {
+#ifdef CKZ_HAVE_AVX2_RANS
+    if (ckz_cpu_v4 && len[0] >= CKZ_RANS32_STATE_BYTES && len[1] >= CKZ_RANS32_STATE_BYTES) {
+        uint32_t xa[LANES], xb[LANES];
+        for (unsigned l = 0; l < LANES; l++) {
+            xa[l] = ckz_load32(in[0] + 4 * l);
+            xb[l] = ckz_load32(in[1] + 4 * l);
+        }
+        const uint8_t *pa = in[0] + CKZ_RANS32_STATE_BYTES, *pb = in[1] + CKZ_RANS32_STATE_BYTES;
+        size_t i = rans32_v4_tab2(T[0], T[1], tab, shift[0], shift[1], xa, xb, &pa, in[0] + len[0],
+                                  &pb, in[1] + len[1], out[0], out[1], n);
+        if (rans32_finish(T[0], tab, shift[0], xa, in[0], len[0], (size_t)(pa - in[0]), out[0], i,
+                          n, err))
+            return -1;
+        return rans32_finish(T[1], tab, shift[1], xb, in[1], len[1], (size_t)(pb - in[1]), out[1],
+                             i, n, err);
+    }
+#endif
+    if (rans32_decode_impl(T[0], tab, shift[0], in[0], len[0], out[0], n, err)) return -1;
+    return rans32_decode_impl(T[1], tab, shift[1], in[1], len[1], out[1], n, err);
 }

@@ -100,4 +100,12 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
 int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
                           const uint8_t *in, size_t len, uint8_t *out, size_t n, ckz_err *err);
 
+/* Two such streams of n symbols each with the same table indices tab (two planes of a chunk),
+ * stream k with tables T[k] of unit 2^shift[k]: the same outcome, bytes and first error as
+ * decoding stream 0 and then stream 1 with ckz_rans32_decode_tab, in one loop while both have
+ * words in hand (twice the independent state chains). */
+int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
+                           const unsigned shift[2], const uint8_t *const in[2],
+                           const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err);
+
 #endif /* CKZ_RANS_H */
