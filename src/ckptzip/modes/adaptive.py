@@ -167,23 +167,30 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
     """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
     and the ascending means of its non-empty other levels (the codebook)."""
     flat = values.reshape(-1).double()
-    levels = torch.sign(flat) * torch.floor(flat.abs() / step + offset)
+    levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
+    top = int(levels.abs().max()) if levels.numel() else 0
+    bins = levels + top  # 0 .. 2 top, ascending with the value
+    totals = torch.bincount(bins, weights=flat, minlength=2 * top + 1)
+    counts = torch.bincount(bins, minlength=2 * top + 1)
+    counts[top] = 0  # the zero bin is exactly zero, not a level
+    used = counts > 0
     kept = levels != 0
-    used, index = torch.unique(levels[kept], return_inverse=True)
-    totals = torch.zeros(used.numel(), dtype=torch.float64, device=flat.device)
-    totals.index_add_(0, index, flat[kept])
-    counts = torch.bincount(index, minlength=used.numel()).double()
-    return values * kept.reshape(values.shape), (totals / counts).cpu().numpy()
+    means = (totals[used] / counts[used].double()).cpu().numpy()
+    return values * kept.reshape(values.shape), means
 
 
 def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
                 scale_sq: float, codebooks: tuple[int, ...]) -> list[Choice]:
     """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive."""
-    threshold = float(magnitudes[kept - 1])
-    survivors = torch.cat([ordered[ordered <= -threshold], ordered[ordered >= threshold]])
-    step = max(1, -(-survivors.numel() // SEARCH_SAMPLES))
-    sample = survivors[::step].cpu().numpy()
-    scale = survivors.numel() / sample.size
+    threshold = magnitudes[kept - 1:kept].to(ordered.dtype)
+    # the survivors are the two tails of the sorted values
+    negative = int(torch.searchsorted(ordered, -threshold, right=True))
+    positive = int(torch.searchsorted(ordered, threshold))
+    count = negative + ordered.numel() - positive
+    step = max(1, -(-count // SEARCH_SAMPLES))
+    survivors = torch.cat([ordered[:negative:step], ordered[positive::step]])
+    sample = survivors.cpu().numpy()
+    scale = count / sample.size
     mask_bits = n * _binary_entropy(kept / n)
     choices = []
     for k in codebooks:
