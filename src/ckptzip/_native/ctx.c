@@ -20,6 +20,7 @@
 #include "memory.h"
 #include "planes.h"
 #include "rans.h"
+#include "residual.h"
 
 _Static_assert(CKZ_CTX_MAX_BUCKETS * CKZ_CTX_MIN_BUCKET > 0, "bucket bounds");
 
@@ -1090,8 +1091,27 @@ static int get_bucketed(const uint8_t **p, const uint8_t *end, unsigned q, unsig
 /* Format 3: each plane RAW (merged from the stream), CONST, or decoded into a scratch plane;
  * then one merge.  Two BUCKETED planes in a row decode together (ckz_rans32_decode_tab2), with
  * the same outcome and first error as one after the other. */
+/* Merges the planes into dst and, with base, inverts the residual of `kind` there, in blocks
+ * that stay in L1 between the two passes. */
+#define MERGE_BLOCK 4096 /* elements */
+static void merge_residual(const uint8_t *const *planes, uint8_t *dst, size_t n,
+                           unsigned elem_size, unsigned rotate, const uint8_t *base, int kind) {
+    if (!base) {
+        ckz_merge_planes(planes, dst, n, elem_size, rotate);
+        return;
+    }
+    for (size_t i = 0; i < n; i += MERGE_BLOCK) {
+        size_t m = n - i < MERGE_BLOCK ? n - i : MERGE_BLOCK, at = i * elem_size;
+        const uint8_t *block[8];
+        for (unsigned q = 0; q < elem_size; q++) block[q] = planes[q] + i;
+        ckz_merge_planes(block, dst + at, m, elem_size, rotate);
+        ckz_residual_decode(dst + at, base + at, dst + at, m, elem_size, (unsigned)kind);
+    }
+}
+
 static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
-                          uint8_t *dst, unsigned elem_size, unsigned rotate, ckz_err *err) {
+                          uint8_t *dst, unsigned elem_size, unsigned rotate, const uint8_t *base,
+                          int kind, ckz_err *err) {
     buckets bs;
     find_buckets(ctx, n, &bs);
     if (h->buckets != bs.count) return bucket_mismatch(h->buckets, bs.count, err);
@@ -1177,7 +1197,7 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
         ckz_fail(err, "stream has %zu trailing bytes", (size_t)(end - p));
         goto done;
     }
-    ckz_merge_planes(plane_at, dst, n, elem_size, rotate);
+    merge_residual(plane_at, dst, n, elem_size, rotate, base, kind);
     rc = 0;
 done:
     ckz_scratch_put(CKZ_SCRATCH_DECODE, mem);
@@ -1187,6 +1207,14 @@ done:
 int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, size_t ctx_len,
                           uint8_t *dst, size_t dst_len, unsigned elem_size, unsigned rotate,
                           ckz_err *err) {
+    return ckz_decode_planes_ctx_residual(src, len, ctx, ctx_len, dst, dst_len, elem_size,
+                                          rotate, NULL, 0, err);
+}
+
+int ckz_decode_planes_ctx_residual(const uint8_t *src, size_t len, const uint8_t *ctx,
+                                   size_t ctx_len, uint8_t *dst, size_t dst_len,
+                                   unsigned elem_size, unsigned rotate, const uint8_t *base,
+                                   int kind, ckz_err *err) {
     ctx_header h;
     if (parse_ctx_header(src, len, &h, err)) return -1;
     if (h.elem_size != elem_size)
@@ -1198,7 +1226,12 @@ int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, si
     if (bytes != dst_len)
         return ckz_fail(err, "destination holds %zu bytes but the stream decodes to %zu",
                         dst_len, bytes);
-    if (h.format == CKZ_CTX_FORMAT2)
-        return decode_format2(&h, src + len, ctx, n, dst, elem_size, rotate, err);
-    return decode_format3(&h, src + len, ctx, n, dst, elem_size, rotate, err);
+    if (base && (kind < 0 || kind >= CKZ_RESIDUAL_KINDS))
+        return ckz_fail(err, "residual kind %d is outside 0..%d", kind, CKZ_RESIDUAL_KINDS - 1);
+    if (h.format == CKZ_CTX_FORMAT2) {
+        if (decode_format2(&h, src + len, ctx, n, dst, elem_size, rotate, err)) return -1;
+        if (base) ckz_residual_decode(dst, base, dst, n, elem_size, (unsigned)kind);
+        return 0;
+    }
+    return decode_format3(&h, src + len, ctx, n, dst, elem_size, rotate, base, kind, err);
 }

@@ -60,6 +60,13 @@ int ckz_decode_planes_ctx(const uint8_t *src, size_t len, const uint8_t *ctx, si
                           uint8_t *dst, size_t dst_len, unsigned elem_size, unsigned rotate,
                           ckz_err *err);
 
+/* The same, then (base not NULL) the residual of `kind` (residual.h) inverted against
+ * base[0..dst_len) in dst, block by block behind the merge while the bytes are in L1. */
+int ckz_decode_planes_ctx_residual(const uint8_t *src, size_t len, const uint8_t *ctx,
+                                   size_t ctx_len, uint8_t *dst, size_t dst_len,
+                                   unsigned elem_size, unsigned rotate, const uint8_t *base,
+                                   int kind, ckz_err *err);
+
 /* Validates a format-2 header and returns its decoded length in bytes. */
 int ckz_ctx_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
 

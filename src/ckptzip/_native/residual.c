@@ -160,11 +160,13 @@ int ckz_chunk_decode(const uint8_t *src, size_t src_len, const uint8_t *base, ui
         uint8_t *c = ckz_scratch_get(CKZ_SCRATCH_PLANES, n ? n : 1); /* <= dst's length */
         if (!c) return ckz_fail(err, "out of memory for %zu context bytes", n);
         ckz_context_bytes(base, n, w, (unsigned)spec->ctx_rotate, c);
-        rc = ckz_decode_planes_ctx(src, src_len, c, n, dst, len, w, spec->rotate, err);
+        /* the residual inverted behind the merge, block by block (spec: kind >= 0) */
+        rc = ckz_decode_planes_ctx_residual(src, src_len, c, n, dst, len, w, spec->rotate, base,
+                                            spec->kind, err);
         ckz_scratch_put(CKZ_SCRATCH_PLANES, c);
-    } else {
-        rc = ckz_decode_planes(src, src_len, dst, len, w, spec->rotate, err);
+        return rc;
     }
+    rc = ckz_decode_planes(src, src_len, dst, len, w, spec->rotate, err);
     if (!rc && spec->kind >= 0) run(1, dst, base, dst, n, w, (unsigned)spec->kind);
     return rc;
 }
