@@ -130,8 +130,8 @@ int ckz_chunk_encode(const uint8_t *src, const uint8_t *base, size_t len,
     size_t n = len / w;
     int ctx = spec->ctx_rotate >= 0;
     size_t need = (spec->kind >= 0 ? len : 0) + (ctx ? n : 0);
-    uint8_t *mem = NULL;
-    if (need && !(mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, need)))
+    uint8_t *mem = NULL; /* + 1: a pointer to offset even for an empty chunk */
+    if ((spec->kind >= 0 || ctx) && !(mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, need + 1)))
         return ckz_fail(err, "out of memory for %zu bytes of residual", need);
     const uint8_t *data = src;
     if (spec->kind >= 0) {
