@@ -112,3 +112,62 @@ def test_trials_pick_what_full_coding_picks() -> None:
         sized = [p.encoded_size(raw, base if p.residual else None) for p in candidates(dtype)]
         coded = [len(p.encode_chunk(raw, base if p.residual else None)) for p in candidates(dtype)]
         assert sized == coded
+
+
+def _planes(stream: bytes) -> list[tuple[int, int, int]]:
+    """(mode, body start, body end) of each plane of a format-3 stream."""
+
+    def varint(p: int) -> tuple[int, int]:
+        x = s = 0
+        while True:
+            c = stream[p]
+            p += 1
+            x |= (c & 0x7F) << s
+            s += 7
+            if c < 0x80:
+                return x, p
+
+    n, p = varint(1)
+    k = stream[p]
+    _, p = varint(p + 1)
+    out = []
+    for _ in range(k):
+        mode = stream[p]
+        p += 1
+        if mode == 0:
+            out.append((mode, p, p + n))
+            p += n
+        elif mode == 1:
+            out.append((mode, p, p + 1))
+            p += 1
+        else:
+            size, p = varint(p)
+            out.append((mode, p, p + size))
+            p += size
+    return out
+
+
+def test_two_bucketed_planes_report_the_first_error() -> None:
+    """Two BUCKETED planes decode together, but errors come in plane order, as plane by plane."""
+    raw, base = pair(torch.bfloat16, 60_000, "weights")
+    p = candidates(torch.bfloat16)[-1]
+    assert isinstance(p.serializer, ContextPlanes)
+    good = p.encode_chunk(raw, base)
+    planes = _planes(good)
+    assert [m for m, _, _ in planes] == [5, 5]
+    (_, _, e0), (_, s1, _) = planes
+    out = bytearray(len(raw))
+    table1 = bytearray(good)
+    table1[s1] = 7  # plane 1's frequency unit 2^7: refused while its tables are read
+    with pytest.raises(CorruptError, match="plane 1"):
+        p.decode_chunk(bytes(table1), out, base)
+    both = bytearray(table1)
+    both[e0 - 200] ^= 0x55  # plane 0's rANS words too: its error comes first
+    with pytest.raises(CorruptError, match="rans32"):
+        p.decode_chunk(bytes(both), out, base)
+    stream1 = bytearray(good)
+    stream1[len(good) - 150] ^= 0x55  # plane 1's words only
+    with pytest.raises(CorruptError, match="rans32"):
+        p.decode_chunk(bytes(stream1), out, base)
+    p.decode_chunk(good, out, base)
+    assert out == raw
