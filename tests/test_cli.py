@@ -163,3 +163,33 @@ def test_bench_compares_with_peers_on_the_same_bytes(model_file: Path, capsys) -
     assert main(["bench", "-q", "--repeat", "1", str(model_file)]) == 0
     table = capsys.readouterr().out
     assert "ckptzip" in table and "zstd-1" in table and "ratio" in table.lower()
+
+
+def test_adaptive_error_budget_from_the_command_line(tmp_path: Path, capsys) -> None:
+    torch.manual_seed(0)
+    weights = torch.randn(300, 200)
+    paths = []
+    for step in range(2):
+        weights = weights + 1e-3 * torch.randn_like(weights)
+        path = tmp_path / f"step-{step}.pt"
+        torch.save({"model": {"w": weights.clone()}, "step": step}, path)
+        paths.append(path)
+    assert main(["compress", "-q", "--mode", "adaptive", str(paths[0])]) == 0
+    sizes = {}
+    for budget in ("0.05", "weight=0.5"):
+        out = tmp_path / f"delta-{budget}.ckz"
+        assert main(["compress", "-q", "-f", "--mode", "adaptive", "--error-budget", budget,
+                     "--base", str(paths[0]) + ".ckz", str(paths[1]), "-o", str(out)]) == 0
+        sizes[budget] = out.stat().st_size
+        with ckptzip.open(out) as checkpoint:
+            error = next(leaf.extra["error"] for leaf in checkpoint.leaves if leaf.name == "model.w")
+        assert error["budget"] == float(budget.split("=")[-1])
+    assert sizes["weight=0.5"] < sizes["0.05"]
+    capsys.readouterr()
+    assert main(["compress", "-q", "--error-budget", "0.3", str(paths[1]), "-o",
+                 str(tmp_path / "x.ckz")]) == 1
+    assert "--error-budget applies to --mode adaptive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compress", "--mode", "adaptive", "--error-budget", "weight:0.3", str(paths[1])])
+    assert exit_info.value.code == 2
+    assert "state=number pairs" in capsys.readouterr().err

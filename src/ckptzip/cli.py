@@ -90,7 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compress checkpoints to .ckz (bit-exact in lossless mode).")
     p.add_argument("sources", nargs="+", metavar="SRC")
     p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only; default SRC.ckz)")
-    p.add_argument("--mode", default="lossless", help="compression mode (default: lossless)")
+    p.add_argument("--mode", default="lossless",
+                   help="lossless (bit-exact), or with --base a lossy mode: excp, bitsnap, adaptive "
+                        "(docs/LOSSY.md; default: lossless)")
+    p.add_argument("--error-budget", metavar="E", type=_error_budget,
+                   help="--mode adaptive: the relative error allowed, one number for all states or "
+                        "per state, e.g. weight=0.27,exp_avg=0.75,exp_avg_sq=0.8 (the default)")
     p.add_argument("--base", metavar="B",
                    help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
                         "that needs B (found beside it) to load")
@@ -151,9 +156,30 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     return out
 
 
+def _error_budget(text: str) -> float | dict[str, float]:
+    """``0.3`` or ``weight=0.27,exp_avg=0.75``: what ``--error-budget`` accepts."""
+    try:
+        if "=" not in text:
+            return float(text)
+        budget = {}
+        for item in text.split(","):
+            key, value = item.split("=")
+            budget[key.strip()] = float(value)
+        return budget
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number (0.3) or state=number pairs "
+            f"(weight=0.27,exp_avg=0.75,exp_avg_sq=0.8)") from None
+
+
 def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
     if args.keyframe_every is not None and not args.base:
         raise Error("--keyframe-every needs --base")
+    mode_options = {}
+    if args.error_budget is not None:
+        if args.mode != "adaptive":
+            raise Error(f"--error-budget applies to --mode adaptive, not {args.mode}")
+        mode_options["error_budget"] = args.error_budget
     for src in args.sources:
         if src.endswith(SUFFIX):
             raise Error(f"{src}: already a .ckz; nothing to do")
@@ -166,7 +192,7 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
                     loaded.state, FileSink(handle), mode=args.mode, threads=args.threads, path=out,
                     progress=args.quiet == 0, source=loaded.source, base=base,
                     base_location=relative_location(args.base, out) if args.base else None,
-                    keyframe_every=args.keyframe_every,
+                    keyframe_every=args.keyframe_every, mode_options=mode_options,
                 )
         finally:
             if base is not None:
