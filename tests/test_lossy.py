@@ -412,3 +412,25 @@ def test_adaptive_keeps_the_projection_of_weights_and_momentum(chain_states):
     index = expected_index(chain_states, list(new["model"]).index(name))
     m, m_hat = (s["optimizer"]["state"][index]["exp_avg"].double().reshape(-1) for s in (new, decoded))
     assert float(m_hat @ m) / float(m @ m) == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_non_finite_groups_are_stored_bit_exact(mode, chain_states):
+    from ckptzip.modes import NonFiniteWarning
+
+    state = copy.deepcopy(chain_states[1])
+    name = "blocks.0.mlp.c_fc.weight"
+    state["model"][name][0, 0] = float("nan")
+    state["model"][name][1, 1] = float("inf")
+    with pytest.warns(NonFiniteWarning, match=f"model.{name}"):
+        data = ckptzip.dumps(state, mode=mode, base=chain_states[0])
+    decoded = ckptzip.loads(data, base=chain_states[0])
+    weight = decoded["model"][name]
+    assert torch.equal(weight.isnan(), state["model"][name].isnan())
+    assert torch.equal(weight.nan_to_num(), state["model"][name].nan_to_num())  # bit-exact
+    index = expected_index(chain_states, list(state["model"]).index(name))
+    for key in ("exp_avg", "exp_avg_sq"):  # its moments too
+        assert torch.equal(decoded["optimizer"]["state"][index][key],
+                           state["optimizer"]["state"][index][key])
+    other = "blocks.0.mlp.c_proj.weight"  # the rest stays lossy
+    assert not torch.equal(decoded["model"][other], state["model"][other])

@@ -4,6 +4,7 @@
 from ..policy import register_mode
 from .adaptive import AdaptivePolicy
 from .bitsnap import BitsnapPolicy
+from .common import NonFiniteWarning
 from .excp import ExcpPolicy
 from .pairing import PairingWarning
 
@@ -11,4 +12,4 @@ register_mode("excp", ExcpPolicy)
 register_mode("bitsnap", BitsnapPolicy)
 register_mode("adaptive", AdaptivePolicy)
 
-__all__ = ["AdaptivePolicy", "BitsnapPolicy", "ExcpPolicy", "PairingWarning"]
+__all__ = ["AdaptivePolicy", "BitsnapPolicy", "ExcpPolicy", "NonFiniteWarning", "PairingWarning"]

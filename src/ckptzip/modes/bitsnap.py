@@ -40,7 +40,6 @@ from .common import (
     finish,
     role_of,
 )
-from .pairing import group_state
 
 #: Kept fraction per role, as a multiple of ``density``.
 ROLE_SCALE = {"norm": math.inf, "bias": math.inf, "embedding": 0.5, "attention": 1.0, "mlp": 1.0,
@@ -80,8 +79,7 @@ class BitsnapPolicy(JointPolicy):
     def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
         if base is None:
             return {}
-        groups = [self._values(leaves, g, base)
-                  for g in group_state(leaves, self.pairing, self.mode)]
+        groups = self.groups(leaves, base)
         self.stage = measure_stage(leaves, groups, base)
         plans: dict[int, Encoded] = {}
         for values in groups:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, LosslessPolicy
 from ..tree import Leaf
 from .pairing import Group, group_state
+
+
+class NonFiniteWarning(UserWarning):
+    """A weight or moment held NaN or infinite values, so a lossy mode stored it bit-exact."""
 
 
 @dataclass
@@ -106,9 +111,26 @@ class JointPolicy(LosslessPolicy):
         if base is None:
             return {}
         plans: dict[int, Encoded] = {}
-        for group in group_state(leaves, self.pairing, self.mode):
-            plans.update(self.plan_group(leaves, self._values(leaves, group, base), base))
+        for values in self.groups(leaves, base):
+            plans.update(self.plan_group(leaves, values, base))
         return plans
+
+    def groups(self, leaves: list[Leaf], base: Base) -> list[GroupValues]:
+        """Each weight group's values, but for groups with NaN or infinite values (here or in
+        the base), which are left to the writer to code on their own, bit-exact, with a
+        :class:`NonFiniteWarning`."""
+        finite = []
+        for group in group_state(leaves, self.pairing, self.mode):
+            values = self._values(leaves, group, base)
+            tensors = (values.w, values.w_base, values.m, values.v)
+            if all(bool(torch.isfinite(t).all()) for t in tensors if t is not None):
+                finite.append(values)
+                continue
+            names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
+                                                       group.exp_avg_sq) if i is not None)
+            warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
+                          f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
+        return finite
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
         raise NotImplementedError
