@@ -572,6 +572,31 @@ V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_
     return i;
 }
 
+/* Renormalize 16 states before coding symbols of frequency f: the lanes with x >= f 2^20 write
+ * their low 16 bits (packed by a compress, one masked store) and shift them out. */
+V4_INLINE __m512i rans32_flush16(__m512i x, __m512i f, uint8_t **p) {
+    __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
+    unsigned count = (unsigned)__builtin_popcount(flush);
+    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
+    *p -= 2 * (size_t)count;
+    _mm256_mask_storeu_epi16(*p, (__mmask16)((1u << count) - 1), w);
+    return _mm512_mask_srli_epi32(x, flush, x, 16);
+}
+
+/* The coded states (x / f) 2^PROB_BITS + x mod f + c of 16 flushed states, with 1/f of the
+ * low and high 8 lanes in inv_lo and inv_hi: q = floor(x / f) from doubles, as in
+ * rans32_put8 (x < f 2^20 after the flush); the fused multiply-add rounds once, so its error is
+ * smaller still. */
+V4_INLINE __m512i rans32_code16(__m512i x, __m512i f, __m512i c, __m512d inv_lo, __m512d inv_hi) {
+    const __m512d eps = _mm512_set1_pd(0x1p-24);
+    __m512d lo = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), inv_lo, eps);
+    __m512d hi = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), inv_hi, eps);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)),
+                                   _mm512_cvttpd_epu32(hi), 1);
+    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+    return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
+}
+
 /* tab: NULL for one table; else entry tab[j] * 256 + symbol of the tables fc and inv. */
 V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
                                const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
@@ -581,23 +606,9 @@ V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
             s, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)tab)), 8));
     __m512i e = _mm512_i32gather_epi32(s, fc, 4);
     __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
-    __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
-    unsigned count = (unsigned)__builtin_popcount(flush);
-    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
-    *p -= 2 * (size_t)count;
-    _mm256_mask_storeu_epi16(*p, (__mmask16)((1u << count) - 1), w);
-    x = _mm512_mask_srli_epi32(x, flush, x, 16);
-    /* q = floor(x / f) from doubles, as in rans32_put8 (x < f 2^20 after the flush); the fused
-     * multiply-add rounds once, so its error is smaller still */
-    const __m512d eps = _mm512_set1_pd(0x1p-24);
-    __m512d lo = _mm512_cvtepu32_pd(_mm512_castsi512_si256(x));
-    __m512d hi = _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1));
-    lo = _mm512_fmadd_pd(lo, _mm512_i32gather_pd(_mm512_castsi512_si256(s), inv, 8), eps);
-    hi = _mm512_fmadd_pd(hi, _mm512_i32gather_pd(_mm512_extracti64x4_epi64(s, 1), inv, 8), eps);
-    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)),
-                                   _mm512_cvttpd_epu32(hi), 1);
-    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
-    return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
+    x = rans32_flush16(x, f, p);
+    return rans32_code16(x, f, c, _mm512_i32gather_pd(_mm512_castsi512_si256(s), inv, 8),
+                         _mm512_i32gather_pd(_mm512_extracti64x4_epi64(s, 1), inv, 8));
 }
 
 /* The symbols of a plane whose used values span at most 32 (bf16 exponent planes: every chunk of
@@ -609,12 +620,7 @@ V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d i
     s = _mm512_sub_epi32(s, first);
     __m512i e = _mm512_permutex2var_epi32(fc_lo, s, fc_hi);
     __m512i f = _mm512_and_si512(e, _mm512_set1_epi32(0xfff)), c = _mm512_srli_epi32(e, 12);
-    __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
-    unsigned count = (unsigned)__builtin_popcount(flush);
-    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
-    *p -= 2 * (size_t)count;
-    _mm256_mask_storeu_epi16(*p, (__mmask16)((1u << count) - 1), w);
-    x = _mm512_mask_srli_epi32(x, flush, x, 16);
+    x = rans32_flush16(x, f, p);
     /* 1/f of each lane: indices 0-15 from inv[0..1], 16-31 from inv[2..3] (bit 4 picks) */
     __m512i s_lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(s));
     __m512i s_hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(s, 1));
@@ -625,13 +631,7 @@ V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d i
     __m512d r_hi = _mm512_mask_blend_pd(_mm512_test_epi64_mask(s_hi, bit4),
                                         _mm512_permutex2var_pd(inv[0], s_hi, inv[1]),
                                         _mm512_permutex2var_pd(inv[2], s_hi, inv[3]));
-    const __m512d eps = _mm512_set1_pd(0x1p-24);
-    __m512d lo = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r_lo, eps);
-    __m512d hi = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r_hi, eps);
-    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(lo)),
-                                   _mm512_cvttpd_epu32(hi), 1);
-    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
-    return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, PROB_BITS), r), c);
+    return rans32_code16(x, f, c, r_lo, r_hi);
 }
 
 V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
