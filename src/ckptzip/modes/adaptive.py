@@ -215,6 +215,15 @@ def prune(values: torch.Tensor, kept: int) -> torch.Tensor:
     return values * (values.abs() > threshold)
 
 
+def decoded_nonzero(encoded: Encoded) -> torch.Tensor:
+    """Where a k-means-coded array decodes non-zero, as a reader sees it (a centroid may round
+    to zero): its codes looked up in the codebook's non-zero flags."""
+    quantizer = encoded.pipeline.transforms[-1]
+    assert isinstance(quantizer, KMeans)
+    codes = encoded.array
+    return (quantizer.table(codes.device) != 0)[codes.long()]
+
+
 class AdaptivePolicy(JointPolicy):
     mode = "adaptive"
 
@@ -238,12 +247,13 @@ class AdaptivePolicy(JointPolicy):
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
             delta = values.w - values.w_base
-            plans[group.weight], _ = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
-                                                    "weight", residual=True, base=values.w_base)
+            plans[group.weight] = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
+                                                 "weight", residual=True, base=values.w_base)
         kept = None
         if group.exp_avg is not None and values.m is not None:
-            plans[group.exp_avg], kept = self._quantize(leaves[group.exp_avg], values.m,
-                                                        float(values.m.pow(2).sum()), "exp_avg")
+            plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
+                                                  float(values.m.pow(2).sum()), "exp_avg")
+            kept = decoded_nonzero(plans[group.exp_avg])
         if group.exp_avg_sq is not None and values.v is not None:
             v_leaf = leaves[group.exp_avg_sq]
             if kept is not None and kept.shape == values.v.shape:  # stored at exp_avg's support
@@ -254,9 +264,8 @@ class AdaptivePolicy(JointPolicy):
         return plans
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
-                  residual: bool = False, base: torch.Tensor | None = None
-                  ) -> tuple[Encoded, torch.Tensor]:
-        """Prune and quantize within the state's budget; also returns the mask of kept elements."""
+                  residual: bool = False, base: torch.Tensor | None = None) -> Encoded:
+        """Prune and quantize within the state's budget."""
         budget = self.budget[state]
         choice = search(array, max(scale_sq, 1e-300), budget)
         quantizer = KMeans(max(choice.k, 1), leaf.dtype.name)
@@ -285,9 +294,7 @@ class AdaptivePolicy(JointPolicy):
         encoded.extra["error"]["quantizer"] = "uniform" if choice.step > 0 else "kmeans"
         if least_squares is not None:
             encoded.extra["error"]["rel_ls"] = float(f"{least_squares:.4g}")
-        # the support as a reader decodes it (a centroid could round to zero)
-        decoded = decode(encoded.pipeline.transforms, encoded.array, TransformContext(leaf.name, base))
-        return encoded, decoded != 0 if not residual else pruned != 0
+        return encoded
 
     def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
                        sibling: int | None = None) -> Encoded:
