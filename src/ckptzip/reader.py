@@ -22,8 +22,6 @@ from .progress import Progress
 from .storage import PathLike, Source, open_source
 from .tree import TENSOR_KINDS, leaf_refs, unflatten, unique_name
 
-#: Raw bytes decoded by one worker task.
-
 # leaf, chunk index, chunk, output slice, base slice (for residuals)
 _Job = tuple[LeafInfo, int, ChunkRef, np.ndarray, np.ndarray | None]
 
