@@ -24,7 +24,7 @@ import torch
 from fidelity import FULL
 
 from ckptzip.demo.train import load_data, make_trainer
-from ckptzip.modes import adaptive
+from ckptzip.modes import quantize as adaptive
 
 
 def entropy_bits(values: np.ndarray) -> float:

@@ -9,8 +9,10 @@ configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of ever
 * a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual, support) undoes them
   with the reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's
   ``encoded`` array; for a ``support`` stage the next ``prod(shape)`` bytes are the sibling's
-  support (non-zero: kept); the leaf's base tensor is taken from the rest of the payload when it
-  holds one.
+  support (non-zero: kept); for a ``lowrank`` stage the next bytes are its two factors, float32
+  matrices of the spec's ``u_shape`` and ``v_shape`` (what the reader passes: decoded sibling
+  leaves the parser checked are matrices); the leaf's base tensor is taken from the rest of the
+  payload when it holds one.
 
 The harness admits only what the container's parser guarantees (chunks of whole serializer
 elements, a base chunk as long as the chunk, an encoded array of the declared size, a tensor at
@@ -39,6 +41,7 @@ with instrumented():
     import torch
 
     import ckptzip
+    from ckptzip.codecs import LowRank
     from ckptzip.container import MAX_TRANSFORM_EXPANSION, LeafInfo, _array_type
     from ckptzip.pipeline import Pipeline
     from ckptzip.reader import CheckpointFile
@@ -85,6 +88,18 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
             return False
         mask = np.frombuffer(tail, np.uint8, sibling_nbytes) != 0
         support, tail = torch.from_numpy(mask.copy()).reshape(shape), tail[sibling_nbytes:]
+    siblings: dict[int, torch.Tensor] = {}
+    for stage in pipeline.transforms:
+        if not isinstance(stage, LowRank):
+            continue
+        for j, key in ((stage.u, "u_shape"), (stage.v, "v_shape")):
+            dims = spec.get(key)
+            if (not isinstance(dims, list) or len(dims) != 2
+                    or not all(type(d) is int and 0 <= d <= MAX_RAW for d in dims)
+                    or 4 * math.prod(dims) > MAX_RAW or len(tail) < 4 * math.prod(dims)):
+                return False
+            factor = np.frombuffer(tail, np.float32, math.prod(dims)).copy().reshape(dims)
+            siblings[j], tail = torch.from_numpy(factor), tail[4 * math.prod(dims):]
     # the base tensor's bytes, when the rest holds them
     base = np.frombuffer(tail, np.uint8, nbytes).copy() if len(tail) >= nbytes else None
     if base is None and nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + sibling_nbytes + 1):
@@ -93,7 +108,8 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
                     array_nbytes)
     buffer = torch.empty(array_nbytes, dtype=torch.uint8)
     buffer.numpy()[:] = np.frombuffer(payload, np.uint8, array_nbytes)
-    CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base, support)  # type: ignore[arg-type]
+    CheckpointFile._finish_leaf(_Reader(), leaf, buffer, base, support,  # type: ignore[arg-type]
+                                siblings)
     return True
 
 

@@ -31,6 +31,7 @@ from make_corpus import write_seeds  # noqa: E402
 import ckptzip  # noqa: E402
 from ckptzip import _native  # noqa: E402
 from ckptzip.chain import MemoryBase  # noqa: E402
+from ckptzip.codecs import LowRank  # noqa: E402
 from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
 from ckptzip.pipeline import Pipeline  # noqa: E402
 from ckptzip.reader import CheckpointFile  # noqa: E402
@@ -102,39 +103,62 @@ def codec_input(spec: dict[str, Any], payload: bytes) -> bytes:
     return struct.pack("<H", len(text)) + text + payload
 
 
-def codec_seeds(files: list[bytes]) -> list[bytes]:
+def leaf_seeds(blob: bytes, base: MemoryBase) -> list[bytes]:
     """Per chunk: its pipeline's chunk stages, raw length, base chunk and stored bytes. Per leaf
-    with transforms: the transforms, the leaf and encoded types, the encoded array and the base."""
-    base = MemoryBase(fuzz_states.base_state())
+    with transforms: the transforms, the leaf and encoded types, the encoded array, the sibling
+    data its stages read (a support, low-rank factors) and the base."""
+    seeds: list[bytes] = []
+    ckpt = CheckpointFile(BytesSource(blob), threads=1, base=base)
+    for leaf in ckpt.leaves:
+        p = leaf.pipeline
+        chunk_stages = Pipeline((), p.residual, p.serializer, p.compressors)
+        base_raw = ckpt._base_raw(leaf) if "base" in leaf.extra else None
+        array = bytearray(leaf.array_nbytes)
+        for k, chunk in enumerate(leaf.chunks):
+            start = ckpt.data_start + chunk.offset
+            stored = blob[start : start + chunk.length]
+            lo, hi = k * leaf.chunk_bytes, k * leaf.chunk_bytes + chunk.raw_length
+            chunk_base = b"" if p.residual is None or base_raw is None else base_raw[lo:hi].tobytes()
+            p.decode_chunk(stored, memoryview(array)[lo:hi], chunk_base or None)
+            if k < 2:  # two chunks of a leaf are plenty
+                spec = {"pipeline": chunk_stages.get_config(), "raw": chunk.raw_length}
+                seeds.append(codec_input(spec, chunk_base + stored))
+        if p.transforms:
+            spec = {
+                "pipeline": [t.get_config() for t in p.transforms],
+                "dtype": leaf.dtype.name, "shape": list(leaf.shape),
+                "encoded": {"dtype": leaf.array_dtype.name, "shape": list(leaf.array_shape)},
+            }
+            tail = b"" if base_raw is None else base_raw.tobytes()
+            factors = b""
+            for stage in p.transforms:  # low-rank factors: float32 matrices, U then V
+                if isinstance(stage, LowRank):
+                    decoded = ckpt.read_leaves([stage.u, stage.v])
+                    spec["u_shape"] = list(decoded[stage.u].shape)
+                    spec["v_shape"] = list(decoded[stage.v].shape)
+                    factors += b"".join(decoded[j].numpy().tobytes() for j in (stage.u, stage.v))
+            tail = factors + tail
+            if p.support is not None:  # the sibling's support, a byte per element
+                sibling = ckpt.read_leaves([p.support])[p.support]
+                tail = (sibling != 0).to(torch.uint8).numpy().tobytes() + tail
+            seeds.append(codec_input(spec, bytes(array) + tail))
+    ckpt.close()
+    return seeds
+
+
+def codec_seeds(files: list[bytes]) -> list[bytes]:
+    """:func:`leaf_seeds` of every file, of a low-rank update, and context-plane chunks."""
     seeds: list[bytes] = []
     for blob in files:
-        ckpt = CheckpointFile(BytesSource(blob), threads=1, base=base)
-        for leaf in ckpt.leaves:
-            p = leaf.pipeline
-            chunk_stages = Pipeline((), p.residual, p.serializer, p.compressors)
-            base_raw = ckpt._base_raw(leaf) if "base" in leaf.extra else None
-            array = bytearray(leaf.array_nbytes)
-            for k, chunk in enumerate(leaf.chunks):
-                start = ckpt.data_start + chunk.offset
-                stored = blob[start : start + chunk.length]
-                lo, hi = k * leaf.chunk_bytes, k * leaf.chunk_bytes + chunk.raw_length
-                chunk_base = b"" if p.residual is None or base_raw is None else base_raw[lo:hi].tobytes()
-                p.decode_chunk(stored, memoryview(array)[lo:hi], chunk_base or None)
-                if k < 2:  # two chunks of a leaf are plenty
-                    spec = {"pipeline": chunk_stages.get_config(), "raw": chunk.raw_length}
-                    seeds.append(codec_input(spec, chunk_base + stored))
-            if p.transforms:
-                spec = {
-                    "pipeline": [t.get_config() for t in p.transforms],
-                    "dtype": leaf.dtype.name, "shape": list(leaf.shape),
-                    "encoded": {"dtype": leaf.array_dtype.name, "shape": list(leaf.array_shape)},
-                }
-                tail = b"" if base_raw is None else base_raw.tobytes()
-                if p.support is not None:  # the sibling's support, a byte per element
-                    sibling = ckpt.read_leaves([p.support])[p.support]
-                    tail = (sibling != 0).to(torch.uint8).numpy().tobytes() + tail
-                seeds.append(codec_input(spec, bytes(array) + tail))
-        ckpt.close()
+        seeds += leaf_seeds(blob, MemoryBase(fuzz_states.base_state()))
+    # low-rank factors: the fuzz states' matrices are too small to factor, so a 96 x 64 weight
+    # whose update is rank 3 plus noise is saved against its base
+    generator = torch.Generator().manual_seed(5)
+    old = torch.randn(96, 64, generator=generator)
+    update = torch.randn(96, 3, generator=generator) @ torch.randn(3, 64, generator=generator)
+    new = old + 1e-3 * (update + 0.05 * torch.randn(96, 64, generator=generator))
+    blob = ckptzip.dumps({"w": new}, mode="adaptive", base={"w": old}, threads=1)
+    seeds += leaf_seeds(blob, MemoryBase({"w": old}))
     # context planes: only large tensors choose them in a file, so code two chunks directly
     rng = np.random.default_rng(4)
     for dtype, width in ((torch.float32, 4), (torch.bfloat16, 2)):

@@ -164,4 +164,7 @@ def test_lossy_mode_per_rank_against_its_previous_shard(tmp_path: Path) -> None:
     dcp.load(loaded, storage_reader=CompressedReader(tmp_path / "b"))
     assert torch.equal(loaded["ids"], second["ids"])
     error = (loaded["w"] - second["w"]).norm() / (second["w"] - first["w"]).norm()
-    assert 0 < error < 0.5  # lossy, within the adaptive budget's scale of the update
+    # lossy, within the adaptive weight budget (the expected error of unbiased rounding, relative
+    # to the update) up to sampling noise
+    from ckptzip.modes.adaptive import DEFAULT_BUDGET
+    assert 0 < error < 1.2 * DEFAULT_BUDGET["weight"]

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 import ckptzip
-from ckptzip.codecs import KMeans, LossyResidual, Sparse, TransformContext, codec_from_config
+from ckptzip.codecs import (
+    KMeans,
+    LossyResidual,
+    LowRank,
+    Sparse,
+    TransformContext,
+    codec_from_config,
+)
 from ckptzip.codecs.kmeans import lloyd_sorted
 from ckptzip.demo.gpt import make_scheduler
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
@@ -127,6 +134,31 @@ def test_residual_stages_need_and_use_the_base():
     assert torch.allclose(decoded, x)
     with pytest.raises(ValueError, match="base"):
         LossyResidual("float32").decode(x, CTX)
+
+
+def test_lowrank_stage_roundtrip_and_bad_factors():
+    generator = torch.Generator().manual_seed(2)
+    u, v = torch.randn(6, 2, generator=generator), torch.randn(10, 2, generator=generator)
+    context = TransformContext("t", siblings={3: u, 4: v})
+    for x in (torch.randn(6, 10, generator=generator), torch.randn(6, 5, 2, generator=generator)):
+        stage = LowRank(3, 4)
+        residual = stage.encode(x, context)
+        assert torch.allclose(residual, x - (u @ v.T).reshape(x.shape), atol=1e-6)
+        rebuilt = codec_from_config(stage.get_config())
+        assert torch.allclose(rebuilt.decode(residual, context), x, atol=1e-6)
+        # a bf16 residual is added to in fp32, as the writer subtracted
+        assert rebuilt.decode(residual.bfloat16(), context).dtype == torch.float32
+    with pytest.raises(ValueError, match="do not make"):
+        LowRank(3, 4).decode(torch.zeros(7, 10), context)
+    with pytest.raises(ValueError, match="needs its decoded factor"):
+        LowRank(3, 5).decode(torch.zeros(6, 10), context)
+    with pytest.raises(ValueError, match="not floats"):
+        LowRank(3, 4).decode(torch.zeros(6, 10, dtype=torch.uint8), context)
+    for bad in ({"u": 1, "v": 1}, {"u": -1, "v": 2}, {"u": "1", "v": 2}):
+        with pytest.raises(ConfigError):
+            LowRank(**bad)
+        with pytest.raises(FormatError, match="lowrank"):
+            codec_from_config({"id": "lowrank", **bad})
 
 
 # -- pairing ------------------------------------------------------------------------------------
@@ -342,30 +374,37 @@ def test_adaptive_second_moment_is_stored_at_the_first_moments_support(chain_sta
             assert torch.equal(alone != 0, flat(decoded)[sibling.name] != 0)
 
 
-@pytest.mark.parametrize("damage", ["self", "beyond", "chain", "shape"])
-def test_bad_support_references_are_refused(chain_states, damage):
+@pytest.mark.parametrize(("stage_id", "key", "damage"), [
+    ("support", "leaf", "self"), ("support", "leaf", "beyond"), ("support", "leaf", "chain"),
+    ("support", "leaf", "shape"), ("lowrank", "u", "self"), ("lowrank", "v", "beyond"),
+    ("lowrank", "u", "chain"), ("lowrank", "v", "shape"),
+])
+def test_bad_sibling_references_are_refused(chain_states, stage_id, key, damage):
+    """A support or a low-rank factor must name another leaf of the file that reads no
+    siblings itself (no chains, no cycles), of the right shape; else the header is refused."""
     from tests.test_bad_input import rebuild, split
 
     header, body = split(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0]))
     leaves = header["leaves"]
     index = next(i for i, leaf in enumerate(leaves)
-                 if any(s["id"] == "support" for s in header["pipelines"][leaf["pipeline"]]))
-    stage = next(s for s in header["pipelines"][leaves[index]["pipeline"]] if s["id"] == "support")
+                 if any(s["id"] == stage_id for s in header["pipelines"][leaf["pipeline"]]))
+    stage = next(s for s in header["pipelines"][leaves[index]["pipeline"]] if s["id"] == stage_id)
     if damage == "self":
-        stage["leaf"] = index
+        stage[key] = index
     elif damage == "beyond":
-        stage["leaf"] = len(leaves)
-    elif damage == "chain":  # the sibling itself stored at a support
-        sibling = stage["leaf"]
+        stage[key] = len(leaves)
+    elif damage == "chain":  # the sibling itself reads a sibling
+        sibling = stage[key]
         header["pipelines"][leaves[sibling]["pipeline"]].insert(0, {"id": "support", "leaf": index})
-    else:
-        stage["leaf"] = next(i for i, leaf in enumerate(leaves) if leaf["shape"] != leaves[index]["shape"])
-    with pytest.raises(FormatError, match="support"):
+    else:  # a support of another shape; a factor that is not a matrix
+        stage[key] = next(i for i, leaf in enumerate(leaves)
+                          if leaf["shape"] != leaves[index]["shape"] and len(leaf["shape"]) != 2)
+    with pytest.raises(FormatError, match=r"transforms read|reads other leaves|support names|not matrices"):
         ckptzip.loads(rebuild(header, body), base=chain_states[0])
 
 
 def test_uniform_candidates_beat_kmeans_and_their_error_is_what_they_make():
-    from ckptzip.modes.adaptive import CODEBOOKS, FRACTIONS, _candidates, search, uniform_table
+    from ckptzip.modes.quantize import CODEBOOKS, FRACTIONS, _candidates, search, uniform_table
 
     generator = torch.Generator().manual_seed(3)
     signs = torch.randint(0, 2, (50_000,), generator=generator) * 2 - 1
@@ -398,20 +437,93 @@ def test_uniform_candidates_beat_kmeans_and_their_error_is_what_they_make():
     assert entropy == pytest.approx(choice.bits, rel=0.05)
 
 
-def test_adaptive_keeps_the_projection_of_weights_and_momentum(chain_states):
-    """Least-squares levels shrink what a state moves training by; the adaptive codebooks are
-    rescaled so that the decoded update's projection onto the true one is the true one's energy."""
+def test_unbiased_rounding_is_unbiased_and_meets_its_expected_error():
+    from ckptzip.modes.factoring import unbiased_bits, unbiased_round, unbiased_step
+
+    values = torch.full((200_000,), 0.3)
+    assert float(unbiased_round(values, 1.0, seed=1).mean()) == pytest.approx(0.3, abs=0.005)
+    assert set(unbiased_round(values, 1.0, seed=1).unique().tolist()) == {0.0, 1.0}
+    assert torch.equal(unbiased_round(values, 1.0, seed=1), unbiased_round(values, 1.0, seed=1))
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(100_000, generator=generator)
+    energy = float(x.double().pow(2).sum())
+    for budget in (0.2, 0.6, 1.5):
+        step = unbiased_step(x, energy, budget)
+        error = float((unbiased_round(x, step, seed=2) - x).double().norm()) / energy**0.5
+        assert error == pytest.approx(budget, rel=0.05)
+        assert unbiased_step(x, energy, budget * 1.3) > step  # the coarsest step that fits
+    assert unbiased_bits(x, energy, 0.2) > unbiased_bits(x, energy, 0.6) > unbiased_bits(x, energy, 1.5)
+    assert unbiased_step(x, energy, 0.0) == 0.0  # nothing may be lost: no grid
+
+
+def test_adaptive_rounds_weights_without_bias(chain_states):
+    """The weights' decoded update is the true one plus zero-mean noise of the budget's size, so
+    its projection onto the true one is the true one's energy."""
     base, new = chain_states[0], chain_states[1]
-    decoded = ckptzip.loads(ckptzip.dumps(new, mode="adaptive", base=base,
-                                          error_budget={"weight": 0.4, "exp_avg": 0.7}), base=base)
+    data = ckptzip.dumps(new, mode="adaptive", base=base, error_budget={"weight": 0.5})
+    decoded = ckptzip.loads(data, base=base)
+    name = "blocks.0.mlp.c_fc.weight"
+    update = (new["model"][name] - base["model"][name]).double().reshape(-1)
+    rebuilt = (decoded["model"][name] - base["model"][name]).double().reshape(-1)
+    assert float(rebuilt @ update) / float(update @ update) == pytest.approx(1.0, abs=0.05)
+    error = float((rebuilt - update).norm() / update.norm())
+    assert error == pytest.approx(0.5, rel=0.15)
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
+        record = next(leaf.extra["error"] for leaf in f.leaves if leaf.name == f"model.{name}")
+    assert record["quantizer"] == "unbiased" and record["step"] > 0 and record["budget"] == 0.5
+    assert record["rel_delta"] == pytest.approx(error, rel=1e-3)
+
+
+def test_adaptive_keeps_the_projection_of_momentum_and_of_tight_weights(chain_states):
+    """Least-squares levels shrink what a state moves training by; the adaptive codebooks are
+    rescaled so that the decoded update's projection onto the true one is the true one's energy.
+    That is the weights' path too where their budget is too tight for a grid of uint8 codes."""
+    base, new = chain_states[0], chain_states[1]
+    data = ckptzip.dumps(new, mode="adaptive", base=base,
+                         error_budget={"weight": 0.002, "exp_avg": 0.7})
+    decoded = ckptzip.loads(data, base=base)
     name = "blocks.0.mlp.c_fc.weight"
     update = (new["model"][name] - base["model"][name]).double().reshape(-1)
     rebuilt = (decoded["model"][name] - base["model"][name]).double().reshape(-1)
     assert float(rebuilt @ update) / float(update @ update) == pytest.approx(1.0, abs=0.02)
-    assert float((rebuilt - update).norm() / update.norm()) > 0.4  # the price: more L2 error
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
+        record = next(leaf.extra["error"] for leaf in f.leaves if leaf.name == f"model.{name}")
+    assert record["quantizer"] in ("uniform", "kmeans")
     index = expected_index(chain_states, list(new["model"]).index(name))
     m, m_hat = (s["optimizer"]["state"][index]["exp_avg"].double().reshape(-1) for s in (new, decoded))
     assert float(m_hat @ m) / float(m @ m) == pytest.approx(1.0, abs=0.02)
+    assert float((m_hat - m).norm() / m.norm()) > 0.7  # the price: more L2 error
+
+
+def test_adaptive_factors_a_low_rank_update():
+    """A weight whose update is low rank is stored as two factor leaves (not in the state tree)
+    and a residual: smaller than coded whole, within budget, and every way of reading agrees."""
+    from ckptzip.modes import factoring
+
+    generator = torch.Generator().manual_seed(6)
+    old = {"w": torch.randn(192, 128, generator=generator), "b": torch.randn(128, generator=generator)}
+    update = torch.randn(192, 4, generator=generator) @ torch.randn(4, 128, generator=generator)
+    new = {"w": old["w"] + 1e-3 * (update + 0.02 * torch.randn(192, 128, generator=generator)),
+           "b": old["b"] + 1e-3 * torch.randn(128, generator=generator)}
+    data = ckptzip.dumps(new, mode="adaptive", base=old)
+    decoded = ckptzip.loads(data, base=old)
+    assert set(decoded) == {"w", "b"}
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=old) as f:
+        names = [leaf.name for leaf in f.leaves]
+        assert names[2:] == ["w:lowrank.u", "w:lowrank.v"] and f.keys() == ["w", "b"]
+        record = f.leaves[0].extra["error"]
+        assert 4 <= record["rank"] <= 6 and f.leaves[0].pipeline.references == (2, 3)
+        assert [leaf.shape for leaf in f.leaves[2:]] == [(192, record["rank"]), (128, record["rank"])]
+        assert torch.equal(f.get_tensor("w"), decoded["w"])  # decodes its factors too
+    error = float((decoded["w"] - new["w"]).double().norm() / (new["w"] - old["w"]).double().norm())
+    assert error == pytest.approx(record["rel_delta"], rel=1e-3) and error < 1.2
+    original = factoring.LOWRANK_MIN_SIDE
+    factoring.LOWRANK_MIN_SIDE = 10**9  # the same update coded whole
+    try:
+        whole = ckptzip.dumps(new, mode="adaptive", base=old)
+    finally:
+        factoring.LOWRANK_MIN_SIDE = original
+    assert len(data) < 0.5 * len(whole)
 
 
 @pytest.mark.parametrize("mode", LOSSY)

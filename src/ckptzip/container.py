@@ -22,10 +22,11 @@ import json
 import math
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import _native
+from .codecs import LowRank
 from .dtypes import DType, from_name
 from .errors import CorruptError, FormatError, TruncatedError, UnsupportedError, VersionError
 from .pipeline import Pipeline
@@ -220,32 +221,55 @@ def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
         _parse_leaf(i, e, names[i], data_length, source, pipelines, chunk)
         for i, e in enumerate(entries)
     )
-    _check_supports(leaves, source)
+    leaves = _name_factors(leaves)
+    _check_references(leaves, source)
     if not isinstance(raw.get("metadata", {}), dict):
         raise FormatError(f"{source}: header metadata must be an object")
     return Header(raw, leaves, raw.get("tree"), data_length)
 
 
-def _check_supports(leaves: tuple[LeafInfo, ...], source: str) -> None:
-    """A tensor stored at a sibling's support names another leaf of the same shape that is not
-    itself stored at a support (so there are no chains and no cycles), and expands at most
-    :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array."""
+def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
+    """Leaves that transforms read name other leaves that read none themselves (so there are
+    no chains and no cycles). A tensor stored at a sibling's support names a sibling of its shape
+    and expands at most :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array;
+    low-rank factors are matrices (the stage checks that they fit the tensor when decoding)."""
     for leaf in leaves:
-        j = leaf.pipeline.support
-        if j is None:
-            continue
         where = f"{source}: tensor {leaf.name!r}"
-        if j >= len(leaves) or j == leaf.index:
-            raise FormatError(f"{where}: its support names leaf {j}, which is not another leaf")
-        sibling = leaves[j]
-        if sibling.shape != leaf.shape or sibling.pipeline.support is not None:
+        for j in leaf.pipeline.references:
+            if j >= len(leaves) or j == leaf.index:
+                raise FormatError(f"{where}: its transforms read leaf {j}, which is not another leaf")
+            if leaves[j].pipeline.references:
+                raise FormatError(f"{where}: its transforms read {leaves[j].name!r}, which reads "
+                                  f"other leaves itself")
+        lowrank = next((t for t in leaf.pipeline.transforms if isinstance(t, LowRank)), None)
+        if lowrank is not None and any(len(leaves[j].shape) != 2 for j in lowrank.references):
+            raise FormatError(f"{where}: its low-rank factors are not matrices")
+        support = leaf.pipeline.support
+        if support is None:
+            continue
+        sibling = leaves[support]
+        if sibling.shape != leaf.shape:
             raise FormatError(
                 f"{where}: its support names {sibling.name!r}, which has shape "
-                f"{list(sibling.shape)} or a support of its own"
+                f"{list(sibling.shape)}, not {list(leaf.shape)}"
             )
         if leaf.nbytes > MAX_TRANSFORM_EXPANSION * (leaf.array_nbytes + sibling.array_nbytes + 1):
             raise FormatError(f"{where}: {leaf.nbytes} bytes claimed from encoded arrays of "
                               f"{leaf.array_nbytes + sibling.array_nbytes}")
+
+
+def _name_factors(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
+    """Low-rank factor leaves, which the tree does not reference, named after their tensor
+    (``<name>:lowrank.u`` and ``.v``) instead of ``<unreferenced i>``."""
+    names: dict[int, str] = {}
+    for leaf in leaves:
+        for transform in leaf.pipeline.transforms:
+            if isinstance(transform, LowRank):
+                names.setdefault(transform.u, f"{leaf.name}:lowrank.u")
+                names.setdefault(transform.v, f"{leaf.name}:lowrank.v")
+    return tuple(replace(leaf, name=names[leaf.index])
+                 if leaf.index in names and leaf.name.startswith("<unreferenced") else leaf
+                 for leaf in leaves)
 
 
 def _parse_leaf(
@@ -265,7 +289,7 @@ def _parse_leaf(
             raise FormatError(f"{where}: a pipeline with transforms needs an 'encoded' array")
         array_dtype, array_dims, array_nbytes = _array_type(encoded, where)
         # a tensor stored at a sibling's support is bounded by that sibling (checked in
-        # _check_supports); one coded against a base, by the base
+        # _check_references); one coded against a base, by the base
         bounded_elsewhere = "base" in entry or pipeline.support is not None
         if nbytes > MAX_TRANSFORM_EXPANSION * (array_nbytes + 1) and not bounded_elsewhere:
             raise FormatError(

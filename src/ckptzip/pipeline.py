@@ -83,6 +83,12 @@ class Pipeline:
         return next((t.leaf for t in self.transforms if isinstance(t, Support)), None)
 
     @property
+    def references(self) -> tuple[int, ...]:
+        """Leaf indices of the siblings this pipeline's transforms read (a support, low-rank
+        factors), each once, in stage order."""
+        return tuple(dict.fromkeys(j for t in self.transforms for j in t.references))
+
+    @property
     def relative_cost(self) -> float:
         """The slowest stage's :attr:`Codec.relative_cost`."""
         stages = [*self.transforms, self.residual, self.serializer, *self.compressors]

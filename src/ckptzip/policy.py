@@ -31,6 +31,9 @@ class Encoded:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Whether decoding needs the base's tensor of the same name.
     uses_base: bool = False
+    #: A leaf the policy adds to the file (low-rank factors), which the state tree does not
+    #: reference: set for plans whose index is past the state's own leaves.
+    added: Leaf | None = None
 
 
 class Policy(Protocol):
@@ -38,7 +41,8 @@ class Policy(Protocol):
 
     def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
         """Transform whichever tensors the mode treats jointly (weights with their moments),
-        by leaf index; every other leaf is coded on its own with :meth:`pipeline_for`."""
+        by leaf index; every other leaf is coded on its own with :meth:`pipeline_for`. Plans at
+        indices ``len(leaves)``, ``len(leaves) + 1``, ... add leaves (their ``added``)."""
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         """The pipeline of a tensor coded on its own."""

@@ -195,8 +195,8 @@ class CheckpointFile:
 
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
         """Decode the given leaves in parallel into tensors of their dtype and shape (and the
-        siblings whose support some of them are stored at)."""
-        siblings = {s for i in indices if (s := self.leaves[i].pipeline.support) is not None}
+        siblings their transforms read: a support, low-rank factors)."""
+        siblings = {j for i in indices for j in self.leaves[i].pipeline.references}
         indices = [*indices, *sorted(siblings.difference(indices))]
         try:
             buffers = {i: output_buffer(self.leaves[i].array_nbytes) for i in indices}
@@ -223,20 +223,25 @@ class CheckpointFile:
         for done in ordered_map(self._decode_task, tasks, self.threads):
             bar.update(done)
         bar.close()
-        # siblings first: a leaf stored at a sibling's support needs it decoded
-        order = sorted(indices, key=lambda i: self.leaves[i].pipeline.support is not None)
+        # siblings first: a leaf that reads siblings needs them decoded (the header parser
+        # refused chains, so one pass over the rest follows)
+        order = sorted(indices, key=lambda i: bool(self.leaves[i].pipeline.references))
         result: dict[int, torch.Tensor] = {}
         for i in order:
-            sibling = self.leaves[i].pipeline.support
+            pipeline = self.leaves[i].pipeline
+            sibling = pipeline.support
             support = None if sibling is None else result[sibling] != 0
-            result[i] = self._finish_leaf(self.leaves[i], buffers[i], bases.get(i), support)
+            decoded = {j: result[j] for j in pipeline.references}
+            result[i] = self._finish_leaf(self.leaves[i], buffers[i], bases.get(i), support,
+                                          decoded)
         if self._base is not None:  # each base tensor serves one tensor here: free it
             for i in bases:
                 self._base.release(self.leaves[i].extra["base"]["name"])
         return result
 
     def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None,
-                     support: torch.Tensor | None = None) -> torch.Tensor:
+                     support: torch.Tensor | None = None,
+                     siblings: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         """View decoded bytes as the stored array, then undo whole-tensor transforms."""
         tensor = _typed(buffer, leaf.array_dtype, leaf.array_shape)
         if not leaf.pipeline.transforms:
@@ -245,7 +250,7 @@ class CheckpointFile:
         if base is not None:  # from_numpy gives an empty array a zero stride, which view refuses
             flat = torch.from_numpy(base) if base.size else torch.empty(0, dtype=torch.uint8)
             base_tensor = _typed(flat, leaf.dtype, leaf.shape)
-        context = TransformContext(leaf.name, base_tensor, support)
+        context = TransformContext(leaf.name, base_tensor, support, siblings)
         try:
             for transform in reversed(leaf.pipeline.transforms):
                 tensor = transform.decode(tensor, context)

@@ -226,7 +226,13 @@ def prepare(
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
     encoded = {}
-    for index, encoding in policy.plan_state(leaves, base).items():
+    n_state = len(leaves)
+    for index, encoding in sorted(policy.plan_state(leaves, base).items(), key=lambda p: p[0]):
+        if index >= n_state:  # a leaf the mode adds, which the tree does not reference
+            if index != len(leaves) or encoding.added is None:
+                raise ConfigError(f"the {mode} policy planned leaf {index} of {len(leaves)} "
+                                  f"without adding it")
+            leaves.append(encoding.added)
         encoded[index] = _encoded_plan(leaves[index], encoding, policy, base)
         if base is not None:
             base.release(leaves[index].name)

@@ -14,6 +14,7 @@ from .context import ContextPlanes
 from .entropy import Entropy
 from .kmeans import KMeans
 from .lossy_residual import LossyResidual
+from .lowrank import LowRank
 from .residual import Residual
 from .sparse import Sparse
 from .support import Support
@@ -26,6 +27,7 @@ __all__ = [
     "Entropy",
     "KMeans",
     "LossyResidual",
+    "LowRank",
     "Residual",
     "Sparse",
     "Support",

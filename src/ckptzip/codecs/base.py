@@ -18,6 +18,7 @@ was encoded.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -77,6 +78,9 @@ class TransformContext:
     #: Where a sibling tensor of the same checkpoint is non-zero (a bool tensor of its shape), for
     #: a tensor stored only there (:mod:`.support`); None otherwise.
     support: torch.Tensor | None = None
+    #: Decoded sibling leaves by leaf index, for a transform that reads them (:mod:`.lowrank`'s
+    #: factors); None otherwise.
+    siblings: Mapping[int, torch.Tensor] | None = None
 
 
 class TensorToTensor(Codec):
@@ -85,6 +89,11 @@ class TensorToTensor(Codec):
     Parameters a transform learns while encoding (a codebook, a threshold, the error it made) go
     into its :meth:`get_config`, which is stored after encoding, so decoding has them.
     """
+
+    @property
+    def references(self) -> tuple[int, ...]:
+        """Indices of the sibling leaves this transform needs decoded first (none by default)."""
+        return ()
 
     @abstractmethod
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...

@@ -41,6 +41,10 @@ class Support(TensorToTensor):
     def from_config(cls, config: dict[str, Any]) -> Support:
         return cls(config["leaf"])
 
+    @property
+    def references(self) -> tuple[int, ...]:
+        return (self.leaf,)
+
     @staticmethod
     def _mask(context: TransformContext) -> torch.Tensor:
         if context.support is None:

@@ -1,218 +1,51 @@
 """``mode="adaptive"``: ckptzip's own lossy policy, the smallest checkpoint within an error budget.
 
-Per tensor and per checkpoint it searches pruning fractions and codebook sizes and keeps the
-combination with the fewest estimated bits whose error is within the budget:
+Per tensor and per checkpoint:
 
-* weights: the residual against the base's reconstruction (closed loop), its largest elements
-  kept and k-means quantized; the error is relative to the update since the base,
-  ``|W^ - W| / |W - W_base|``;
-* ``exp_avg``: pruned and k-means quantized on its own; error ``|m^ - m| / |m|``;
+* weights: the update against the base's reconstruction (closed loop) is rounded *without bias*
+  to the coarsest uniform grid whose expected error ``|W^ - W| / |W - W_base|`` is within the
+  budget, after subtracting a quantized low-rank product where the rank search finds that
+  cheaper (:mod:`.factoring`; the factors are leaves of their own, read by the ``lowrank``
+  stage);
+* ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
+  within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
+  ``|m^ - m| / |m|``;
 * ``exp_avg_sq``: kept where ``exp_avg`` is kept and zero elsewhere, so that both moments of a
   pruned element restart together, as ExCP's joint mask makes them (a pruned ``exp_avg`` beside
-  an intact ``exp_avg_sq`` would shrink the element's next steps tenfold); quantized in the log
-  domain with the fewest centroids that keep the relative error of ``sqrt(v)``, by which Adam
-  divides, within budget.
-
-Because the search reads the error and the entropy of each candidate off sorted values and
-prefix sums, it costs one sort per tensor and a few k-means fits of a few dozen iterations.
+  an intact ``exp_avg_sq`` would shrink the element's next steps tenfold); stored only at that
+  support, quantized in the log domain with the fewest centroids that keep the relative error of
+  ``sqrt(v)``, by which Adam divides, within budget.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ..chain import Base
-from ..codecs import KMeans, Support, TransformContext
+from ..codecs import KMeans, LowRank, Support, TransformContext
 from ..codecs.kmeans import lloyd_sorted, sample_sorted
+from ..dtypes import from_name
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
 from .common import GroupValues, JointPolicy, decode, finish
+from .factoring import factor_update, grid, unbiased_round, unbiased_step
 from .pairing import MOMENTS
+from .quantize import CODEBOOKS, fitted
 
 STATES = ("weight", *MOMENTS)
-#: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md).
-DEFAULT_BUDGET = {"weight": 0.27, "exp_avg": 0.75, "exp_avg_sq": 0.8}
-#: Kept fractions and codebook sizes the search tries.
-FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
-CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
-#: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
-SEARCH_SAMPLES = 1 << 16
+#: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md). The
+#: weights' is the expected error of unbiased rounding, which training absorbs even at the size
+#: of the update; the moments' are errors of deterministic pruning and quantization.
+DEFAULT_BUDGET = {"weight": 1.0, "exp_avg": 0.75, "exp_avg_sq": 0.8}
 #: States whose codebook is rescaled to keep the reconstruction's projection onto the original
-#: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes).
+#: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes). Weights are rounded
+#: without bias instead (:mod:`.factoring`), unless their budget is too tight for a grid.
 DEBIASED = ("weight", "exp_avg")
-
-
-#: Uniform (entropy-coded scalar) quantizer candidates: rounding offsets (0.5 rounds to the
-#: nearest level; smaller ones widen the zero bin, a dead zone) and steps, as multiples of the
-#: values' RMS, tried from the coarsest down.
-UNIFORM_OFFSETS = (0.5, 0.35, 0.2)
-UNIFORM_STEPS = tuple(float(x) for x in np.geomspace(8.0, 0.02, 48))
-
-
-@dataclass(frozen=True)
-class Choice:
-    kept: int
-    k: int
-    bits: float
-    error: float
-    #: A uniform quantizer's step and rounding offset (``step`` 0: k-means of the kept values).
-    step: float = 0.0
-    offset: float = 0.5
-
-
-def _entropy_bits(counts: np.ndarray) -> float:
-    """Order-0 entropy of a symbol histogram, in bits for all symbols."""
-    counts = counts[counts > 0].astype(np.float64)
-    total = float(counts.sum())
-    return float(-(counts * np.log2(counts / total)).sum()) if total else 0.0
-
-
-def search(values: torch.Tensor, scale_sq: float, budget: float) -> Choice:
-    """The cheapest (kept elements, codebook size) whose error ``sqrt((pruned energy + quantization
-    error) / scale_sq)`` is within ``budget``; else the most accurate candidate."""
-    flat = values.reshape(-1).double()
-    n = flat.numel()
-    magnitudes = flat.abs().sort(descending=True).values
-    energy = torch.cat([flat.new_zeros(1), magnitudes.pow(2).cumsum(0)])
-    total = float(energy[-1])
-    ordered = flat.sort().values
-    best: Choice | None = None
-    for fraction in FRACTIONS:  # largest first: the pruning error only grows
-        kept = round(fraction * n)
-        pruned = max(total - float(energy[kept]), 0.0)
-        if math.sqrt(pruned / scale_sq) > budget:
-            break
-        if kept == 0:
-            candidates = [Choice(0, 1, 0.0, math.sqrt(total / scale_sq))]
-        else:
-            candidates = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS)
-        for choice in candidates:
-            if choice.error <= budget:  # the first that fits: larger codebooks cost more
-                best = choice if best is None or choice.bits < best.bits else best
-                break
-    uniform = _uniform(ordered, scale_sq, budget)
-    if uniform is not None and (best is None or uniform.bits < best.bits):
-        best = uniform
-    if best is None:  # nothing fits: the most accurate candidate
-        kept = round(FRACTIONS[0] * n)
-        pruned = max(total - float(energy[kept]), 0.0)
-        best = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:])[0]
-    return best
-
-
-def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
-    """The cheapest uniform quantizer within ``budget``: ``q = sign(x) floor(|x| / step +
-    offset)``, each level reconstructed at its values' mean (``q = 0`` at zero), the levels
-    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs one
-    ``searchsorted`` and reads its error off prefix sums. None when none fits in 255 levels."""
-    n = ordered.numel()
-    stride = max(1, -(-n // SEARCH_SAMPLES))
-    sample = ordered[::stride].cpu().numpy()
-    scale = n / max(sample.size, 1)
-    sums = np.concatenate([[0.0], np.cumsum(sample)])
-    squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
-    rms = math.sqrt(squares[-1] / max(sample.size, 1))
-    top = float(np.abs(sample).max()) if sample.size else 0.0
-    if not rms > 0:
-        return None
-    def candidate(step: float, offset: float) -> Choice | None:
-        levels = math.floor(top / step + offset)
-        if 2 * levels > 255:
-            return None
-        # boundaries -(j - offset) step ... (j - offset) step, j = levels..1 and 1..levels
-        inner = (np.arange(1, levels + 1) - offset) * step
-        edges = np.searchsorted(sample, np.concatenate([-inner[::-1], inner]))
-        edges = np.concatenate([[0], edges, [sample.size]])
-        counts = np.diff(edges)
-        s1, s2 = sums[edges[1:]] - sums[edges[:-1]], squares[edges[1:]] - squares[edges[:-1]]
-        zero = levels  # the bin between -(1 - offset) step and (1 - offset) step
-        sse = s2 - s1 * s1 / np.maximum(counts, 1)
-        sse[zero] = s2[zero]
-        error = math.sqrt(max(float(sse.sum()), 0.0) * scale / scale_sq)
-        kept = round((sample.size - int(counts[zero])) * scale)
-        return Choice(kept, int((counts > 0).sum() - (counts[zero] > 0)),
-                      _entropy_bits(counts) * scale, error, step, offset)
-
-    best: Choice | None = None
-    for offset in UNIFORM_OFFSETS:
-        coarse = None  # the finest step that misses the budget
-        for relative_step in UNIFORM_STEPS:  # coarsest first
-            choice = candidate(relative_step * rms, offset)
-            if choice is None:
-                break
-            if choice.error > budget:
-                coarse = choice.step
-                continue
-            fine = choice.step  # fits: bisect towards the coarser neighbour, which misses
-            for _ in range(10 if coarse is not None else 0):
-                assert coarse is not None
-                middle = math.sqrt(fine * coarse)
-                trial = candidate(middle, offset)
-                if trial is not None and trial.error <= budget:
-                    choice, fine = trial, middle
-                else:
-                    coarse = middle
-            best = choice if best is None or choice.bits < best.bits else best
-            break
-    return best
-
-
-def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[torch.Tensor, np.ndarray]:
-    """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
-    and the ascending means of its non-empty other levels (the codebook)."""
-    flat = values.reshape(-1).double()
-    levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
-    top = int(levels.abs().max()) if levels.numel() else 0
-    bins = levels + top  # 0 .. 2 top, ascending with the value
-    totals = torch.bincount(bins, weights=flat, minlength=2 * top + 1)
-    counts = torch.bincount(bins, minlength=2 * top + 1)
-    counts[top] = 0  # the zero bin is exactly zero, not a level
-    used = counts > 0
-    kept = levels != 0
-    means = (totals[used] / counts[used].double()).cpu().numpy()
-    return values * kept.reshape(values.shape), means
-
-
-def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
-                scale_sq: float, codebooks: tuple[int, ...]) -> list[Choice]:
-    """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive."""
-    threshold = magnitudes[kept - 1:kept].to(ordered.dtype)
-    # the survivors are the two tails of the sorted values
-    negative = int(torch.searchsorted(ordered, -threshold, right=True))
-    positive = int(torch.searchsorted(ordered, threshold))
-    count = negative + ordered.numel() - positive
-    step = max(1, -(-count // SEARCH_SAMPLES))
-    survivors = torch.cat([ordered[:negative:step], ordered[positive::step]])
-    sample = survivors.cpu().numpy()
-    scale = count / sample.size
-    mask_bits = n * _binary_entropy(kept / n)
-    choices = []
-    for k in codebooks:
-        fit = lloyd_sorted(sample, k)
-        bits = mask_bits + _entropy_bits(fit.counts) * scale
-        choices.append(Choice(kept, k, bits, math.sqrt((pruned + fit.sse * scale) / scale_sq)))
-    return choices
-
-
-def _binary_entropy(p: float) -> float:
-    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
-
-
-def prune(values: torch.Tensor, kept: int) -> torch.Tensor:
-    """``values`` with all but its ``kept`` largest magnitudes set to zero."""
-    flat = values.reshape(-1)
-    if kept >= flat.numel():
-        return values
-    if kept == 0:
-        return torch.zeros_like(values)
-    threshold = flat.abs().kthvalue(flat.numel() - kept).values
-    return values * (values.abs() > threshold)
 
 
 def decoded_nonzero(encoded: Encoded) -> torch.Tensor:
@@ -246,9 +79,7 @@ class AdaptivePolicy(JointPolicy):
         group, plans = values.group, {}
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
-            delta = values.w - values.w_base
-            plans[group.weight] = self._quantize(values.weight, delta, float(delta.pow(2).sum()),
-                                                 "weight", residual=True, base=values.w_base)
+            plans.update(self._weight(group.weight, values.weight, values.w, values.w_base))
         kept = None
         if group.exp_avg is not None and values.m is not None:
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
@@ -263,19 +94,60 @@ class AdaptivePolicy(JointPolicy):
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0)
         return plans
 
+    def _weight(self, index: int, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor,
+                ) -> dict[int, Encoded]:
+        """The weight's update, rounded without bias within its budget (:mod:`.factoring`),
+        after the product of two added factor leaves where that is cheaper
+        (:class:`~ckptzip.codecs.LowRank`); pruned and quantized like a moment where the budget
+        is too tight for a grid a uint8 code addresses."""
+        budget = self.budget["weight"]
+        delta = w - w_base
+        scale_sq = float(delta.double().pow(2).sum())
+        factored = factor_update(delta, budget)
+        rounded = self._rounded(leaf, delta if factored is None else factored.residual, scale_sq)
+        if rounded is None and factored is not None:
+            factored, rounded = None, self._rounded(leaf, delta, scale_sq)
+        if rounded is None:
+            return {index: self._quantize(leaf, delta, scale_sq, "weight", residual=True,
+                                          base=w_base)}
+        values, quantizer, step = rounded
+        plans: dict[int, Encoded] = {}
+        lowrank = None
+        if factored is not None:
+            stage = LowRank(self.add_leaf(), self.add_leaf())
+            lowrank = (stage, {stage.u: factored.u.decoded, stage.v: factored.v.decoded})
+            for j, which, factor in ((stage.u, "u", factored.u), (stage.v, "v", factored.v)):
+                added = Leaf(f"{leaf.name}:lowrank.{which}", (*leaf.path, f":lowrank.{which}"),
+                             from_name("float32"), tuple(factor.decoded.shape), factor.decoded)
+                plans[j] = finish(added, factor.pruned, factor.quantizer, codes=factor.codes)
+                plans[j].added = added
+                del plans[j].extra["error"]  # the weight's record covers its factors
+        plans[index] = finish(leaf, values, quantizer, residual=True, base=w_base,
+                              lowrank=lowrank)
+        plans[index].extra["error"].update(
+            budget=budget, quantizer="unbiased", step=float(f"{step:.4g}"),
+            rank=0 if factored is None else factored.rank)
+        return plans
+
+    def _rounded(self, leaf: Leaf, array: torch.Tensor,
+                 scale_sq: float) -> tuple[torch.Tensor, KMeans, float] | None:
+        """``array`` rounded without bias to the coarsest grid within the weight budget (of
+        ``sqrt(scale_sq)``), its ``kmeans`` stage and step; None when the grid needs more levels
+        than a uint8 code addresses. The draws are seeded by the tensor's name and update, so a
+        save is reproducible and consecutive checkpoints draw afresh."""
+        step = unbiased_step(array, scale_sq, self.budget["weight"])
+        if not step > 0:
+            return None
+        seed = zlib.crc32(f"{leaf.name}:{scale_sq!r}".encode())
+        values = unbiased_round(array, step, seed)
+        quantizer = grid(torch.round(values.double() / step).long(), step, leaf.dtype.name)
+        return None if quantizer is None else (values, quantizer, step)
+
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
                   residual: bool = False, base: torch.Tensor | None = None) -> Encoded:
         """Prune and quantize within the state's budget."""
         budget = self.budget[state]
-        choice = search(array, max(scale_sq, 1e-300), budget)
-        quantizer = KMeans(max(choice.k, 1), leaf.dtype.name)
-        if choice.step > 0:
-            pruned, table = uniform_table(array, choice.step, choice.offset)
-            quantizer.set_table(table)
-        else:
-            pruned = prune(array, choice.kept)
-            nonzero = pruned.reshape(-1) != 0
-            quantizer.fit(pruned.reshape(-1)[nonzero])
+        choice, quantizer, pruned = fitted(array, scale_sq, budget, leaf.dtype.name)
         least_squares, codes = None, None
         if state in DEBIASED and bool((pruned != 0).any()):
             # least-squares levels shrink the reconstruction: its projection onto the original

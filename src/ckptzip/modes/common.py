@@ -15,6 +15,7 @@ from ..codecs import (
     Entropy,
     KMeans,
     LossyResidual,
+    LowRank,
     Support,
     TensorToTensor,
     TransformContext,
@@ -106,14 +107,23 @@ class JointPolicy(LosslessPolicy):
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         super().__init__(chunk_bytes)
         self.pairing = pairing
+        self._next_leaf = 0
 
     def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
         if base is None:
             return {}
         plans: dict[int, Encoded] = {}
+        self._next_leaf = len(leaves)
         for values in self.groups(leaves, base):
             plans.update(self.plan_group(leaves, values, base))
         return plans
+
+    def add_leaf(self) -> int:
+        """The index of a leaf the plan adds to the file (after the state's own and those
+        added before it)."""
+        index = self._next_leaf
+        self._next_leaf += 1
+        return index
 
     def groups(self, leaves: list[Leaf], base: Base) -> list[GroupValues]:
         """Each weight group's values, but for groups with NaN or infinite values (here or in
@@ -156,15 +166,20 @@ def finish(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
-    **more: float,
+    lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None, **more: float,
 ) -> Encoded:
     """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
-    ``array``, where the caller fixed them (a codebook rescaled after assigning them)."""
+    ``array``, where the caller fixed them (a codebook rescaled after assigning them).
+    ``lowrank``: the stage and its decoded factors by leaf index, when ``array`` is already
+    what is left after their product."""
     stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
-    context = TransformContext(leaf.name, base, None if support is None else support[1])
+    context = TransformContext(leaf.name, base, None if support is None else support[1],
+                               None if lowrank is None else lowrank[1])
+    if lowrank is not None:
+        stages = (*stages, lowrank[0])
     if support is not None:
         stages = (*stages, support[0])
         array = support[0].encode(array, context)

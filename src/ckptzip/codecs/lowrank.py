@@ -1,0 +1,78 @@
+"""Tensor to tensor: what a low-rank product of two sibling leaves leaves over.
+
+The update of a weight matrix between two checkpoints is close to low rank: on the fidelity
+model a rank of 8-24 holds 80-95% of its energy (docs/LOSSY.md). The adaptive mode stores such an
+update as two small factor matrices, ``U`` (rows x r) and ``V`` (columns x r), each a leaf of its
+own that the state tree does not reference, plus the residual ``x - U V^T``, quantized like any
+update. This stage subtracts the product on encoding and adds it back on decoding; the factors
+are the *decoded* factor leaves, so writer and reader compute the same product.
+
+A tensor of more than two dimensions is taken as a matrix of its first dimension by the rest.
+The factor leaves must not depend on other leaves themselves (the reader refuses chains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import ConfigError
+from .base import TensorToTensor, TransformContext, register
+from .support import MAX_LEAF_INDEX
+
+
+@register
+class LowRank(TensorToTensor):
+    codec_id: ClassVar[str] = "lowrank"
+
+    def __init__(self, u: int, v: int) -> None:
+        for what, leaf in (("u", u), ("v", v)):
+            if type(leaf) is not int or not 0 <= leaf < MAX_LEAF_INDEX:
+                raise ConfigError(f"lowrank: {what} must be a leaf index (int >= 0), not {leaf!r}")
+        if u == v:
+            raise ConfigError(f"lowrank: u and v name the same leaf ({u})")
+        self.u = u
+        self.v = v
+
+    def get_config(self) -> dict[str, Any]:
+        return {"id": self.codec_id, "u": self.u, "v": self.v}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LowRank:
+        return cls(config["u"], config["v"])
+
+    @property
+    def references(self) -> tuple[int, ...]:
+        return (self.u, self.v)
+
+    def product(self, shape: torch.Size | tuple[int, ...], context: TransformContext,
+                dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``U V^T`` as a tensor of ``shape``; ValueError when the factors do not fit it."""
+        factors: Mapping[int, torch.Tensor] = context.siblings or {}
+        u, v = factors.get(self.u), factors.get(self.v)
+        if u is None or v is None:
+            raise ValueError(f"lowrank: {context.name} needs its decoded factor leaves "
+                             f"{self.u} and {self.v}")
+        rows = shape[0] if len(shape) else 1
+        columns = 1
+        for size in shape[1:]:
+            columns *= size
+        if (u.dim() != 2 or v.dim() != 2 or u.shape[1] != v.shape[1]
+                or u.shape[0] != rows or v.shape[0] != columns):
+            raise ValueError(f"lowrank: factors {list(u.shape)} and {list(v.shape)} do not make a "
+                             f"{rows} x {columns} matrix")
+        return (u.to(device, dtype) @ v.to(device, dtype).T).reshape(shape)
+
+    # Both directions work in at least fp32 (a bf16 weight's residual decodes to bf16 codes'
+    # values), so the product the writer subtracts is the one the reader adds.
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        dtype = torch.promote_types(tensor.dtype, torch.float32)
+        return tensor.to(dtype) - self.product(tensor.shape, context, dtype, tensor.device)
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        if not tensor.is_floating_point():
+            raise ValueError(f"lowrank: {context.name} decodes to {tensor.dtype}, not floats")
+        dtype = torch.promote_types(tensor.dtype, torch.float32)
+        return tensor.to(dtype) + self.product(tensor.shape, context, dtype, tensor.device)

@@ -1,0 +1,199 @@
+"""How the adaptive mode codes a weight update: an optional low-rank part, and unbiased rounding.
+
+**Low rank.** Between two checkpoints the update of a weight matrix is close to low rank: on the
+fidelity model a rank of 8-24 holds 80-95% of its energy (docs/LOSSY.md). :func:`factor_update`
+stores it as two small factor matrices (the :class:`~ckptzip.codecs.LowRank` stage's sibling
+leaves) and codes only the residual. ``V`` is the top right singular vectors, quantized; ``U`` is
+the least-squares fit of the update on the *quantized* ``V``, then quantized; the residual is the
+update minus their decoded product, so the factors' own error is coded with it. The rank is the one
+with the fewest estimated bits for factors plus residual, if fewer than the update coded whole.
+
+**Unbiased rounding.** The update (or its residual) is rounded to a uniform grid, up or down at
+random with the probabilities that make the expectation exact (stochastic rounding), and the grid
+step is the coarsest whose *expected* error is within the budget. Deterministic rounding with a
+dead zone drops the small elements of every update, and a low-rank part drops its small
+directions, the same way at every checkpoint: the progress training made there is lost each time
+and the loss falls behind (docs/LOSSY.md measures 1-3% on the fidelity run). Unbiased noise is
+not: training absorbs it, even at an error the size of the update.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..codecs import KMeans, LowRank, TransformContext
+from .quantize import entropy_bits, fitted
+
+#: Both sides of a matrix are at least this for its update to be factored.
+LOWRANK_MIN_SIDE = 16
+#: Ranks tried, up to a quarter of the smaller side; then the two between the best and its
+#: neighbours.
+RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Relative error of each quantized factor. The residual absorbs it (the product is subtracted as
+#: decoded), so it only trades factor bits against residual bits: 0.1 was the cheapest on the
+#: fidelity model (0.02, 0.05, 0.1 and 0.2 tried).
+FACTOR_BUDGET = 0.1
+#: Header bytes a factor leaf costs (its pipeline with the codebook, its leaf entry), which the
+#: rank search charges it.
+FACTOR_HEADER_BYTES = 200
+#: Elements the size estimates look at (an evenly strided sample beyond).
+ESTIMATE_SAMPLES = 1 << 20
+#: Matrices whose smaller side is larger than this get a randomized SVD of the top ranks.
+EXACT_SVD_SIDE = 1024
+#: Most grid levels a uint8 code addresses (code 0 is zero): ``-127 .. 127``.
+MAX_LEVEL = 127
+
+
+def _sample(values: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """An evenly strided sample of at most :data:`ESTIMATE_SAMPLES` values, and the fraction of
+    the values it is."""
+    flat = values.reshape(-1)
+    sample = flat[:: max(1, -(-flat.numel() // ESTIMATE_SAMPLES))]
+    return sample, sample.numel() / max(flat.numel(), 1)
+
+
+def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float) -> float:
+    """The coarsest grid step whose unbiased rounding of ``values`` has an expected squared
+    error within ``budget**2 * scale_sq`` (0 when the budget is 0).
+
+    A value at fraction ``f`` between two levels rounds up with probability ``f``: its expected
+    squared error is ``step**2 * f * (1 - f)``, summed over the values (bisected on a sample).
+    """
+    sample, fraction = _sample(values)
+    magnitudes = sample.double().abs()
+    top = float(magnitudes.max()) if magnitudes.numel() else 0.0
+    if not top > 0:
+        return 1.0
+    target = budget * budget * scale_sq * fraction
+    if not target > 0:
+        return 0.0  # no error allowed: no grid will do
+
+    def error(step: float) -> float:
+        f = torch.frac(magnitudes / step)
+        return float((f * (1 - f)).sum()) * step * step
+
+    # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
+    fine = 2 * math.sqrt(target / max(magnitudes.numel(), 1))
+    coarse = max(top * 64, fine)
+    for _ in range(48):
+        middle = math.sqrt(fine * coarse)
+        if error(middle) <= target:
+            fine = middle
+        else:
+            coarse = middle
+    return fine
+
+
+def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+    """``values`` rounded to multiples of ``step``, up with probability equal to the fraction
+    past the lower level, so that the expectation is the value. Deterministic for a seed."""
+    generator = torch.Generator(device=values.device).manual_seed(seed)
+    scaled = values.double() / step
+    low = torch.floor(scaled)
+    draws = torch.rand(scaled.shape, generator=generator, dtype=torch.float64, device=values.device)
+    return ((low + (draws < scaled - low)) * step).to(values.dtype)
+
+
+def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float) -> float:
+    """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget`` (32
+    per value when no grid will do)."""
+    step = unbiased_step(values, scale_sq, budget)
+    sample, fraction = _sample(values)
+    if not step > 0:
+        return 32.0 * values.numel()
+    levels = torch.round(unbiased_round(sample, step, 0).double() / step).long()
+    if not levels.numel():
+        return 0.0
+    counts = torch.bincount(levels - levels.min()).cpu().numpy()
+    return entropy_bits(counts) / fraction
+
+
+def grid(levels: torch.Tensor, step: float, dtype: str) -> KMeans | None:
+    """A ``kmeans`` stage whose table is the grid levels ``levels`` uses (``k * step``, k != 0;
+    codes in level order), or None when they need more than a uint8 code."""
+    top = int(levels.abs().max()) if levels.numel() else 0
+    if top > MAX_LEVEL:
+        return None
+    used = torch.unique(levels[levels != 0]).cpu().numpy()
+    quantizer = KMeans(max(used.size, 1), dtype, precision="fp32")
+    quantizer.set_table(used.astype(np.float64) * step)
+    return quantizer
+
+
+@dataclass
+class Factor:
+    """One quantized factor matrix: its quantizer, values with pruned elements zero, codes, the
+    values a reader decodes (float32), and its estimated bits."""
+
+    quantizer: KMeans
+    pruned: torch.Tensor
+    codes: torch.Tensor
+    decoded: torch.Tensor
+    bits: float
+
+
+@dataclass
+class Factored:
+    """A weight update as ``U V^T`` plus a residual (the update minus the decoded product)."""
+
+    rank: int
+    bits: float
+    u: Factor
+    v: Factor
+    residual: torch.Tensor
+
+
+def _factor(values: torch.Tensor) -> Factor:
+    values = values.float().contiguous()
+    choice, quantizer, pruned = fitted(values, float(values.double().pow(2).sum()),
+                                       FACTOR_BUDGET, "float32", kmeans=False)
+    context = TransformContext("<factor>")
+    codes = quantizer.encode(pruned, context)
+    return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), choice.bits)
+
+
+def factor_update(delta: torch.Tensor, budget: float) -> Factored | None:
+    """The rank whose factors plus residual (rounded without bias within ``budget`` of the
+    update) take the fewest estimated bits, if fewer than the update rounded whole; else None."""
+    if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
+        return None
+    matrix = delta.reshape(delta.shape[0], -1).double()
+    scale_sq = float(matrix.pow(2).sum())
+    top = min(min(matrix.shape) // 4, RANKS[-1])
+    if not scale_sq > 0 or top < 1:
+        return None
+    if min(matrix.shape) <= EXACT_SVD_SIDE:
+        right = torch.linalg.svd(matrix, full_matrices=False)[2][:top].T
+    else:
+        right = torch.svd_lowrank(matrix, q=min(top + 10, min(matrix.shape)), niter=2)[2][:, :top]
+    stage = LowRank(0, 1)  # leaf numbers do not enter the arithmetic
+    tried: dict[int, Factored] = {}
+
+    def trial(rank: int) -> Factored:
+        if rank not in tried:
+            v = _factor(right[:, :rank])
+            left = torch.linalg.lstsq(v.decoded.double(), matrix.T).solution.T
+            u = _factor(left)
+            context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
+            residual = stage.encode(delta, context)
+            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget)
+                    + 2 * 8 * FACTOR_HEADER_BYTES)
+            tried[rank] = Factored(rank, bits, u, v, residual)
+        return tried[rank]
+
+    best: Factored | None = None
+    for rank in (r for r in RANKS if r <= top):
+        found = trial(rank)
+        if best is not None and found.bits >= best.bits and rank >= 4 * best.rank:
+            break  # two doublings past the best: the factors' cost only grows from here
+        if best is None or found.bits < best.bits:
+            best = found
+    assert best is not None
+    for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
+        if 1 <= rank <= top and trial(rank).bits < best.bits:
+            best = tried[rank]
+    return best if best.bits < unbiased_bits(delta, scale_sq, budget) else None

@@ -1,0 +1,219 @@
+"""The budgeted quantizer search the lossy modes share: prune and quantize an array with the fewest
+estimated bits whose error stays within a budget.
+
+Two families of candidates, each read off the sorted values and prefix sums (one sort per array):
+
+* k-means: the ``kept`` largest magnitudes survive (a mask, entropy-coded) and are quantized by a
+  1-D k-means codebook of 2 to 255 centroids;
+* uniform (entropy-coded scalar) levels ``q = sign(x) floor(|x| / step + offset)``, each level
+  reconstructed at its values' mean, offsets 0.5 / 0.35 / 0.2 (dead zones), the step bisected to
+  the budget.
+
+Both are stored through the ``kmeans`` stage (a uniform quantizer's level means are its table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..codecs import KMeans
+from ..codecs.kmeans import lloyd_sorted
+
+#: Kept fractions and codebook sizes the search tries.
+FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
+CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
+#: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
+SEARCH_SAMPLES = 1 << 16
+
+#: Uniform (entropy-coded scalar) quantizer candidates: rounding offsets (0.5 rounds to the
+#: nearest level; smaller ones widen the zero bin, a dead zone) and steps, as multiples of the
+#: values' RMS, tried from the coarsest down.
+UNIFORM_OFFSETS = (0.5, 0.35, 0.2)
+UNIFORM_STEPS = tuple(float(x) for x in np.geomspace(8.0, 0.02, 48))
+
+
+@dataclass(frozen=True)
+class Choice:
+    kept: int
+    k: int
+    bits: float
+    error: float
+    #: A uniform quantizer's step and rounding offset (``step`` 0: k-means of the kept values).
+    step: float = 0.0
+    offset: float = 0.5
+
+
+def entropy_bits(counts: np.ndarray) -> float:
+    """Order-0 entropy of a symbol histogram, in bits for all symbols."""
+    counts = counts[counts > 0].astype(np.float64)
+    total = float(counts.sum())
+    return float(-(counts * np.log2(counts / total)).sum()) if total else 0.0
+
+
+def search(values: torch.Tensor, scale_sq: float, budget: float, *,
+           kmeans: bool = True) -> Choice:
+    """The cheapest (kept elements, codebook size) whose error ``sqrt((pruned energy + quantization
+    error) / scale_sq)`` is within ``budget``; else the most accurate candidate. ``kmeans=False``
+    tries only the uniform quantizers where one fits (ten times faster; the rank search's
+    estimates)."""
+    flat = values.reshape(-1).double()
+    n = flat.numel()
+    ordered = flat.sort().values
+    if not kmeans:
+        uniform = _uniform(ordered, scale_sq, budget)
+        if uniform is not None:
+            return uniform
+    magnitudes = flat.abs().sort(descending=True).values
+    energy = torch.cat([flat.new_zeros(1), magnitudes.pow(2).cumsum(0)])
+    total = float(energy[-1])
+    best: Choice | None = None
+    for fraction in FRACTIONS:  # largest first: the pruning error only grows
+        kept = round(fraction * n)
+        pruned = max(total - float(energy[kept]), 0.0)
+        if math.sqrt(pruned / scale_sq) > budget:
+            break
+        if kept == 0:
+            candidates = [Choice(0, 1, 0.0, math.sqrt(total / scale_sq))]
+        else:
+            candidates = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS)
+        for choice in candidates:
+            if choice.error <= budget:  # the first that fits: larger codebooks cost more
+                best = choice if best is None or choice.bits < best.bits else best
+                break
+    uniform = _uniform(ordered, scale_sq, budget)
+    if uniform is not None and (best is None or uniform.bits < best.bits):
+        best = uniform
+    if best is None:  # nothing fits: the most accurate candidate
+        kept = round(FRACTIONS[0] * n)
+        pruned = max(total - float(energy[kept]), 0.0)
+        best = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:])[0]
+    return best
+
+
+def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
+    """The cheapest uniform quantizer within ``budget``: ``q = sign(x) floor(|x| / step +
+    offset)``, each level reconstructed at its values' mean (``q = 0`` at zero), the levels
+    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs one
+    ``searchsorted`` and reads its error off prefix sums. None when none fits in 255 levels."""
+    n = ordered.numel()
+    stride = max(1, -(-n // SEARCH_SAMPLES))
+    sample = ordered[::stride].cpu().numpy()
+    scale = n / max(sample.size, 1)
+    sums = np.concatenate([[0.0], np.cumsum(sample)])
+    squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
+    rms = math.sqrt(squares[-1] / max(sample.size, 1))
+    top = float(np.abs(sample).max()) if sample.size else 0.0
+    if not rms > 0:
+        return None
+    def candidate(step: float, offset: float) -> Choice | None:
+        levels = math.floor(top / step + offset)
+        if 2 * levels > 255:
+            return None
+        # boundaries -(j - offset) step ... (j - offset) step, j = levels..1 and 1..levels
+        inner = (np.arange(1, levels + 1) - offset) * step
+        edges = np.searchsorted(sample, np.concatenate([-inner[::-1], inner]))
+        edges = np.concatenate([[0], edges, [sample.size]])
+        counts = np.diff(edges)
+        s1, s2 = sums[edges[1:]] - sums[edges[:-1]], squares[edges[1:]] - squares[edges[:-1]]
+        zero = levels  # the bin between -(1 - offset) step and (1 - offset) step
+        sse = s2 - s1 * s1 / np.maximum(counts, 1)
+        sse[zero] = s2[zero]
+        error = math.sqrt(max(float(sse.sum()), 0.0) * scale / scale_sq)
+        kept = round((sample.size - int(counts[zero])) * scale)
+        return Choice(kept, int((counts > 0).sum() - (counts[zero] > 0)),
+                      entropy_bits(counts) * scale, error, step, offset)
+
+    best: Choice | None = None
+    for offset in UNIFORM_OFFSETS:
+        coarse = None  # the finest step that misses the budget
+        for relative_step in UNIFORM_STEPS:  # coarsest first
+            choice = candidate(relative_step * rms, offset)
+            if choice is None:
+                break
+            if choice.error > budget:
+                coarse = choice.step
+                continue
+            fine = choice.step  # fits: bisect towards the coarser neighbour, which misses
+            for _ in range(10 if coarse is not None else 0):
+                assert coarse is not None
+                middle = math.sqrt(fine * coarse)
+                trial = candidate(middle, offset)
+                if trial is not None and trial.error <= budget:
+                    choice, fine = trial, middle
+                else:
+                    coarse = middle
+            best = choice if best is None or choice.bits < best.bits else best
+            break
+    return best
+
+
+def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[torch.Tensor, np.ndarray]:
+    """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
+    and the ascending means of its non-empty other levels (the codebook)."""
+    flat = values.reshape(-1).double()
+    levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
+    top = int(levels.abs().max()) if levels.numel() else 0
+    bins = levels + top  # 0 .. 2 top, ascending with the value
+    totals = torch.bincount(bins, weights=flat, minlength=2 * top + 1)
+    counts = torch.bincount(bins, minlength=2 * top + 1)
+    counts[top] = 0  # the zero bin is exactly zero, not a level
+    used = counts > 0
+    kept = levels != 0
+    means = (totals[used] / counts[used].double()).cpu().numpy()
+    return values * kept.reshape(values.shape), means
+
+
+def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
+                scale_sq: float, codebooks: tuple[int, ...]) -> list[Choice]:
+    """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive."""
+    threshold = magnitudes[kept - 1:kept].to(ordered.dtype)
+    # the survivors are the two tails of the sorted values
+    negative = int(torch.searchsorted(ordered, -threshold, right=True))
+    positive = int(torch.searchsorted(ordered, threshold))
+    count = negative + ordered.numel() - positive
+    step = max(1, -(-count // SEARCH_SAMPLES))
+    survivors = torch.cat([ordered[:negative:step], ordered[positive::step]])
+    sample = survivors.cpu().numpy()
+    scale = count / sample.size
+    mask_bits = n * _binary_entropy(kept / n)
+    choices = []
+    for k in codebooks:
+        fit = lloyd_sorted(sample, k)
+        bits = mask_bits + entropy_bits(fit.counts) * scale
+        choices.append(Choice(kept, k, bits, math.sqrt((pruned + fit.sse * scale) / scale_sq)))
+    return choices
+
+
+def _binary_entropy(p: float) -> float:
+    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def prune(values: torch.Tensor, kept: int) -> torch.Tensor:
+    """``values`` with all but its ``kept`` largest magnitudes set to zero."""
+    flat = values.reshape(-1)
+    if kept >= flat.numel():
+        return values
+    if kept == 0:
+        return torch.zeros_like(values)
+    threshold = flat.abs().kthvalue(flat.numel() - kept).values
+    return values * (values.abs() > threshold)
+
+
+def fitted(array: torch.Tensor, scale_sq: float, budget: float, dtype: str, *,
+            kmeans: bool = True) -> tuple[Choice, KMeans, torch.Tensor]:
+    """The cheapest quantizer within ``budget`` (error relative to ``sqrt(scale_sq)``), fitted,
+    and ``array`` with its pruned elements zero (``kmeans``: as in :func:`search`)."""
+    choice = search(array, max(scale_sq, 1e-300), budget, kmeans=kmeans)
+    quantizer = KMeans(max(choice.k, 1), dtype)
+    if choice.step > 0:
+        pruned, table = uniform_table(array, choice.step, choice.offset)
+        quantizer.set_table(table)
+    else:
+        pruned = prune(array, choice.kept)
+        nonzero = pruned.reshape(-1) != 0
+        quantizer.fit(pruned.reshape(-1)[nonzero])
+    return choice, quantizer, pruned
