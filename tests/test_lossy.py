@@ -517,13 +517,18 @@ def test_adaptive_factors_a_low_rank_update():
         assert torch.equal(f.get_tensor("w"), decoded["w"])  # decodes its factors too
     error = float((decoded["w"] - new["w"]).double().norm() / (new["w"] - old["w"]).double().norm())
     assert error == pytest.approx(record["rel_delta"], rel=1e-3) and error < 1.2
-    original = factoring.LOWRANK_MIN_SIDE
-    factoring.LOWRANK_MIN_SIDE = 10**9  # the same update coded whole
+    original = factoring.LOWRANK_MIN_SIDE, factoring.EXACT_SVD_SIDE
     try:
+        factoring.EXACT_SVD_SIDE = 16  # large matrices: a randomized SVD of the top ranks
+        randomized = ckptzip.dumps(new, mode="adaptive", base=old)
+        factoring.LOWRANK_MIN_SIDE = 10**9  # the same update coded whole
         whole = ckptzip.dumps(new, mode="adaptive", base=old)
     finally:
-        factoring.LOWRANK_MIN_SIDE = original
-    assert len(data) < 0.5 * len(whole)
+        factoring.LOWRANK_MIN_SIDE, factoring.EXACT_SVD_SIDE = original
+    assert len(data) < 0.6 * len(whole)
+    assert len(randomized) < 1.1 * len(data)
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(randomized), base=old) as f:
+        assert 4 <= f.leaves[0].extra["error"]["rank"] <= 6
 
 
 @pytest.mark.parametrize("mode", LOSSY)

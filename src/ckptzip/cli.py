@@ -24,6 +24,7 @@ from typing import Any
 from . import __version__
 from .chain import base_exists, open_base, relative_location, resolve_relative
 from .errors import BaseMismatchError, Error
+from .modes.adaptive import DEFAULT_BUDGET
 from .reader import CheckpointFile
 from .sources import read_source, write_directory, write_safetensors, write_torch
 from .storage import atomic_write
@@ -95,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/LOSSY.md; default: lossless)")
     p.add_argument("--error-budget", metavar="E", type=_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
-                        "per state, e.g. weight=0.27,exp_avg=0.75,exp_avg_sq=0.8 (the default)")
+                        f"per state, e.g. {_BUDGET_TEXT} (the default; the weights' is the expected "
+                        "error of unbiased rounding, relative to the update since the base)")
     p.add_argument("--base", metavar="B",
                    help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
                         "that needs B (found beside it) to load")
@@ -156,8 +158,11 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     return out
 
 
+_BUDGET_TEXT = ",".join(f"{state}={value:g}" for state, value in DEFAULT_BUDGET.items())
+
+
 def _error_budget(text: str) -> float | dict[str, float]:
-    """``0.3`` or ``weight=0.27,exp_avg=0.75``: what ``--error-budget`` accepts."""
+    """``0.3`` or ``weight=1.5,exp_avg=0.75``: what ``--error-budget`` accepts."""
     try:
         if "=" not in text:
             return float(text)
@@ -169,7 +174,7 @@ def _error_budget(text: str) -> float | dict[str, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give a number (0.3) or state=number pairs "
-            f"(weight=0.27,exp_avg=0.75,exp_avg_sq=0.8)") from None
+            f"({_BUDGET_TEXT})") from None
 
 
 def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
