@@ -41,7 +41,7 @@ STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md). The
 #: weights' is the expected error of unbiased rounding, which training absorbs even at the size
 #: of the update; the moments' are errors of deterministic pruning and quantization.
-DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 0.75, "exp_avg_sq": 0.8}
+DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 0.8, "exp_avg_sq": 0.8}
 #: States whose codebook is rescaled to keep the reconstruction's projection onto the original
 #: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes). Weights are rounded
 #: without bias instead (:mod:`.factoring`), unless their budget is too tight for a grid.
