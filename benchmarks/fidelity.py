@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 import ckptzip
+from ckptzip.cli import parse_error_budget
 from ckptzip.demo.gpt import GPTConfig
 from ckptzip.demo.train import CONFIGS, TrainConfig, evaluate, load_data, make_trainer
 
@@ -216,7 +217,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="training steps (default 320; quick 60)")
     parser.add_argument("--every", type=int, help="steps between checkpoints (default 20; quick 10)")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated, from: " + ", ".join(ARMS))
-    parser.add_argument("--error-budget", type=float, help="the adaptive arm's error_budget")
+    parser.add_argument("--error-budget", type=parse_error_budget,
+                        help="the adaptive arm's error_budget: a number, or state=number pairs "
+                             "as the CLI takes them (weight=1.5,exp_avg=0.85)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for training")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="lossless",
                    help="lossless (bit-exact), or with --base a lossy mode: excp, bitsnap, adaptive "
                         "(docs/LOSSY.md; default: lossless)")
-    p.add_argument("--error-budget", metavar="E", type=_error_budget,
+    p.add_argument("--error-budget", metavar="E", type=parse_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
                         f"per state, e.g. {_BUDGET_TEXT} (the default; the weights' is the expected "
                         "error of unbiased rounding, relative to the update since the base)")
@@ -161,7 +161,7 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
 _BUDGET_TEXT = ",".join(f"{state}={value:g}" for state, value in DEFAULT_BUDGET.items())
 
 
-def _error_budget(text: str) -> float | dict[str, float]:
+def parse_error_budget(text: str) -> float | dict[str, float]:
     """``0.3`` or ``weight=1.5,exp_avg=0.75``: what ``--error-budget`` accepts."""
     try:
         if "=" not in text:
