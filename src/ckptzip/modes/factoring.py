@@ -156,6 +156,16 @@ def _factor(values: torch.Tensor) -> Factor:
     return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), choice.bits)
 
 
+def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """The least-squares ``U`` of ``matrix ~ U right^T``, by the normal equations with a ridge of
+    1e-10 of the Gram matrix's mean diagonal, so that a quantized ``right`` with a column pruned
+    to zero still solves (on every device: CUDA's ``lstsq`` assumes full rank)."""
+    gram = right.T @ right
+    ridge = 1e-10 * float(gram.diagonal().mean()) + 1e-300
+    eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+    return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
+
+
 def factor_update(delta: torch.Tensor, budget: float) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
     update) take the fewest estimated bits, if fewer than the update rounded whole; else None."""
@@ -176,8 +186,7 @@ def factor_update(delta: torch.Tensor, budget: float) -> Factored | None:
     def trial(rank: int) -> Factored:
         if rank not in tried:
             v = _factor(right[:, :rank])
-            left = torch.linalg.lstsq(v.decoded.double(), matrix.T).solution.T
-            u = _factor(left)
+            u = _factor(_fit_left(matrix, v.decoded.double()))
             context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
             residual = stage.encode(delta, context)
             bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget)
