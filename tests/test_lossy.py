@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 import ckptzip
+from ckptzip.cli import main
 from ckptzip.codecs import (
     KMeans,
     LossyResidual,
@@ -508,7 +510,7 @@ def test_adaptive_keeps_the_projection_of_momentum_and_of_tight_weights(chain_st
     assert float((m_hat - m).norm() / m.norm()) > 0.7  # the price: more L2 error
 
 
-def test_adaptive_factors_a_low_rank_update():
+def test_adaptive_factors_a_low_rank_update(tmp_path, capsys):
     """A weight whose update is low rank is stored as two factor leaves (not in the state tree)
     and a residual: smaller than coded whole, within budget, and every way of reading agrees."""
     from ckptzip.modes import factoring
@@ -521,6 +523,13 @@ def test_adaptive_factors_a_low_rank_update():
     data = ckptzip.dumps(new, mode="adaptive", base=old)
     decoded = ckptzip.loads(data, base=old)
     assert set(decoded) == {"w", "b"}
+    report = ckptzip.save(new, tmp_path / "d.ckz", mode="adaptive", base=old)
+    assert report.raw_bytes == (192 * 128 + 128) * 4 and report.tensors == 2  # factors are not state
+    ckptzip.save(old, tmp_path / "k.ckz")
+    ckptzip.save(new, tmp_path / "d.ckz", mode="adaptive", base=tmp_path / "k.ckz")
+    assert main(["-l", "--json", str(tmp_path / "d.ckz")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["tensors"], info["factor_leaves"], info["raw_bytes"]) == (2, 2, report.raw_bytes)
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=old) as f:
         names = [leaf.name for leaf in f.leaves]
         assert names[2:] == ["w:lowrank.u", "w:lowrank.v"] and f.keys() == ["w", "b"]

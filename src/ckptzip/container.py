@@ -258,6 +258,13 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
                               f"{leaf.array_nbytes + sibling.array_nbytes}")
 
 
+def factor_leaves(leaves: tuple[LeafInfo, ...]) -> set[int]:
+    """Indices of the leaves that low-rank stages read: parts of other tensors, not of the
+    state."""
+    return {j for leaf in leaves for t in leaf.pipeline.transforms if isinstance(t, LowRank)
+            for j in t.references}
+
+
 def _name_factors(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
     """Low-rank factor leaves, which the tree does not reference, named after their tensor
     (``<name>:lowrank.u`` and ``.v``) instead of ``<unreferenced i>``."""

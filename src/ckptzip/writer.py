@@ -190,6 +190,9 @@ class Prepared:
     encoded: dict[int, _LeafPlan]
     #: The mode's policy, which also picks the pipelines of the leaves it did not transform.
     policy: Policy
+    #: Leaves the mode added after the state's own (low-rank factors): stored, but not part of
+    #: the state, so not counted in its raw size.
+    added: int = 0
 
     def to_host(self) -> Prepared:
         """A copy whose arrays all live in fresh host memory (see :func:`host_copies`), so the
@@ -236,7 +239,7 @@ def prepare(
         encoded[index] = _encoded_plan(leaves[index], encoding, policy, base)
         if base is not None:
             base.release(leaves[index].name)
-    return Prepared(tree, leaves, mode, base, encoded, policy)
+    return Prepared(tree, leaves, mode, base, encoded, policy, len(leaves) - n_state)
 
 
 def _header_json(header: dict[str, Any]) -> bytes:
@@ -545,4 +548,6 @@ def encode_state(
     header["id"] = hashlib.sha256(body).hexdigest()[:32]
     sink.finish(body[:-1] + b',"id":"' + header["id"].encode() + b'"}')
     stored_total = PRELUDE_SIZE + sink.reserved + sink.position
-    return SaveReport(path, raw_total, stored_total, time.perf_counter() - started, len(leaves), mode)
+    state_leaves = leaves[: len(leaves) - prepared.added]
+    return SaveReport(path, sum(leaf.nbytes for leaf in state_leaves), stored_total,
+                      time.perf_counter() - started, len(state_leaves), mode)
