@@ -458,6 +458,20 @@ def test_unbiased_rounding_is_unbiased_and_meets_its_expected_error():
     assert unbiased_step(x, energy, 0.0) == 0.0  # nothing may be lost: no grid
 
 
+def test_uniform_fit_covers_levels_its_sample_missed():
+    """The search sees an evenly strided sample of the sorted values; the whole array's extremes
+    may use levels the sample did not, and the codebook must hold them (it once raised)."""
+    from ckptzip.modes.quantize import fitted
+
+    generator = torch.Generator().manual_seed(9)
+    values = torch.randn(200_003, generator=generator)
+    values[7] = 50.0  # the maximum: index 200_002 of the sorted values, which stride 4 skips
+    choice, quantizer, pruned = fitted(values, float(values.double().pow(2).sum()), 0.3, "float32")
+    assert choice.step > 0
+    decoded = quantizer.decode(quantizer.encode(pruned, CTX), CTX)
+    assert float(decoded[7]) == pytest.approx(50.0, rel=1e-3)
+
+
 def test_factor_fit_is_least_squares_and_survives_a_pruned_column():
     from ckptzip.modes.factoring import _fit_left
 

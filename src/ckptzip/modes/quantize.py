@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..codecs import KMeans
-from ..codecs.kmeans import lloyd_sorted
+from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted
 
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
@@ -208,12 +208,16 @@ def fitted(array: torch.Tensor, scale_sq: float, budget: float, dtype: str, *,
     """The cheapest quantizer within ``budget`` (error relative to ``sqrt(scale_sq)``), fitted,
     and ``array`` with its pruned elements zero (``kmeans``: as in :func:`search`)."""
     choice = search(array, max(scale_sq, 1e-300), budget, kmeans=kmeans)
-    quantizer = KMeans(max(choice.k, 1), dtype)
     if choice.step > 0:
+        # the search saw a sample: the whole array may use a few more levels (its extremes)
         pruned, table = uniform_table(array, choice.step, choice.offset)
-        quantizer.set_table(table)
-    else:
-        pruned = prune(array, choice.kept)
-        nonzero = pruned.reshape(-1) != 0
-        quantizer.fit(pruned.reshape(-1)[nonzero])
+        if table.size <= MAX_CENTROIDS:
+            quantizer = KMeans(max(table.size, 1), dtype)
+            quantizer.set_table(table)
+            return choice, quantizer, pruned
+        choice = Choice(array.numel(), MAX_CENTROIDS, choice.bits, choice.error)  # k-means, all kept
+    quantizer = KMeans(max(choice.k, 1), dtype)
+    pruned = prune(array, choice.kept)
+    nonzero = pruned.reshape(-1) != 0
+    quantizer.fit(pruned.reshape(-1)[nonzero])
     return choice, quantizer, pruned
