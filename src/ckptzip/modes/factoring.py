@@ -64,22 +64,28 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float) -> float
     squared error is ``step**2 * f * (1 - f)``, summed over the values (bisected on a sample).
     """
     sample, fraction = _sample(values)
-    magnitudes = sample.double().abs()
+    magnitudes = sample.float().abs()
     top = float(magnitudes.max()) if magnitudes.numel() else 0.0
     if not top > 0:
         return 1.0
     target = budget * budget * scale_sq * fraction
     if not target > 0:
         return 0.0  # no error allowed: no grid will do
+    # a step above every value rounds each |x| to 0 or step: the error is step sum|x| - sum x^2
+    absolute = float(magnitudes.double().sum())
+    beyond = (target + float(magnitudes.double().pow(2).sum())) / absolute
+    if beyond >= top:
+        return beyond
 
     def error(step: float) -> float:
         f = torch.frac(magnitudes / step)
         return float((f * (1 - f)).sum()) * step * step
 
     # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
-    fine = 2 * math.sqrt(target / max(magnitudes.numel(), 1))
-    coarse = max(top * 64, fine)
-    for _ in range(48):
+    fine, coarse = min(2 * math.sqrt(target / magnitudes.numel()), top), top
+    for _ in range(32):
+        if coarse <= fine * (1 + 1e-6):
+            break
         middle = math.sqrt(fine * coarse)
         if error(middle) <= target:
             fine = middle
