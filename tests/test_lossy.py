@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import warnings
 
 import numpy as np
@@ -322,7 +323,10 @@ def test_adaptive_meets_its_budget_and_options_are_checked(chain_states):
                 # the budget bounds the least-squares error (before a debiased codebook's
                 # rescaling), else the relative error of the update or of sqrt(v)
                 bounded = error.get("rel_ls", error.get("rel_sqrt", error.get("rel_delta", error["rel"])))
-                assert bounded <= error["budget"] * 1.05
+                # unbiased rounding bounds the *expected* error: the realized one strays by a
+                # few standard deviations of a mean over the tensor's elements at most
+                slack = 4 / math.prod(leaf.shape) ** 0.5 if error.get("quantizer") == "unbiased" else 0
+                assert bounded <= error["budget"] * (1.05 + slack), leaf.name
     for mode, options in (("adaptive", {"error_budget": -1}), ("adaptive", {"error_budget": {"x": 1}}),
                           ("excp", {"alpha": 0}), ("bitsnap", {"density": 2}), ("excp", {"nope": 1})):
         with pytest.raises(ConfigError):
