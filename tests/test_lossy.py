@@ -409,6 +409,22 @@ def test_bad_sibling_references_are_refused(chain_states, stage_id, key, damage)
         ckptzip.loads(rebuild(header, body), base=chain_states[0])
 
 
+def test_low_rank_factor_shapes_are_checked_when_parsing():
+    """Factors must be the tensor's rows x r and columns x r, r at most the smaller side, so a
+    file cannot make the product cost more than the tensor's own size times its smaller side."""
+    from ckptzip.container import _check_factors
+
+    class Leaf:  # the one field the check reads
+        shape = (96, 4, 16)  # 96 rows, 64 columns
+
+    _check_factors(Leaf(), (96, 8), (64, 8), "t")  # type: ignore[arg-type]
+    _check_factors(Leaf(), (96, 64), (64, 64), "t")  # type: ignore[arg-type]
+    for u, v in (((64, 8), (96, 8)), ((96, 8), (64, 7)), ((96, 65), (64, 65)), ((96,), (64, 8)),
+                 ((96, 8, 1), (64, 8))):
+        with pytest.raises(FormatError, match="not matrices of a rank"):
+            _check_factors(Leaf(), u, v, "t")  # type: ignore[arg-type]
+
+
 def test_uniform_candidates_beat_kmeans_and_their_error_is_what_they_make():
     from ckptzip.modes.quantize import CODEBOOKS, FRACTIONS, _candidates, search, uniform_table
 

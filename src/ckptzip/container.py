@@ -242,8 +242,8 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
                 raise FormatError(f"{where}: its transforms read {leaves[j].name!r}, which reads "
                                   f"other leaves itself")
         lowrank = next((t for t in leaf.pipeline.transforms if isinstance(t, LowRank)), None)
-        if lowrank is not None and any(len(leaves[j].shape) != 2 for j in lowrank.references):
-            raise FormatError(f"{where}: its low-rank factors are not matrices")
+        if lowrank is not None:
+            _check_factors(leaf, leaves[lowrank.u].shape, leaves[lowrank.v].shape, where)
         support = leaf.pipeline.support
         if support is None:
             continue
@@ -256,6 +256,18 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
         if leaf.nbytes > MAX_TRANSFORM_EXPANSION * (leaf.array_nbytes + sibling.array_nbytes + 1):
             raise FormatError(f"{where}: {leaf.nbytes} bytes claimed from encoded arrays of "
                               f"{leaf.array_nbytes + sibling.array_nbytes}")
+
+
+def _check_factors(leaf: LeafInfo, u: tuple[int, ...], v: tuple[int, ...], where: str) -> None:
+    """Low-rank factors are matrices of the tensor's rows and columns (its first dimension by
+    the rest) and one rank, at most the smaller side: the product then costs no more than
+    ``rows * columns * min(rows, columns)``, whatever a file declares."""
+    rows = leaf.shape[0] if leaf.shape else 1
+    columns = math.prod(leaf.shape[1:])
+    if (len(u) != 2 or len(v) != 2 or u[0] != rows or v[0] != columns or u[1] != v[1]
+            or u[1] > min(rows, columns)):
+        raise FormatError(f"{where}: low-rank factors {list(u)} and {list(v)} are not matrices "
+                          f"of a rank <= {min(rows, columns)} for a {rows} x {columns} tensor")
 
 
 def factor_leaves(leaves: tuple[LeafInfo, ...]) -> set[int]:

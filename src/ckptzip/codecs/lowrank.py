@@ -60,9 +60,9 @@ class LowRank(TensorToTensor):
         for size in shape[1:]:
             columns *= size
         if (u.dim() != 2 or v.dim() != 2 or u.shape[1] != v.shape[1]
-                or u.shape[0] != rows or v.shape[0] != columns):
+                or u.shape[0] != rows or v.shape[0] != columns or u.shape[1] > min(rows, columns)):
             raise ValueError(f"lowrank: factors {list(u.shape)} and {list(v.shape)} do not make a "
-                             f"{rows} x {columns} matrix")
+                             f"{rows} x {columns} matrix of a rank <= {min(rows, columns)}")
         return (u.to(device, dtype) @ v.to(device, dtype).T).reshape(shape)
 
     # Both directions work in at least fp32 (a bf16 weight's residual decodes to bf16 codes'
