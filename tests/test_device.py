@@ -99,6 +99,34 @@ def test_manager_device_path_matches_the_host_path(tmp_path: Path, mode: str,
     assert depths == [0, 1, 2, 0, 1]
 
 
+def test_device_path_stores_added_low_rank_factors(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The adaptive mode's factor leaves, added by the plan, travel through the device-first
+    path's host copy like the state's own, and restore exactly like the synchronous path's."""
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(160, 96, generator=generator)
+    states = []
+    for _ in range(3):
+        update = torch.randn(160, 3, generator=generator) @ torch.randn(3, 96, generator=generator)
+        weight = weight + 1e-3 * (update + 0.02 * torch.randn(160, 96, generator=generator))
+        states.append({"w": weight.clone(), "step": len(states)})
+    monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, state: True)
+    with CheckpointManager(tmp_path / "device", mode="adaptive") as device:
+        for step, state in enumerate(states):
+            device.save(step, state)
+        device.wait()
+        restored_device = [device.restore(step) for step in range(len(states))]
+    monkeypatch.undo()
+    with CheckpointManager(tmp_path / "host", mode="adaptive", async_save=False) as host:
+        for step, state in enumerate(states):
+            host.save(step, state)
+        restored_host = [host.restore(step) for step in range(len(states))]
+    for a, b in zip(restored_device, restored_host):
+        assert_same(a, b)
+    with ckptzip.open(tmp_path / "device" / manager_module.step_file(2)) as delta:
+        assert [leaf.name for leaf in delta.leaves] == ["w", "step", "w:lowrank.u", "w:lowrank.v"]
+
+
 def test_device_without_room_for_a_copy_transforms_before_returning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When the device cannot hold a copy of the state, save() runs the transforms itself and

@@ -523,6 +523,27 @@ def test_adaptive_rounds_weights_without_bias(chain_states):
     assert record["rel_delta"] == pytest.approx(error, rel=1e-3)
 
 
+def test_adaptive_chain_error_stays_bounded_when_training_goes_on_from_the_true_state():
+    """Checkpoints saved while training continues from the true weights (not from the decoded
+    checkpoint): each update against the decoded base carries the base's error, which a budget
+    below 1 keeps bounded (at b / sqrt(1 - b^2) of an update: 1.33 at the default 0.8); a budget
+    of 1 or more, under which it would grow at every checkpoint, is refused."""
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(160, 96, generator=generator)
+    base, errors = None, []
+    for _ in range(10):
+        update = 1e-3 * (torch.randn(160, 3, generator=generator) @ torch.randn(3, 96, generator=generator)
+                         + 0.02 * torch.randn(160, 96, generator=generator))
+        weight = weight + update
+        data = ckptzip.dumps({"w": weight}, mode="adaptive", base=base)
+        base = ckptzip.loads(data, base=base)
+        errors.append(float((base["w"] - weight).norm() / update.norm()))
+    assert errors[0] == 0 and 0.6 < errors[1] < 1.0  # a keyframe, then the budget's 0.8
+    assert max(errors) < 1.6 and errors[-1] > 1.0  # settles near 1.33
+    with pytest.raises(ConfigError, match="grow at every checkpoint"):
+        ckptzip.dumps({"w": weight}, mode="adaptive", base=base, error_budget={"weight": 1.0})
+
+
 def test_adaptive_keeps_the_projection_of_momentum_and_of_tight_weights(chain_states):
     """Least-squares levels shrink what a state moves training by; the adaptive codebooks are
     rescaled so that the decoded update's projection onto the true one is the true one's energy.

@@ -41,7 +41,12 @@ STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md). The
 #: weights' is the expected error of unbiased rounding, which training absorbs even at the size
 #: of the update; the moments' are errors of deterministic pruning and quantization.
-DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 0.8, "exp_avg_sq": 0.8}
+DEFAULT_BUDGET = {"weight": 0.8, "exp_avg": 0.8, "exp_avg_sq": 0.8}
+#: The weight budget must stay below this. Training that goes on from the true state (not from
+#: the decoded checkpoint) makes the next update against the decoded base carry the base's
+#: error ``e``, so a chain's error follows ``e' = b sqrt(|dW|^2 + e^2)``: it settles at
+#: ``b / sqrt(1 - b^2) |dW|`` for ``b < 1`` (1.33 |dW| at 0.8) and grows without bound above.
+MAX_WEIGHT_BUDGET = 1.0
 #: States whose codebook is rescaled to keep the reconstruction's projection onto the original
 #: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes). Weights are rounded
 #: without bias instead (:mod:`.factoring`), unless their budget is too tight for a grid.
@@ -74,6 +79,11 @@ class AdaptivePolicy(JointPolicy):
             self.budget = dict.fromkeys(STATES, error_budget)
         if not all(isinstance(b, (int, float)) and b >= 0 for b in self.budget.values()):
             raise ConfigError(f"adaptive: error budgets must be numbers >= 0, not {error_budget!r}")
+        if self.budget["weight"] >= MAX_WEIGHT_BUDGET:
+            raise ConfigError(
+                f"adaptive: a weight budget of {self.budget['weight']} (>= {MAX_WEIGHT_BUDGET}) "
+                f"lets a chain's error grow at every checkpoint when training goes on from the "
+                f"true state; give less (default {DEFAULT_BUDGET['weight']})")
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
         group, plans = values.group, {}
