@@ -123,8 +123,9 @@ def test_device_path_stores_added_low_rank_factors(tmp_path: Path,
         restored_host = [host.restore(step) for step in range(len(states))]
     for a, b in zip(restored_device, restored_host):
         assert_same(a, b)
-    with ckptzip.open(tmp_path / "device" / manager_module.step_file(2)) as delta:
-        assert [leaf.name for leaf in delta.leaves] == ["w", "step", "w:lowrank.u", "w:lowrank.v"]
+    # the first delta codes a low-rank update (later ones also carry the base's rounding noise)
+    with ckptzip.open(tmp_path / "device" / manager_module.step_file(1)) as delta:
+        assert [leaf.name for leaf in delta.leaves] == ["w", "w:lowrank.u", "w:lowrank.v"]
 
 
 def test_device_without_room_for_a_copy_transforms_before_returning(
