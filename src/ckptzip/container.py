@@ -232,7 +232,9 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
     """Leaves that transforms read name other leaves that read none themselves (so there are
     no chains and no cycles). A tensor stored at a sibling's support names a sibling of its shape
     and expands at most :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array;
-    low-rank factors are matrices (the stage checks that they fit the tensor when decoding)."""
+    low-rank factors are ``rows x r`` and ``columns x r`` matrices of the tensor with ``r`` at
+    most its smaller side (:meth:`LowRank.fits`), so their product costs no more than the
+    tensor's size times that side, whatever a file declares."""
     for leaf in leaves:
         where = f"{source}: tensor {leaf.name!r}"
         for j in leaf.pipeline.references:
@@ -241,7 +243,7 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
             if leaves[j].pipeline.references:
                 raise FormatError(f"{where}: its transforms read {leaves[j].name!r}, which reads "
                                   f"other leaves itself")
-        lowrank = next((t for t in leaf.pipeline.transforms if isinstance(t, LowRank)), None)
+        lowrank = leaf.pipeline.lowrank
         if lowrank is not None:
             _check_factors(leaf, leaves[lowrank.u].shape, leaves[lowrank.v].shape, where)
         support = leaf.pipeline.support
@@ -259,13 +261,8 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
 
 
 def _check_factors(leaf: LeafInfo, u: tuple[int, ...], v: tuple[int, ...], where: str) -> None:
-    """Low-rank factors are matrices of the tensor's rows and columns (its first dimension by
-    the rest) and one rank, at most the smaller side: the product then costs no more than
-    ``rows * columns * min(rows, columns)``, whatever a file declares."""
-    rows = leaf.shape[0] if leaf.shape else 1
-    columns = math.prod(leaf.shape[1:])
-    if (len(u) != 2 or len(v) != 2 or u[0] != rows or v[0] != columns or u[1] != v[1]
-            or u[1] > min(rows, columns)):
+    if not LowRank.fits(leaf.shape, u, v):
+        rows, columns = LowRank.sides(leaf.shape)
         raise FormatError(f"{where}: low-rank factors {list(u)} and {list(v)} are not matrices "
                           f"of a rank <= {min(rows, columns)} for a {rows} x {columns} tensor")
 
@@ -273,8 +270,8 @@ def _check_factors(leaf: LeafInfo, u: tuple[int, ...], v: tuple[int, ...], where
 def factor_leaves(leaves: tuple[LeafInfo, ...]) -> set[int]:
     """Indices of the leaves that low-rank stages read: parts of other tensors, not of the
     state."""
-    return {j for leaf in leaves for t in leaf.pipeline.transforms if isinstance(t, LowRank)
-            for j in t.references}
+    return {j for leaf in leaves if (lowrank := leaf.pipeline.lowrank) is not None
+            for j in lowrank.references}
 
 
 def _name_factors(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
@@ -282,10 +279,10 @@ def _name_factors(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
     (``<name>:lowrank.u`` and ``.v``) instead of ``<unreferenced i>``."""
     names: dict[int, str] = {}
     for leaf in leaves:
-        for transform in leaf.pipeline.transforms:
-            if isinstance(transform, LowRank):
-                names.setdefault(transform.u, f"{leaf.name}:lowrank.u")
-                names.setdefault(transform.v, f"{leaf.name}:lowrank.v")
+        lowrank = leaf.pipeline.lowrank
+        if lowrank is not None:
+            names.setdefault(lowrank.u, f"{leaf.name}:lowrank.u")
+            names.setdefault(lowrank.v, f"{leaf.name}:lowrank.v")
     return tuple(replace(leaf, name=names[leaf.index])
                  if leaf.index in names and leaf.name.startswith("<unreferenced") else leaf
                  for leaf in leaves)

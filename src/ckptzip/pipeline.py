@@ -19,6 +19,7 @@ from .codecs import (
     Codec,
     ContextPlanes,
     Entropy,
+    LowRank,
     Residual,
     Support,
     TensorToBytes,
@@ -81,6 +82,11 @@ class Pipeline:
         """The leaf index of the sibling whose non-zeros this pipeline stores values at
         (:class:`~ckptzip.codecs.Support`), or None."""
         return next((t.leaf for t in self.transforms if isinstance(t, Support)), None)
+
+    @property
+    def lowrank(self) -> LowRank | None:
+        """The :class:`~ckptzip.codecs.LowRank` stage, whose factor leaves it reads, or None."""
+        return next((t for t in self.transforms if isinstance(t, LowRank)), None)
 
     @property
     def references(self) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ The factor leaves must not depend on other leaves themselves (the reader refuses
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -55,15 +56,25 @@ class LowRank(TensorToTensor):
         if u is None or v is None:
             raise ValueError(f"lowrank: {context.name} needs its decoded factor leaves "
                              f"{self.u} and {self.v}")
-        rows = shape[0] if len(shape) else 1
-        columns = 1
-        for size in shape[1:]:
-            columns *= size
-        if (u.dim() != 2 or v.dim() != 2 or u.shape[1] != v.shape[1]
-                or u.shape[0] != rows or v.shape[0] != columns or u.shape[1] > min(rows, columns)):
+        if not self.fits(tuple(shape), tuple(u.shape), tuple(v.shape)):
+            rows, columns = self.sides(tuple(shape))
             raise ValueError(f"lowrank: factors {list(u.shape)} and {list(v.shape)} do not make a "
                              f"{rows} x {columns} matrix of a rank <= {min(rows, columns)}")
         return (u.to(device, dtype) @ v.to(device, dtype).T).reshape(shape)
+
+    @staticmethod
+    def sides(shape: tuple[int, ...]) -> tuple[int, int]:
+        """The tensor as a matrix: its first dimension by the product of the rest."""
+        return (shape[0] if shape else 1), math.prod(shape[1:])
+
+    @classmethod
+    def fits(cls, shape: tuple[int, ...], u: tuple[int, ...], v: tuple[int, ...]) -> bool:
+        """Whether factors of shapes ``u`` and ``v`` are ``rows x r`` and ``columns x r`` for a
+        tensor of ``shape``, with ``r`` at most the smaller side (so the product costs no more
+        than ``rows * columns * min(rows, columns)``)."""
+        rows, columns = cls.sides(shape)
+        return (len(u) == 2 and len(v) == 2 and u[0] == rows and v[0] == columns
+                and u[1] == v[1] <= min(rows, columns))
 
     # Both directions work in at least fp32 (a bf16 weight's residual decodes to bf16 codes'
     # values), so the product the writer subtracts is the one the reader adds.

@@ -113,7 +113,7 @@ class AdaptivePolicy(JointPolicy):
         budget = self.budget["weight"]
         delta = w - w_base
         scale_sq = float(delta.double().pow(2).sum())
-        factored = factor_update(delta, budget)
+        factored = factor_update(delta, scale_sq, budget)
         rounded = self._rounded(leaf, delta if factored is None else factored.residual, scale_sq)
         if rounded is None and factored is not None:
             factored, rounded = None, self._rounded(leaf, delta, scale_sq)

@@ -172,13 +172,13 @@ def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
 
 
-def factor_update(delta: torch.Tensor, budget: float) -> Factored | None:
+def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
-    update) take the fewest estimated bits, if fewer than the update rounded whole; else None."""
+    update, whose energy is ``scale_sq``) take the fewest estimated bits, if fewer than the
+    update rounded whole; else None."""
     if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
         return None
     matrix = delta.reshape(delta.shape[0], -1).double()
-    scale_sq = float(matrix.pow(2).sum())
     top = min(min(matrix.shape) // 4, RANKS[-1])
     if not scale_sq > 0 or top < 1:
         return None
