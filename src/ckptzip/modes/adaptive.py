@@ -33,7 +33,7 @@ from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
 from .common import GroupValues, JointPolicy, decode, finish
-from .factoring import factor_update, grid, unbiased_round, unbiased_step
+from .factoring import factor_update, grid, unbiased_levels, unbiased_step
 from .pairing import MOMENTS
 from .quantize import CODEBOOKS, fitted
 
@@ -149,9 +149,11 @@ class AdaptivePolicy(JointPolicy):
         if not step > 0:
             return None
         seed = zlib.crc32(f"{leaf.name}:{scale_sq!r}".encode())
-        values = unbiased_round(array, step, seed)
-        quantizer = grid(torch.round(values.double() / step).long(), step, leaf.dtype.name)
-        return None if quantizer is None else (values, quantizer, step)
+        levels = unbiased_levels(array, step, seed)
+        quantizer = grid(levels, step, leaf.dtype.name)
+        if quantizer is None:
+            return None
+        return (levels.double() * step).to(array.dtype), quantizer, step
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
                   residual: bool = False, base: torch.Tensor | None = None) -> Encoded:

@@ -94,14 +94,21 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float) -> float
     return fine
 
 
-def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
-    """``values`` rounded to multiples of ``step``, up with probability equal to the fraction
-    past the lower level, so that the expectation is the value. Deterministic for a seed."""
+def unbiased_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+    """The grid levels (int64) of ``values`` rounded to multiples of ``step``, up with
+    probability equal to the fraction past the lower level, so that the expectation is the
+    value. Deterministic for a seed."""
     generator = torch.Generator(device=values.device).manual_seed(seed)
     scaled = values.double() / step
     low = torch.floor(scaled)
     draws = torch.rand(scaled.shape, generator=generator, dtype=torch.float64, device=values.device)
-    return ((low + (draws < scaled - low)) * step).to(values.dtype)
+    return (low + (draws < scaled - low)).long()
+
+
+def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+    """``values`` rounded without bias to multiples of ``step`` (:func:`unbiased_levels`), in
+    their dtype."""
+    return (unbiased_levels(values, step, seed).double() * step).to(values.dtype)
 
 
 def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float) -> float:
@@ -111,7 +118,7 @@ def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float) -> float
     sample, fraction = _sample(values)
     if not step > 0:
         return 32.0 * values.numel()
-    levels = torch.round(unbiased_round(sample, step, 0).double() / step).long()
+    levels = unbiased_levels(sample, step, 0)
     if not levels.numel():
         return 0.0
     counts = torch.bincount(levels - levels.min()).cpu().numpy()
