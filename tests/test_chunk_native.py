@@ -16,6 +16,7 @@ from ckptzip.codecs.context import CONTEXT_ROTATE
 from ckptzip.errors import CorruptError
 from ckptzip.pipeline import Pipeline
 from ckptzip.policy import LosslessPolicy
+from tests.test_ctx_format3 import format3_layout
 
 
 def candidates(dtype: torch.dtype) -> list[Pipeline]:
@@ -114,46 +115,13 @@ def test_trials_pick_what_full_coding_picks() -> None:
         assert sized == coded
 
 
-def _planes(stream: bytes) -> list[tuple[int, int, int]]:
-    """(mode, body start, body end) of each plane of a format-3 stream."""
-
-    def varint(p: int) -> tuple[int, int]:
-        x = s = 0
-        while True:
-            c = stream[p]
-            p += 1
-            x |= (c & 0x7F) << s
-            s += 7
-            if c < 0x80:
-                return x, p
-
-    n, p = varint(1)
-    k = stream[p]
-    _, p = varint(p + 1)
-    out = []
-    for _ in range(k):
-        mode = stream[p]
-        p += 1
-        if mode == 0:
-            out.append((mode, p, p + n))
-            p += n
-        elif mode == 1:
-            out.append((mode, p, p + 1))
-            p += 1
-        else:
-            size, p = varint(p)
-            out.append((mode, p, p + size))
-            p += size
-    return out
-
-
 def test_two_bucketed_planes_report_the_first_error() -> None:
     """Two BUCKETED planes decode together, but errors come in plane order, as plane by plane."""
     raw, base = pair(torch.bfloat16, 60_000, "weights")
     p = candidates(torch.bfloat16)[-1]
     assert isinstance(p.serializer, ContextPlanes)
     good = p.encode_chunk(raw, base)
-    planes = _planes(good)
+    planes = format3_layout(good)[2]
     assert [m for m, _, _ in planes] == [5, 5]
     (_, _, e0), (_, s1, _) = planes
     out = bytearray(len(raw))

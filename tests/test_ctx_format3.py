@@ -50,33 +50,41 @@ def roundtrip(data: bytes, ctx: bytes, k: int, r: int) -> bytes:
     return enc
 
 
-def plane_modes(enc: bytes, k: int, n: int) -> list[int]:
-    """The mode byte of every plane of a format-3 stream."""
-    pos = 1
-    while enc[pos] & 0x80:
-        pos += 1
-    pos += 3  # last varint byte, k, B (< 128: one byte)
-    modes = []
+def format3_layout(stream: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """A format-3 stream's element count, bucket count and (mode, body start, body end) of each
+    plane; the planes must end the stream."""
+
+    def varint(p: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = stream[p]
+            p += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value, p
+
+    n, p = varint(1)
+    k = stream[p]
+    buckets, p = varint(p + 1)
+    planes = []
     for _ in range(k):
-        mode = enc[pos]
-        modes.append(mode)
-        pos += 1
-        if mode == RAW:
-            pos += n
-        elif mode == CONST:
-            pos += 1
-        else:
-            length = shift = 0
-            while True:
-                b = enc[pos]
-                pos += 1
-                length |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
-            pos += length
-    assert pos == len(enc)
-    return modes
+        mode = stream[p]
+        p += 1
+        size = n if mode == RAW else 1 if mode == CONST else None
+        if size is None:
+            size, p = varint(p)
+        planes.append((mode, p, p + size))
+        p += size
+    assert p == len(stream)
+    return n, buckets, planes
+
+
+def plane_modes(enc: bytes, k: int, n: int) -> list[int]:
+    """The mode byte of every plane of a format-3 stream of ``k`` planes of ``n`` elements."""
+    count, _, planes = format3_layout(enc)
+    assert (count, len(planes)) == (n, k)
+    return [mode for mode, _, _ in planes]
 
 
 # ---- roundtrips ---------------------------------------------------------------------------------

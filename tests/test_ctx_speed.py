@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ckptzip import _native as N
+from tests.test_ctx_format3 import format3_layout
 
 MIN_BUCKET, MAX_BUCKETS = 2048, 32  # format constants (ctx.h)
 
@@ -38,18 +39,7 @@ def expected_buckets(ctx: np.ndarray) -> int:
 
 
 def stored_buckets(enc: bytes) -> int:
-    pos = 1
-    while enc[pos] & 0x80:
-        pos += 1
-    pos += 2  # last byte of n, then k
-    value, shift = 0, 0
-    while True:
-        byte = enc[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        shift += 7
-        if byte < 0x80:
-            return value
+    return format3_layout(enc)[1]
 
 
 def check(ctx: np.ndarray, k: int = 2, seed: int = 0) -> None:
