@@ -25,6 +25,7 @@ from .storage import BytesSource, is_url, local_path
 from .tree import flatten
 
 if TYPE_CHECKING:
+    from .container import LeafInfo
     from .reader import CheckpointFile
 
 
@@ -70,6 +71,11 @@ class Base(ABC):
         )
         return flat.view(found.dtype.torch_dtype).reshape(found.shape)
 
+    def stored(self, name: str) -> LeafInfo | None:
+        """How the base file stored ``name`` (its pipeline and header record, such as a lossy
+        mode's achieved error), or None for a state in memory, which is exact."""
+        return None
+
     def release(self, name: str) -> None:
         """Forget the cached bytes of ``name`` (a writer is done with them)."""
         self._cache.pop(name, None)
@@ -108,6 +114,9 @@ class FileBase(Base):
     def tensor(self, name: str) -> BaseTensor | None:
         leaf = self._index.get(name)
         return None if leaf is None else BaseTensor(name, leaf.dtype, leaf.shape)
+
+    def stored(self, name: str) -> LeafInfo | None:
+        return self._index.get(name)
 
     def _load(self, name: str) -> np.ndarray:
         index = self._index[name].index

@@ -11,10 +11,12 @@ from .base import (
 )
 from .byteplanes import BytePlanes
 from .context import ContextPlanes
+from .dither import Dither
 from .entropy import Entropy
 from .kmeans import KMeans
 from .lossy_residual import LossyResidual
 from .lowrank import LowRank
+from .mark import Mark
 from .residual import Residual
 from .sparse import Sparse
 from .support import Support
@@ -24,10 +26,12 @@ __all__ = [
     "BytesToBytes",
     "Codec",
     "ContextPlanes",
+    "Dither",
     "Entropy",
     "KMeans",
     "LossyResidual",
     "LowRank",
+    "Mark",
     "Residual",
     "Sparse",
     "Support",

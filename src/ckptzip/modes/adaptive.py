@@ -3,10 +3,11 @@
 Per tensor and per checkpoint:
 
 * weights: the update against the base's reconstruction (closed loop) is rounded *without bias*
-  to the coarsest uniform grid whose expected error ``|W^ - W| / |W - W_base|`` is within the
-  budget, after subtracting a quantized low-rank product where the rank search finds that
-  cheaper (:mod:`.factoring`; the factors are leaves of their own, read by the ``lowrank``
-  stage);
+  (stochastically, or with a subtractive dither where that is cheaper; marked) to the coarsest
+  uniform grid whose expected error is within the budget, relative to the update training made
+  since the base (:mod:`.carried` tells whether the update also carries the base's error), after
+  subtracting a quantized low-rank product where the rank search finds that cheaper
+  (:mod:`.factoring`; the factors are leaves of their own, read by the ``lowrank`` stage);
 * ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
   within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
   ``|m^ - m| / |m|``;
@@ -26,14 +27,15 @@ from collections.abc import Mapping
 import torch
 
 from ..chain import Base
-from ..codecs import KMeans, LowRank, Support, TransformContext
+from ..codecs import Dither, KMeans, LowRank, Mark, Support, TensorToTensor, TransformContext
 from ..codecs.kmeans import lloyd_sorted, sample_sorted
 from ..dtypes import from_name
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
+from .carried import MARK, base_error_energy, base_mark, carried_fraction
 from .common import GroupValues, JointPolicy, decode, finish
-from .factoring import factor_update, grid, unbiased_levels, unbiased_step
+from .factoring import Rounding, factor_update, grid, roundings
 from .pairing import MOMENTS
 from .quantize import CODEBOOKS, fitted
 
@@ -41,12 +43,18 @@ STATES = ("weight", *MOMENTS)
 #: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md). The
 #: weights' is the expected error of unbiased rounding, which training absorbs even at the size
 #: of the update; the moments' are errors of deterministic pruning and quantization.
-DEFAULT_BUDGET = {"weight": 0.8, "exp_avg": 0.8, "exp_avg_sq": 0.8}
-#: The weight budget must stay below this. Training that goes on from the true state (not from
-#: the decoded checkpoint) makes the next update against the decoded base carry the base's
-#: error ``e``, so a chain's error follows ``e' = b sqrt(|dW|^2 + e^2)``: it settles at
-#: ``b / sqrt(1 - b^2) |dW|`` for ``b < 1`` (1.33 |dW| at 0.8) and grows without bound above.
-MAX_WEIGHT_BUDGET = 1.0
+DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 0.8, "exp_avg_sq": 0.8}
+#: The weight budget must stay below this. The budget is relative to the update training made
+#: since the base, estimated as ``|r|^2 - |e|^2`` when the update against the decoded base ``r``
+#: carries the base's error ``e`` (:mod:`.carried`), but never below :data:`UPDATE_FLOOR` of
+#: ``|r|^2``: a tensor that training left alone is then re-rounded at ``b^2 * UPDATE_FLOOR`` of
+#: the base's error energy, which must stay below 1 for its error to die out along a chain.
+MAX_WEIGHT_BUDGET = 2.0
+UPDATE_FLOOR = 0.2
+#: The weight budget against a base in memory, whose own error (if it is a reconstruction) no
+#: record tells: below 1, a chain's error stays bounded whatever the base carried, at
+#: ``b / sqrt(1 - b^2)`` of an update (1.33 at 0.8).
+UNRECORDED_BASE_BUDGET = 0.8
 #: States whose codebook is rescaled to keep the reconstruction's projection onto the original
 #: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes). Weights are rounded
 #: without bias instead (:mod:`.factoring`), unless their budget is too tight for a grid.
@@ -82,14 +90,29 @@ class AdaptivePolicy(JointPolicy):
         if self.budget["weight"] >= MAX_WEIGHT_BUDGET:
             raise ConfigError(
                 f"adaptive: a weight budget of {self.budget['weight']} (>= {MAX_WEIGHT_BUDGET}) "
-                f"lets a chain's error grow at every checkpoint when training goes on from the "
-                f"true state; give less (default {DEFAULT_BUDGET['weight']})")
+                f"lets a chain's error grow at every checkpoint where training left a tensor "
+                f"alone; give less (default {DEFAULT_BUDGET['weight']})")
+        #: How much of their base's error this checkpoint's weight updates carry (:meth:`survey`).
+        self.carried = 1.0
+
+    def survey(self, groups: list[GroupValues], base: Base) -> None:
+        """Whether training went on from the true state (the updates carry the base's error) or
+        resumed from the base's reconstruction: one answer for the whole checkpoint."""
+        updates = []
+        for values in groups:
+            if values.weight is None or values.w is None or values.w_base is None:
+                continue
+            mark = base_mark(base, values.weight.name)
+            if mark is not None:
+                updates.append((values.w - values.w_base, mark))
+        self.carried = carried_fraction(updates)
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
         group, plans = values.group, {}
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
-            plans.update(self._weight(group.weight, values.weight, values.w, values.w_base))
+            plans.update(self._weight(group.weight, values.weight, values.w, values.w_base,
+                                      base))
         kept = None
         if group.exp_avg is not None and values.m is not None:
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
@@ -105,22 +128,28 @@ class AdaptivePolicy(JointPolicy):
         return plans
 
     def _weight(self, index: int, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor,
-                ) -> dict[int, Encoded]:
+                base: Base) -> dict[int, Encoded]:
         """The weight's update, rounded without bias within its budget (:mod:`.factoring`),
         after the product of two added factor leaves where that is cheaper
         (:class:`~ckptzip.codecs.LowRank`); pruned and quantized like a moment where the budget
         is too tight for a grid a uint8 code addresses."""
         budget = self.budget["weight"]
+        if base.stored(leaf.name) is None:
+            budget = min(budget, UNRECORDED_BASE_BUDGET)
         delta = w - w_base
-        scale_sq = float(delta.double().pow(2).sum())
-        factored = factor_update(delta, scale_sq, budget)
-        rounded = self._rounded(leaf, delta if factored is None else factored.residual, scale_sq)
+        scale_sq = energy = float(delta.double().pow(2).sum())
+        inherited = self.carried * base_error_energy(base, leaf.name)
+        if inherited > 0:  # the budget is relative to the update, not to the base's error
+            scale_sq = max(energy - inherited, UPDATE_FLOOR * energy)
+        factored = factor_update(delta, scale_sq, budget, MARK)
+        rounded = self._rounded(leaf, delta if factored is None else factored.residual, scale_sq,
+                               budget)
         if rounded is None and factored is not None:
-            factored, rounded = None, self._rounded(leaf, delta, scale_sq)
+            factored, rounded = None, self._rounded(leaf, delta, scale_sq, budget)
         if rounded is None:
             return {index: self._quantize(leaf, delta, scale_sq, "weight", residual=True,
-                                          base=w_base)}
-        values, quantizer, step = rounded
+                                          base=w_base, budget=budget)}
+        values, quantizer, rounding, stages = rounded
         plans: dict[int, Encoded] = {}
         lowrank = None
         if factored is not None:
@@ -133,32 +162,40 @@ class AdaptivePolicy(JointPolicy):
                 plans[j].added = added
                 del plans[j].extra["error"]  # the weight's record covers its factors
         plans[index] = finish(leaf, values, quantizer, residual=True, base=w_base,
-                              lowrank=lowrank)
+                              lowrank=lowrank, rounding=stages)
         plans[index].extra["error"].update(
-            budget=budget, quantizer="unbiased", step=float(f"{step:.4g}"),
+            budget=budget, quantizer="dithered" if rounding.dithered else "stochastic",
+            step=float(f"{rounding.step:.4g}"),
             rank=0 if factored is None else factored.rank)
+        if inherited > 0:
+            plans[index].extra["error"]["carried"] = float(f"{inherited / max(energy, 1e-300):.3g}")
         return plans
 
-    def _rounded(self, leaf: Leaf, array: torch.Tensor,
-                 scale_sq: float) -> tuple[torch.Tensor, KMeans, float] | None:
-        """``array`` rounded without bias to the coarsest grid within the weight budget (of
-        ``sqrt(scale_sq)``), its ``kmeans`` stage and step; None when the grid needs more levels
-        than a uint8 code addresses. The draws are seeded by the tensor's name and update, so a
-        save is reproducible and consecutive checkpoints draw afresh."""
-        step = unbiased_step(array, scale_sq, self.budget["weight"])
-        if not step > 0:
-            return None
+    def _rounded(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, budget: float,
+                 ) -> tuple[torch.Tensor, KMeans, Rounding, tuple[TensorToTensor, ...]] | None:
+        """``array`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), the
+        cheaper of stochastically and with a dither (:func:`.factoring.roundings`), and marked
+        (:mod:`.carried`): the values the ``kmeans`` stage stores (dither included), that stage,
+        the rounding, and the mark and dither stages; None when no grid fits a uint8 code. The
+        draws are seeded by the tensor's name and update, so a save is reproducible and
+        consecutive checkpoints draw afresh."""
         seed = zlib.crc32(f"{leaf.name}:{scale_sq!r}".encode())
-        levels = unbiased_levels(array, step, seed)
-        quantizer = grid(levels, step, leaf.dtype.name)
-        if quantizer is None:
-            return None
-        return (levels.double() * step).to(array.dtype), quantizer, step
+        best = None
+        for rounding in roundings(array, scale_sq, budget, seed, MARK):
+            quantizer = grid(rounding.levels, rounding.step, leaf.dtype.name)
+            if quantizer is not None and (best is None or rounding.bits < best[2].bits):
+                stages: tuple[TensorToTensor, ...] = (Mark(seed, rounding.step, MARK),)
+                if rounding.dithered:
+                    stages = (*stages, Dither(seed, rounding.step))
+                best = ((rounding.levels.double() * rounding.step).to(array.dtype), quantizer,
+                        rounding, stages)
+        return best
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
-                  residual: bool = False, base: torch.Tensor | None = None) -> Encoded:
-        """Prune and quantize within the state's budget."""
-        budget = self.budget[state]
+                  residual: bool = False, base: torch.Tensor | None = None,
+                  budget: float | None = None) -> Encoded:
+        """Prune and quantize within ``budget``, by default the state's."""
+        budget = self.budget[state] if budget is None else budget
         choice, quantizer, pruned = fitted(array, scale_sq, budget, leaf.dtype.name)
         least_squares, codes = None, None
         if state in DEBIASED and bool((pruned != 0).any()):

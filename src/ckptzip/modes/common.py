@@ -114,9 +114,15 @@ class JointPolicy(LosslessPolicy):
             return {}
         plans: dict[int, Encoded] = {}
         self._next_leaf = len(leaves)
-        for values in self.groups(leaves, base):
+        groups = self.groups(leaves, base)
+        self.survey(groups, base)
+        for values in groups:
             plans.update(self.plan_group(leaves, values, base))
         return plans
+
+    def survey(self, groups: list[GroupValues], base: Base) -> None:
+        """Look at every group before any is planned (what holds for the whole checkpoint);
+        nothing by default."""
 
     def add_leaf(self) -> int:
         """The index of a leaf the plan adds to the file (after the state's own and those
@@ -166,7 +172,8 @@ def finish(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
-    lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None, **more: float,
+    lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
+    rounding: tuple[TensorToTensor, ...] = (), **more: float,
 ) -> Encoded:
     """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
@@ -174,12 +181,15 @@ def finish(
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
     ``array``, where the caller fixed them (a codebook rescaled after assigning them).
     ``lowrank``: the stage and its decoded factors by leaf index, when ``array`` is already
-    what is left after their product."""
+    what is left after their product. ``rounding``: the stages of an unbiased rounding before
+    the quantizer (a :class:`~ckptzip.codecs.Mark`, a :class:`~ckptzip.codecs.Dither` whose
+    shift ``array`` already holds)."""
     stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
     context = TransformContext(leaf.name, base, None if support is None else support[1],
                                None if lowrank is None else lowrank[1])
     if lowrank is not None:
         stages = (*stages, lowrank[0])
+    stages = (*stages, *rounding)
     if support is not None:
         stages = (*stages, support[0])
         array = support[0].encode(array, context)

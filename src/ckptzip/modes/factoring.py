@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..codecs import KMeans, LowRank, TransformContext
+from ..codecs import Dither, KMeans, LowRank, TransformContext
 from .quantize import entropy_bits, fitted
 
 #: Both sides of a matrix are at least this for its update to be factored.
@@ -56,12 +56,15 @@ def _sample(values: torch.Tensor) -> tuple[torch.Tensor, float]:
     return sample, sample.numel() / max(flat.numel(), 1)
 
 
-def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float) -> float:
-    """The coarsest grid step whose unbiased rounding of ``values`` has an expected squared
-    error within ``budget**2 * scale_sq`` (0 when the budget is 0).
+def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
+                  mark: float = 0.0) -> float:
+    """The coarsest grid step whose unbiased rounding of ``values``, with a
+    :class:`~ckptzip.codecs.Mark` of ``mark``, has an expected squared error within
+    ``budget**2 * scale_sq`` (0 when the budget is 0).
 
     A value at fraction ``f`` between two levels rounds up with probability ``f``: its expected
-    squared error is ``step**2 * f * (1 - f)``, summed over the values (bisected on a sample).
+    squared error is ``step**2 * f * (1 - f)``, summed over the values (bisected on a sample);
+    the mark adds ``mark**2 * step**2 / 12`` to each.
     """
     sample, fraction = _sample(values)
     magnitudes = sample.float().abs()
@@ -71,18 +74,22 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float) -> float
     target = budget * budget * scale_sq * fraction
     if not target > 0:
         return 0.0  # no error allowed: no grid will do
-    # a step above every value rounds each |x| to 0 or step: the error is step sum|x| - sum x^2
-    absolute = float(magnitudes.double().sum())
-    beyond = (target + float(magnitudes.double().pow(2).sum())) / absolute
-    if beyond >= top:
-        return beyond
+    marked = mark * mark / 12 * magnitudes.numel()  # the mark's error, per step squared
 
     def error(step: float) -> float:
         f = torch.frac(magnitudes / step)
-        return float((f * (1 - f)).sum()) * step * step
+        return (float((f * (1 - f)).sum()) + marked) * step * step
+
+    # a step above every value rounds each |x| to 0 or step: the error is step sum|x| - sum x^2
+    # (plus the mark's): the root of a quadratic in the step
+    absolute = float(magnitudes.double().sum())
+    squares = float(magnitudes.double().pow(2).sum())
+    beyond = 2 * (target + squares) / (absolute + math.sqrt(absolute**2 + 4 * marked * (target + squares)))
+    if beyond >= top:
+        return beyond
 
     # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
-    fine, coarse = min(2 * math.sqrt(target / magnitudes.numel()), top), top
+    fine, coarse = min(math.sqrt(target / (magnitudes.numel() / 4 + marked)), top), top
     for _ in range(32):
         if coarse <= fine * (1 + 1e-6):
             break
@@ -111,18 +118,70 @@ def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor
     return (unbiased_levels(values, step, seed).double() * step).to(values.dtype)
 
 
-def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float) -> float:
-    """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget`` (32
-    per value when no grid will do)."""
-    step = unbiased_step(values, scale_sq, budget)
+def dithered_step(values: torch.Tensor, scale_sq: float, budget: float,
+                  mark: float = 0.0) -> float:
+    """The grid step whose subtractive dither (:class:`~ckptzip.codecs.Dither`), with a
+    :class:`~ckptzip.codecs.Mark` of ``mark``, has an expected squared error of
+    ``budget**2 * scale_sq``: the dither's error is uniform over a step, ``step**2 / 12`` per
+    element whatever the value, and the mark adds ``mark**2`` of that (0 when the budget or the
+    update is 0)."""
+    count = values.numel()
+    return math.sqrt(12 * budget * budget * scale_sq / (count * (1 + mark * mark))) if count else 0.0
+
+
+def dithered_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+    """The grid levels (int64) of ``values`` plus the dither of ``seed``, rounded to the nearest
+    multiple of ``step``: what :class:`~ckptzip.codecs.Dither` then ``kmeans`` store."""
+    shift = Dither(seed, step).shift(values.shape, values.device)
+    return torch.floor((values.double() + shift) / step + 0.5).long()
+
+
+@dataclass
+class Rounding:
+    """An update rounded without bias: its grid levels, the step, and whether a dither was added
+    before rounding to the nearest level (else the rounding was stochastic)."""
+
+    levels: torch.Tensor
+    step: float
+    dithered: bool
+    #: The amount of the :class:`~ckptzip.codecs.Mark` whose error the budget included.
+    mark: float = 0.0
+
+    @property
+    def bits(self) -> float:
+        """The levels' order-0 entropy, in bits."""
+        if not self.levels.numel():
+            return 0.0
+        counts = torch.bincount((self.levels - self.levels.min()).reshape(-1)).cpu().numpy()
+        return entropy_bits(counts)
+
+
+def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
+              mark: float = 0.0) -> list[Rounding]:
+    """``values`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), with a
+    :class:`~ckptzip.codecs.Mark` of ``mark``, both ways: stochastically and with a dither. Each has the same
+    expected error; which takes fewer bits depends on the update (a sparse one rounds cheaper
+    stochastically, its small values to 0 with an error below a dither's). Empty when no grid
+    will do (a budget of 0)."""
+    found = []
+    step = unbiased_step(values, scale_sq, budget, mark)
+    if step > 0:
+        found.append(Rounding(unbiased_levels(values, step, seed), step, False, mark))
+    step = dithered_step(values, scale_sq, budget, mark)
+    if step > 0:
+        found.append(Rounding(dithered_levels(values, step, seed), step, True, mark))
+    return found
+
+
+def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
+                  mark: float = 0.0) -> float:
+    """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget`` (a mark
+    of ``mark`` included), the cheaper of the two ways (32 per value when no grid will do)."""
     sample, fraction = _sample(values)
-    if not step > 0:
+    found = roundings(sample, scale_sq * fraction, budget, 0, mark)
+    if not found:
         return 32.0 * values.numel()
-    levels = unbiased_levels(sample, step, 0)
-    if not levels.numel():
-        return 0.0
-    counts = torch.bincount(levels - levels.min()).cpu().numpy()
-    return entropy_bits(counts) / fraction
+    return min(rounding.bits for rounding in found) / fraction
 
 
 def grid(levels: torch.Tensor, step: float, dtype: str) -> KMeans | None:
@@ -179,9 +238,10 @@ def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
 
 
-def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factored | None:
+def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
+                  mark: float = 0.0) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
-    update, whose energy is ``scale_sq``) take the fewest estimated bits, if fewer than the
+    update, whose energy is ``scale_sq``, a mark of ``mark`` included) take the fewest estimated bits, if fewer than the
     update rounded whole; else None."""
     if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
         return None
@@ -202,7 +262,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
             u = _factor(_fit_left(matrix, v.decoded.double()))
             context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
             residual = stage.encode(delta, context)
-            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget)
+            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget, mark)
                     + 2 * 8 * FACTOR_HEADER_BYTES)
             tried[rank] = Factored(rank, bits, u, v, residual)
         return tried[rank]
@@ -218,4 +278,4 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
         if 1 <= rank <= top and trial(rank).bits < best.bits:
             best = tried[rank]
-    return best if best.bits < unbiased_bits(delta, scale_sq, budget) else None
+    return best if best.bits < unbiased_bits(delta, scale_sq, budget, mark) else None

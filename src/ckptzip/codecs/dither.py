@@ -1,0 +1,111 @@
+"""Tensor to tensor: a seeded, subtractive dither of one grid step.
+
+Rounding ``x + u * step`` to the nearest multiple of ``step`` and subtracting ``u * step`` again
+on decoding, with ``u`` uniform in (-1/2, 1/2) and known to both sides, makes the error uniform
+in (-step/2, step/2) and independent of ``x``: unbiased, like stochastic rounding, but with an
+expected squared error of ``step**2 / 12`` per element where stochastic rounding's is
+``step**2 * f * (1 - f)`` (``f`` the value's fraction of a step, 1/6 on average). The codes have
+the same distribution either way, so on a dense update the dither buys a grid sqrt(2) coarser at
+the same error: about half a bit per element (docs/LOSSY.md).
+
+The reader regenerates ``u`` from the stage's ``seed`` and each element's flat index with a
+counter-based hash of 32-bit integer arithmetic (FORMAT.md gives it exactly), so every device
+derives the same offsets and nothing but the seed is stored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import ConfigError
+from .base import TensorToTensor, TransformContext, register
+
+_MASK = 0xFFFFFFFF
+#: Elements hashed per block (bounds the int64 temporaries at a few hundred MB).
+_BLOCK = 1 << 24
+
+
+def _mul32(x: torch.Tensor, multiplier: int) -> torch.Tensor:
+    """``x * multiplier mod 2**32`` for ``0 <= x < 2**32`` in int64 arithmetic that never
+    overflows: the low and high 16 bits of ``x`` are multiplied apart (each product < 2**49)."""
+    low, high = x & 0xFFFF, x >> 16
+    return (low * multiplier + ((high * (multiplier & 0xFFFF)) << 16)) & _MASK
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer (the "lowbias32" xorshift-multiply constants) on int64 values in
+    ``[0, 2**32)``; bijective, so distinct indices get distinct outputs."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _key(seed: int, high: int, device: torch.device) -> torch.Tensor:
+    """The per-block key: the seed mixed with the high 32 bits of the element index."""
+    word = torch.tensor([high & _MASK], dtype=torch.int64, device=device)
+    return hash32(hash32(word) ^ seed)
+
+
+def offsets(count: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The dither of elements ``0 .. count - 1`` in units of a step: float64 values
+    ``(h >> 8) / 2**24 + 2**-25 - 1/2`` in (-1/2, 1/2), where ``h`` is
+    ``hash32(i_low ^ hash32(hash32(i_high) ^ seed))`` of the index's low and high 32 bits.
+    Exact in float32 and float64 alike (25 significant bits)."""
+    device = torch.device(device)
+    out = torch.empty(count, dtype=torch.float64, device=device)
+    start = 0
+    while start < count:
+        # blocks of at most _BLOCK elements that share the high 32 bits of their indices
+        stop = min(start + _BLOCK, count, ((start >> 32) + 1) << 32)
+        index = torch.arange(start, stop, dtype=torch.int64, device=device)
+        hashed = hash32((index & _MASK) ^ _key(seed, start >> 32, device))
+        out[start:stop] = (hashed >> 8).double() * 2.0**-24 + (2.0**-25 - 0.5)
+        start = stop
+    return out
+
+
+@register
+class Dither(TensorToTensor):
+    codec_id: ClassVar[str] = "dither"
+
+    def __init__(self, seed: int, step: float) -> None:
+        check_seed_and_step(self.codec_id, seed, step)
+        self.seed = seed
+        self.step = float(step)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"id": self.codec_id, "seed": self.seed, "step": self.step}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Dither:
+        return cls(config["seed"], config["step"])
+
+    def shift(self, shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """``u * step`` for each element of a tensor of ``shape`` (float64)."""
+        return (offsets(math.prod(shape), self.seed, device) * self.step).reshape(shape)
+
+    # Both directions compute in float64, where u * step is exact, and return float32 (float64
+    # for float64 input), so the writer's reconstruction is the reader's to the bit.
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        dtype = torch.promote_types(tensor.dtype, torch.float32)
+        return (tensor.double() + self.shift(tensor.shape, tensor.device)).to(dtype)
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        if not tensor.is_floating_point():
+            raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
+        dtype = torch.promote_types(tensor.dtype, torch.float32)
+        return (tensor.double() - self.shift(tensor.shape, tensor.device)).to(dtype)
+
+
+def check_seed_and_step(codec: str, seed: Any, step: Any) -> None:
+    """ConfigError unless ``seed`` is an int in [0, 2**32) and ``step`` a finite number > 0."""
+    if type(seed) is not int or not 0 <= seed <= _MASK:
+        raise ConfigError(f"{codec}: seed must be an int in [0, 2**32), not {seed!r}")
+    if not (isinstance(step, (int, float)) and not isinstance(step, bool)
+            and math.isfinite(step) and step > 0):
+        raise ConfigError(f"{codec}: step must be a finite number > 0, not {step!r}")
