@@ -5,6 +5,9 @@ One reference run per arm, all with the same seed and data order: train a small 
 Python standard library's source, checkpoint every ``--every`` steps as a chain (the first
 checkpoint a lossless keyframe), and, in every arm, resume training from the checkpoint *as
 decoded* at every checkpoint (closed loop, ExCP's protocol). The lossless arm is the reference.
+The ``adaptive-open`` arm instead lets training go on from the true state, as it does when nothing
+fails, and reports the loss of each checkpoint *as decoded*: a chain's error there carries the
+errors before it, and this arm shows whether it stays bounded.
 
 Per arm: bytes per checkpoint; the ratio of the raw fp32 full state (weights and both Adam
 moments) to the stored bytes, over the delta checkpoints; bits per parameter; the model-state
@@ -20,6 +23,7 @@ tiny model for 60 steps.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
@@ -48,6 +52,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "excp": {"mode": "excp"},
     "bitsnap": {"mode": "bitsnap"},
     "adaptive": {"mode": "adaptive"},
+    "adaptive-open": {"mode": "adaptive", "resume": False},
 }
 STATES = ("weights", "exp_avg", "exp_avg_sq")
 EVAL_BATCHES = 16
@@ -58,6 +63,9 @@ class Arm:
     name: str
     mode: str
     options: dict[str, Any]
+    #: Training resumes from each decoded checkpoint (else it goes on from the true state, and
+    #: the losses are those of the decoded checkpoints).
+    resume: bool = True
     steps: list[int] = field(default_factory=list)
     stored_bytes: list[int] = field(default_factory=list)
     weight_bytes: list[int] = field(default_factory=list)
@@ -65,6 +73,9 @@ class Arm:
     train_loss: list[float] = field(default_factory=list)
     #: Per delta checkpoint and state: (squared error sum, squared norm sum, elements).
     errors: list[dict[str, tuple[float, float, int]]] = field(default_factory=list)
+    #: Per delta checkpoint: the weights' error over the update training made since the one
+    #: before, |W^ - W| / |W - W_start|.
+    update_errors: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -103,11 +114,17 @@ def state_errors(original: Any, decoded: Any) -> dict[str, tuple[float, float, i
     return sums
 
 
+def weights_of(state: Any) -> torch.Tensor:
+    """Every weight of the demo's checkpoint, flattened into one float64 vector."""
+    return torch.cat([t.detach().double().reshape(-1) for t in state["model"].values()])
+
+
 def run_arm(arm: Arm, config: TrainConfig, steps: int, every: int, seed: int, workdir: Path) -> None:
     train_data, val_data = load_data(config)
     trainer = make_trainer(config, steps, seed)
     block = config.model.block_size
     previous: Path | None = None
+    start = weights_of(trainer.state())  # the weights training went on from
     started = time.perf_counter()
     for step in range(every, steps + 1, every):
         arm.train_loss += trainer.train(train_data, every)
@@ -119,12 +136,25 @@ def run_arm(arm: Arm, config: TrainConfig, steps: int, every: int, seed: int, wo
             arm.weight_bytes.append(sum(
                 chunk.length for leaf in checkpoint.leaves if leaf.name.startswith("model.")
                 for chunk in leaf.chunks))
+        true = weights_of(state)
         if previous is not None:
             arm.errors.append(state_errors(state, decoded))
-        trainer.restore(decoded)  # closed loop: training goes on from what was stored
+            update = float((true - start).norm())
+            arm.update_errors.append(float((weights_of(decoded) - true).norm()) / update)
+        if arm.resume:
+            trainer.restore(decoded)  # closed loop: training goes on from what was stored
+            start = weights_of(decoded)
+            arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
+                                         block))
+        else:  # the decoded checkpoint's loss, then training goes on from the true state
+            kept = copy.deepcopy(state)
+            trainer.restore(decoded)
+            arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
+                                         block))
+            trainer.restore(kept)
+            start = true
         arm.steps.append(step)
         arm.stored_bytes.append(report.stored_bytes)
-        arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size, block))
         print(f"{arm.name:>9} step {step:4d}: {report.stored_bytes:>10,} bytes, "
               f"val {arm.val_loss[-1]:.4f}", file=sys.stderr, flush=True)
         previous = path
@@ -156,6 +186,8 @@ def summary(arm: Arm, reference: Arm, params: int, every: int) -> dict[str, Any]
         "val_loss": arm.val_loss[-1],
         "val_gap_pct": 100 * (arm.val_loss[-1] / reference.val_loss[-1] - 1),
         "errors": errors,
+        "update_error_last": arm.update_errors[-1],
+        "update_error_max": max(arm.update_errors),
         "seconds": arm.seconds,
     }
 
@@ -163,12 +195,15 @@ def summary(arm: Arm, reference: Arm, params: int, every: int) -> dict[str, Any]
 def markdown(rows: dict[str, dict[str, Any]], params: int, steps: int, every: int, resumes: int) -> str:
     lines = [
         f"{params:,} parameters, {steps} steps, a checkpoint every {every} steps, training resumed "
-        f"from the decoded checkpoint {resumes} times per arm. Ratios: raw fp32 over stored bytes, "
-        f"mean over the delta checkpoints; gaps relative to the lossless arm's final loss.",
+        f"from the decoded checkpoint {resumes} times per arm (``-open``: never; its losses are "
+        f"the decoded checkpoints'). Ratios: raw fp32 over stored bytes, mean over the delta "
+        f"checkpoints; gaps relative to the lossless arm's final loss. Error/update: the weights' "
+        f"error over the update since the state training went on from, at the last delta "
+        f"checkpoint (the largest in brackets).",
         "",
         "| arm | bytes/delta ckpt | full-state ratio | bits/param | model-state ratio | train loss (gap) "
-        "| val loss (gap) | rel. error w / m / v | MSE w / m / v |",
-        "|---|---:|---:|---:|---:|---|---|---|---|",
+        "| val loss (gap) | rel. error w / m / v | MSE w / m / v | error/update |",
+        "|---|---:|---:|---:|---:|---|---|---|---|---|",
     ]
     for name, r in rows.items():
         e = r["errors"]
@@ -178,7 +213,8 @@ def markdown(rows: dict[str, dict[str, Any]], params: int, steps: int, every: in
             f"{r['train_loss']:.4f} ({r['train_gap_pct']:+.2f}%) | "
             f"{r['val_loss']:.4f} ({r['val_gap_pct']:+.2f}%) | "
             + " / ".join(f"{e[k]['rel']:.3g}" for k in STATES) + " | "
-            + " / ".join(f"{e[k]['mse']:.2g}" for k in STATES) + " |"
+            + " / ".join(f"{e[k]['mse']:.2g}" for k in STATES) + " | "
+            + f"{r['update_error_last']:.2f} ({r['update_error_max']:.2f}) |"
         )
     return "\n".join(lines)
 
@@ -231,7 +267,8 @@ def main() -> None:
     unknown = [n for n in names if n not in ARMS]
     if unknown or steps < 2 * every:
         parser.error(f"unknown arms {unknown}" if unknown else "need at least two checkpoints")
-    arms = [Arm(n, ARMS[n]["mode"], {k: v for k, v in ARMS[n].items() if k != "mode"}) for n in names]
+    arms = [Arm(n, ARMS[n]["mode"], {k: v for k, v in ARMS[n].items() if k not in ("mode", "resume")},
+                ARMS[n].get("resume", True)) for n in names]
     if args.error_budget is not None:
         for arm in arms:
             if arm.mode == "adaptive":
