@@ -6,7 +6,8 @@ configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of ever
 * a pipeline with chunk stages (residual, byteplanes or ctxplanes, entropy) decodes one chunk of
   ``raw`` bytes with ``Pipeline.decode_chunk``; for a residual the payload starts with the base's
   ``raw`` bytes, the stored stream follows;
-* a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual, support) undoes them
+* a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual, support, lowrank,
+  dither, mark) undoes them
   with the reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's
   ``encoded`` array; for a ``support`` stage the next ``prod(shape)`` bytes are the sibling's
   support (non-zero: kept); for a ``lowrank`` stage the next bytes are its two factors, float32

@@ -431,8 +431,8 @@ def test_cli_never_executes_code(payloads: dict[str, Any], tmp_path: Path,
 
 
 READERS = ["api", "chain", "container", "dtypes", "pipeline", "reader", "tree", "codecs/base",
-           "codecs/byteplanes", "codecs/context", "codecs/entropy", "codecs/kmeans",
-           "codecs/lossy_residual", "codecs/lowrank", "codecs/residual", "codecs/sparse",
+           "codecs/byteplanes", "codecs/context", "codecs/dither", "codecs/entropy", "codecs/kmeans",
+           "codecs/lossy_residual", "codecs/lowrank", "codecs/mark", "codecs/residual", "codecs/sparse",
            "codecs/support"]
 
 

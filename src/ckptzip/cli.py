@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--error-budget", metavar="E", type=parse_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
                         f"per state, e.g. {_BUDGET_TEXT} (the default; the weights' is the expected "
-                        "error of unbiased rounding, relative to the update since the base)")
+                        "error of unbiased rounding, relative to the update training made since "
+                        "the base; below 2)")
     p.add_argument("--base", metavar="B",
                    help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
                         "that needs B (found beside it) to load")
