@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "dither.h"
 #include "ctx.h"
 #include "memory.h"
 #include "planes.h"
@@ -68,6 +69,33 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args, PyObject *kw) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(crc);
+}
+
+PyDoc_STRVAR(dither_offsets_doc,
+             "dither_offsets(dst, start, seed) -> None\n\n"
+             "Fill dst (float64) with the dither offsets of elements start, start + 1, ... for\n"
+             "seed (docs/FORMAT.md), each uniform in (-1/2, 1/2).");
+static PyObject *py_dither_offsets(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"dst", "start", "seed", NULL};
+    PyObject *obj;
+    unsigned long long start;
+    unsigned long seed;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OKk:dither_offsets", kwlist, &obj, &start, &seed))
+        return NULL;
+    if (seed > 0xffffffffUL)
+        return PyErr_Format(PyExc_ValueError, "seed %lu exceeds 32 bits", seed);
+    Py_buffer v;
+    if (get_buffer(obj, &v, 1, "dst")) return NULL;
+    if (check_len(v.len, 8, "dst")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    ckz_dither_offsets((double *)v.buf, (size_t)v.len / 8, (uint64_t)start, (uint32_t)seed);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
 }
 
 /* split_planes and merge_planes share argument handling; `split` picks the direction. */
@@ -557,6 +585,7 @@ static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
+    KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
     KW("split_planes", py_split, split_doc),
     KW("merge_planes", py_merge, merge_doc),
     KW("encode", py_encode, encode_doc),

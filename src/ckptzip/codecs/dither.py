@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import _native
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 
@@ -55,18 +56,29 @@ def offsets(count: int, seed: int, device: torch.device | str = "cpu") -> torch.
     """The dither of elements ``0 .. count - 1`` in units of a step: float64 values
     ``(h >> 8) / 2**24 + 2**-25 - 1/2`` in (-1/2, 1/2), where ``h`` is
     ``hash32(i_low ^ hash32(hash32(i_high) ^ seed))`` of the index's low and high 32 bits.
-    Exact in float32 and float64 alike (25 significant bits)."""
+    Exact in float32 and float64 alike (25 significant bits). On the host the native core
+    computes them (GIL released); on other devices torch's int64 ops do, to the same values."""
     device = torch.device(device)
     out = torch.empty(count, dtype=torch.float64, device=device)
+    if device.type == "cpu":
+        if count:
+            _native.dither_offsets(out.numpy(), 0, seed)
+        return out
     start = 0
     while start < count:
         # blocks of at most _BLOCK elements that share the high 32 bits of their indices
         stop = min(start + _BLOCK, count, ((start >> 32) + 1) << 32)
-        index = torch.arange(start, stop, dtype=torch.int64, device=device)
-        hashed = hash32((index & _MASK) ^ _key(seed, start >> 32, device))
-        out[start:stop] = (hashed >> 8).double() * 2.0**-24 + (2.0**-25 - 0.5)
+        out[start:stop] = offsets_by_torch(start, stop, seed, device)
         start = stop
     return out
+
+
+def offsets_by_torch(start: int, stop: int, seed: int, device: torch.device) -> torch.Tensor:
+    """:func:`offsets` of the indices ``start .. stop - 1`` (which share their high 32 bits) in
+    torch's int64 ops, on any device."""
+    index = torch.arange(start, stop, dtype=torch.int64, device=device)
+    hashed = hash32((index & _MASK) ^ _key(seed, start >> 32, device))
+    return (hashed >> 8).double() * 2.0**-24 + (2.0**-25 - 0.5)
 
 
 @register

@@ -241,8 +241,8 @@ def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
                   mark: float = 0.0) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
-    update, whose energy is ``scale_sq``, a mark of ``mark`` included) take the fewest estimated bits, if fewer than the
-    update rounded whole; else None."""
+    update, whose energy is ``scale_sq``, a mark of ``mark`` included) take the fewest estimated
+    bits, if fewer than the update rounded whole; else None."""
     if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
         return None
     matrix = delta.reshape(delta.shape[0], -1).double()

@@ -1,0 +1,30 @@
+#include "dither.h"
+
+/* The "lowbias32" 32-bit mixer: xorshift-multiply, bijective. */
+static inline uint32_t mix(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    x ^= x >> 16;
+    return x;
+}
+
+void ckz_dither_offsets(double *out, size_t count, uint64_t start, uint32_t seed) {
+    size_t j = 0;
+    while (j < count) {
+        uint64_t index = start + j;
+        uint32_t high = (uint32_t)(index >> 32);
+        uint32_t key = mix(mix(high) ^ seed);
+        /* the elements up to the next multiple of 2^32 share the key */
+        uint64_t room = (((uint64_t)high + 1) << 32) - index;
+        size_t run = count - j < room ? count - j : (size_t)room;
+        uint32_t low = (uint32_t)index;
+        for (size_t i = 0; i < run; i++) {
+            uint32_t h = mix((low + (uint32_t)i) ^ key);
+            /* exact: a 24-bit integer plus one half, over 2^24 */
+            out[j + i] = ((double)(h >> 8) + 0.5) * (1.0 / 16777216.0) - 0.5;
+        }
+        j += run;
+    }
+}
