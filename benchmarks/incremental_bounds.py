@@ -1,0 +1,96 @@
+"""How small can a lossless delta of these weights be? Entropy bounds of the residual against the base.
+
+On the same cached training states as ``benchmarks/incremental.py`` (the small GPT at step 100,
+and 10, 50 and 200 steps later), the weights are cast to fp32 and bf16, and the zigzagged
+difference of monotone-mapped bit patterns (ckptzip's ``float-diff`` residual) is split into
+byte planes. Printed per interval and dtype:
+
+* each plane's order-0 entropy with one histogram per 65,536 elements (tables free);
+* for fp32, the two low planes' entropy given the magnitude of the residual's top 16 bits (is
+  there anything left to model below them?);
+* the planes' entropy given the base's exponent (the context ckptzip's ``ctxplanes`` codes with)
+  and given more (the top residual byte, the base's top mantissa bit);
+* the ratio those bounds allow, next to 1.2x zipnn's XOR-delta ratio measured by
+  ``benchmarks/incremental.py`` (the issue's target), which this script does not run.
+
+    python benchmarks/incremental_bounds.py    # about 10 s once the states are cached
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from incremental import training_states, weights
+
+CHUNK = 65536
+
+
+def entropy(counts: np.ndarray) -> float:
+    counts = counts[counts > 0]
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def chunked(symbols: np.ndarray) -> float:
+    """Bits per symbol with one order-0 table per :data:`CHUNK` symbols."""
+    total = 0.0
+    for start in range(0, len(symbols), CHUNK):
+        part = symbols[start : start + CHUNK]
+        total += entropy(np.bincount(part, minlength=256)) * len(part)
+    return total / max(len(symbols), 1)
+
+
+def conditional(context: np.ndarray, symbols: np.ndarray) -> float:
+    """H(symbols | context) in bits per symbol, one global table per context value."""
+    contexts = int(context.max()) + 1
+    joint = np.bincount(context * 256 + symbols, minlength=contexts * 256).reshape(contexts, 256)
+    return sum(entropy(row) * row.sum() for row in joint if row.sum()) / len(symbols)
+
+
+def residual(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
+             bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The zigzagged difference of monotone-mapped patterns, and the base's patterns (int64)."""
+    view = torch.int32 if bits == 32 else torch.int16
+    a = np.concatenate([t.reshape(-1).view(view).numpy() for t in new.values()]).astype(np.int64)
+    b = np.concatenate([t.reshape(-1).view(view).numpy() for t in base.values()]).astype(np.int64)
+    magnitude = (1 << (bits - 1)) - 1
+
+    def monotone(x: np.ndarray) -> np.ndarray:
+        return np.where(x < 0, -(x & magnitude), x)
+
+    d = monotone(a) - monotone(b)
+    return np.where(d >= 0, 2 * d, -2 * d - 1), b
+
+
+def main() -> None:
+    states = training_states(False)
+    steps = sorted(states)
+    print("| interval | dtype | plane entropies, low to high (bits, per 64K) | low 16 bits' planes "
+          "given the top 16 bits' magnitude | planes given the base's exponent | + top residual byte, base's "
+          "top mantissa bit | ratio: order-0 / base exponent / best context |")
+    print("|---|---|---|---|---|---|---|")
+    for step in steps[1:]:
+        for dtype, bits in ((torch.float32, 32), (torch.bfloat16, 16)):
+            z, b = residual(weights(states[step], dtype), weights(states[steps[0]], dtype), bits)
+            planes = [(z >> (8 * k)) & 0xFF for k in range(bits // 8)]
+            order0 = [chunked(p) for p in planes]
+            high = z >> (bits - 8)
+            top16 = (z >> (bits - 16)).astype(np.float64)
+            magnitude = np.floor(np.log2(top16 + 1)).astype(np.int64)
+            low_given = [conditional(magnitude, p) for p in planes[:-2]]
+            exponent = (b >> (bits - 9)) & 0xFF  # the base's exponent byte
+            given_exponent = [conditional(exponent, p) for p in planes]
+            mantissa_top = (b >> (bits - 10)) & 1
+            richer = [conditional((exponent * 4 + np.minimum(high, 3)) * 2 + mantissa_top, p)
+                      for p in planes[:-1]] + [given_exponent[-1]]
+            ratios = [bits / sum(h) for h in (order0, given_exponent, richer)]
+            name = "fp32" if bits == 32 else "bf16"
+            print(f"| {step - steps[0]} | {name} | {' / '.join(f'{h:.3f}' for h in order0)} | "
+                  f"{' / '.join(f'{h:.3f}' for h in low_given) or '-'} | "
+                  f"{' / '.join(f'{h:.3f}' for h in given_exponent)} | "
+                  f"{' / '.join(f'{h:.3f}' for h in richer)} | "
+                  f"{' / '.join(f'{r:.3f}' for r in ratios)} |")
+
+
+if __name__ == "__main__":
+    main()
