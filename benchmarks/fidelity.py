@@ -236,7 +236,8 @@ def plot(arms: list[Arm], params: int, path: Path) -> None:
         if arm.mode != "lossless":
             ratios.plot(arm.steps[1:], [12 * params / b for b in arm.stored_bytes[1:]], "o-",
                         color=line.get_color(), label=arm.name)
-    losses.set(xlabel="step", ylabel="loss", title="Training resumed from each decoded checkpoint")
+    losses.set(xlabel="step", ylabel="loss",
+               title="Training resumed from each decoded checkpoint (-open: never)")
     losses.legend(fontsize=7)
     ratios.set(xlabel="step", ylabel="raw fp32 full state / stored", yscale="log",
                title="Full-state ratio per delta checkpoint")

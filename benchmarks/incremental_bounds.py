@@ -13,10 +13,13 @@ byte planes. Printed per interval and dtype:
 * the ratio those bounds allow, next to 1.2x zipnn's XOR-delta ratio measured by
   ``benchmarks/incremental.py`` (the issue's target), which this script does not run.
 
-    python benchmarks/incremental_bounds.py    # about 10 s once the states are cached
+    python benchmarks/incremental_bounds.py           # about 10 s once the states are cached
+    python benchmarks/incremental_bounds.py --quick   # the tiny model's short run (the tests)
 """
 
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 import torch
@@ -63,7 +66,10 @@ def residual(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
 
 
 def main() -> None:
-    states = training_states(False)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the tiny model's short run")
+    states = training_states(parser.parse_args().quick)
     steps = sorted(states)
     print("| interval | dtype | plane entropies, low to high (bits, per 64K) | low 16 bits' planes "
           "given the top 16 bits' magnitude | planes given the base's exponent | + top residual byte, base's "
