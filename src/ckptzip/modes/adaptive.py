@@ -24,11 +24,12 @@ import math
 import zlib
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from ..chain import Base
 from ..codecs import Dither, KMeans, LowRank, Mark, Support, TensorToTensor, TransformContext
-from ..codecs.kmeans import lloyd_sorted, sample_sorted
+from ..codecs.kmeans import Fit, lloyd_sorted, sample_sorted
 from ..dtypes import from_name
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded
@@ -68,6 +69,16 @@ def decoded_nonzero(encoded: Encoded) -> torch.Tensor:
     assert isinstance(quantizer, KMeans)
     codes = encoded.array
     return (quantizer.table(codes.device) != 0)[codes.long()]
+
+
+def sqrt_error(logs: np.ndarray, fit: Fit) -> float:
+    """The RMS relative error of ``sqrt(v)`` when the ascending ``logs`` of ``v`` are replaced
+    by their clusters' centroids: an error ``e`` in ``log(v)`` makes ``sqrt(v)`` wrong by a
+    factor ``exp(e / 2)``, which for the small values of a wide spread is far above ``e / 2``."""
+    if not logs.size:
+        return 0.0
+    assigned = np.repeat(fit.centroids, fit.counts)
+    return float(np.sqrt(np.mean(np.expm1((assigned - logs) / 2) ** 2)))
 
 
 class AdaptivePolicy(JointPolicy):
@@ -229,8 +240,7 @@ class AdaptivePolicy(JointPolicy):
         logs = sample_sorted(array[array > 0].double().log())
         k = CODEBOOKS[-1]
         for size in (1, *CODEBOOKS):  # one centroid: the mask alone, where v varies little
-            # an error e in log(v) makes sqrt(v) wrong by a factor exp(e / 2): RMS of e / 2
-            if math.sqrt(lloyd_sorted(logs, size).sse / max(logs.size, 1)) / 2 <= budget:
+            if sqrt_error(logs, lloyd_sorted(logs, size)) <= budget:
                 k = size
                 break
         quantizer = KMeans(k, leaf.dtype.name, "log")
