@@ -824,3 +824,20 @@ def test_search_of_a_large_tensor_on_a_spread_sample_matches_the_whole(monkeypat
     assert sampled.error <= 0.5 and whole.error <= 0.5
     assert choice == sampled
     assert float((pruned != 0).float().mean()) * values.numel() == pytest.approx(sampled.kept, rel=0.02)
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_lossy_planning_reports_its_progress(mode, chain_states):
+    """Each mode's plan_state tells a progress callback of every group's raw bytes, adding up to
+    the total it announces (the bar of a long lossy save)."""
+    from ckptzip.chain import MemoryBase
+    from ckptzip.policy import policy_for
+    from ckptzip.tree import flatten
+
+    _, leaves = flatten(chain_states[1])
+    heard: list[tuple[int, int]] = []
+    plans = policy_for(mode).plan_state(leaves, MemoryBase(chain_states[0]),
+                                        lambda size, total: heard.append((size, total)))
+    assert plans and heard and len({total for _, total in heard}) == 1
+    assert sum(size for size, _ in heard) == heard[0][1]
+    assert heard[0][1] <= sum(leaf.nbytes for leaf in leaves)

@@ -69,7 +69,7 @@ class _Scale(ckptzip.codecs.TensorToTensor):
 class _HalfPolicy(ckptzip.policy.LosslessPolicy):
     mode = "test-half"
 
-    def plan_state(self, leaves, base):
+    def plan_state(self, leaves, base, progress=None):
         from ckptzip.codecs.base import TransformContext
 
         planned = {}

@@ -36,13 +36,19 @@ class Encoded:
     added: Leaf | None = None
 
 
+#: ``progress(planned, total)``: ``planned`` more raw bytes of ``total`` are planned.
+Planned = Callable[[int, int], None]
+
+
 class Policy(Protocol):
     mode: str
 
-    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+    def plan_state(self, leaves: list[Leaf], base: Base | None,
+                   progress: Planned | None = None) -> dict[int, Encoded]:
         """Transform whichever tensors the mode treats jointly (weights with their moments),
         by leaf index; every other leaf is coded on its own with :meth:`pipeline_for`. Plans at
-        indices ``len(leaves)``, ``len(leaves) + 1``, ... add leaves (their ``added``)."""
+        indices ``len(leaves)``, ``len(leaves) + 1``, ... add leaves (their ``added``).
+        ``progress`` hears of the raw bytes planned as the work goes (a progress bar)."""
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         """The pipeline of a tensor coded on its own."""
@@ -65,7 +71,8 @@ class LosslessPolicy:
         self._dense: dict[tuple[int, int], Pipeline] = {}
         self._deltas: dict[tuple[int, int, bool], list[Pipeline]] = {}
 
-    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+    def plan_state(self, leaves: list[Leaf], base: Base | None,
+                   progress: Planned | None = None) -> dict[int, Encoded]:
         return {}
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:

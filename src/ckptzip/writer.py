@@ -221,16 +221,26 @@ def prepare(
     base: Base | None = None,
     keyframe_every: int | None = None,
     mode_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> Prepared:
     """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
     ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
-    so the base's bytes need not stay cached until the write."""
+    so the base's bytes need not stay cached until the write. ``progress``: a bar on a terminal
+    while the transforms run (minutes for a large state on a CPU)."""
     policy = policy_for(mode, **(mode_options or {}))
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
     encoded = {}
     n_state = len(leaves)
-    for index, encoding in sorted(policy.plan_state(leaves, base).items(), key=lambda p: p[0]):
+    bar = Progress(1, f"{mode} transforms", enabled=progress)
+
+    def planned(size: int, total: int) -> None:
+        bar.total = max(total, 1)
+        bar.update(size)
+
+    plans = policy.plan_state(leaves, base, planned)
+    bar.close()
+    for index, encoding in sorted(plans.items(), key=lambda p: p[0]):
         if index >= n_state:  # a leaf the mode adds, which the tree does not reference
             if index != len(leaves) or encoding.added is None:
                 raise ConfigError(f"the {mode} policy planned leaf {index} of {len(leaves)} "
@@ -496,7 +506,8 @@ def encode_state(
     user_metadata = _check_metadata(metadata)
     # a Prepared state was planned already: its mode, base and policy hold
     prepared = state if isinstance(state, Prepared) else prepare(
-        state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options)
+        state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options,
+        progress=progress)
     mode, base, policy = prepared.mode, prepared.base, prepared.policy
     tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header: dict[str, Any] = {

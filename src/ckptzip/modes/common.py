@@ -22,7 +22,7 @@ from ..codecs import (
 )
 from ..dtypes import from_torch
 from ..pipeline import Pipeline
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded, LosslessPolicy
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded, LosslessPolicy, Planned
 from ..tree import Leaf
 from .pairing import Group, group_state
 
@@ -97,6 +97,15 @@ def role_of(name: str, ndim: int) -> str:
     return "bias" if ndim <= 1 else "other"
 
 
+def planned_sizes(leaves: list[Leaf], groups: list[GroupValues],
+                  ) -> list[tuple[GroupValues, int, int]]:
+    """Each group with its leaves' raw bytes and the total over all groups (for ``progress``)."""
+    sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
+                 if i is not None) for v in groups]
+    total = sum(sizes)
+    return [(values, size, total) for values, size in zip(groups, sizes)]
+
+
 class JointPolicy(LosslessPolicy):
     """A lossy mode: each group of a weight and its moments is planned together against the base.
 
@@ -109,15 +118,18 @@ class JointPolicy(LosslessPolicy):
         self.pairing = pairing
         self._next_leaf = 0
 
-    def plan_state(self, leaves: list[Leaf], base: Base | None) -> dict[int, Encoded]:
+    def plan_state(self, leaves: list[Leaf], base: Base | None,
+                   progress: Planned | None = None) -> dict[int, Encoded]:
         if base is None:
             return {}
         plans: dict[int, Encoded] = {}
         self._next_leaf = len(leaves)
         groups = self.groups(leaves, base)
         self.survey(groups, base)
-        for values in groups:
+        for values, size, total in planned_sizes(leaves, groups):
             plans.update(self.plan_group(leaves, values, base))
+            if progress is not None:
+                progress(size, total)
         return plans
 
     def survey(self, groups: list[GroupValues], base: Base) -> None:
