@@ -32,8 +32,8 @@ import torch
 from ..chain import Base
 from ..codecs import Mark
 
-#: What the adaptive mode's dithers keep of their mark: the error's energy grows by its square
-#: (1.6%), and the slope that tells the two cases apart is 1/8, against a noise of about
+#: The amount of the mark on the adaptive mode's rounded weights: the error's energy grows by its
+#: square (1.6%), and the slope that tells the two cases apart is 1/8, against a noise of about
 #: ``1.3 / sqrt(elements)`` (0.002 on the fidelity model).
 MARK = 0.125
 #: Fewest marked elements the slope is measured on before it is trusted (its noise is then below
