@@ -135,6 +135,13 @@ def test_job_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert job.main(argv) == 0
     out = capsys.readouterr().out
     assert "resume from step 4 via ckptzip.load: exact (next 4 losses" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step-{s:06d}.ckz" for s in (4, 8, 12)]
+    names = [f"step-{s:06d}.ckz" for s in (4, 8, 12)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adaptive", *names]
+    # the lossy chain beside them: a keyframe, then deltas against the one before
+    assert sorted(p.name for p in (tmp_path / "adaptive").iterdir()) == names
+    with ckptzip.open(tmp_path / "adaptive" / names[-1]) as last:
+        assert last.chain_depth == 2 and last.mode == "adaptive"
+    line = next(x for x in out.splitlines() if x.startswith("adaptive chain (lossy;"))
+    assert "2 deltas" in line and "val loss" in line
     restored = ckptzip.load(tmp_path / "step-000012.ckz")
     assert restored["step"] == 12 and isinstance(restored["optimizer"]["param_groups"][0]["betas"], tuple)
