@@ -99,7 +99,7 @@ class Dither(TensorToTensor):
 
     def shift(self, shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
         """``u * step`` for each element of a tensor of ``shape`` (float64)."""
-        return (offsets(math.prod(shape), self.seed, device) * self.step).reshape(shape)
+        return scaled_offsets(shape, self.seed, self.step, device)
 
     # Both directions compute in float64, where u * step is exact, and return float32 (float64
     # for float64 input), so the writer's reconstruction is the reader's to the bit.
@@ -114,10 +114,20 @@ class Dither(TensorToTensor):
         return (tensor.double() - self.shift(tensor.shape, tensor.device)).to(dtype)
 
 
+def scaled_offsets(shape: torch.Size | tuple[int, ...], seed: int, step: float,
+                   device: torch.device) -> torch.Tensor:
+    """:func:`offsets` of ``seed`` times ``step``, as a float64 tensor of ``shape``."""
+    return (offsets(math.prod(shape), seed, device) * step).reshape(shape)
+
+
+def finite_number(value: Any) -> bool:
+    """Whether a config value is a finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_seed_and_step(codec: str, seed: Any, step: Any) -> None:
     """ConfigError unless ``seed`` is an int in [0, 2**32) and ``step`` a finite number > 0."""
     if type(seed) is not int or not 0 <= seed <= _MASK:
         raise ConfigError(f"{codec}: seed must be an int in [0, 2**32), not {seed!r}")
-    if not (isinstance(step, (int, float)) and not isinstance(step, bool)
-            and math.isfinite(step) and step > 0):
+    if not (finite_number(step) and step > 0):
         raise ConfigError(f"{codec}: step must be a finite number > 0, not {step!r}")

@@ -15,14 +15,13 @@ actually made (:mod:`ckptzip.modes.carried`).
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
-from .dither import check_seed_and_step, offsets
+from .dither import check_seed_and_step, finite_number, scaled_offsets
 
 #: Mixed into the seed for the mark's draws, so that they are independent of a dither's.
 MARK_KEY = 0x5BD1E995
@@ -34,8 +33,7 @@ class Mark(TensorToTensor):
 
     def __init__(self, seed: int, step: float, amount: float) -> None:
         check_seed_and_step(self.codec_id, seed, step)
-        if not (isinstance(amount, (int, float)) and not isinstance(amount, bool)
-                and math.isfinite(amount) and 0 < amount < 1):
+        if not (finite_number(amount) and 0 < amount < 1):
             raise ConfigError(f"mark: amount must be a number in (0, 1), not {amount!r}")
         self.seed = seed
         self.step = float(step)
@@ -51,8 +49,7 @@ class Mark(TensorToTensor):
     def pattern(self, shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
         """``w * step`` for each element of a tensor of ``shape`` (float64); the reconstruction
         holds ``amount`` of it."""
-        draws = offsets(math.prod(shape), self.seed ^ MARK_KEY, device)
-        return (draws * self.step).reshape(shape)
+        return scaled_offsets(shape, self.seed ^ MARK_KEY, self.step, device)
 
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         return tensor

@@ -82,10 +82,10 @@ class LossyChain:
     true state (as it does when nothing fails)."""
 
     mode: str
-    raw_bytes: list[int]
-    stored_bytes: list[int]
-    save_seconds: float
     steps: list[int] = field(default_factory=list)
+    raw_bytes: list[int] = field(default_factory=list)
+    stored_bytes: list[int] = field(default_factory=list)
+    save_seconds: float = 0.0
     #: The last checkpoint, as decoded.
     last: dict[str, Any] | None = None
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     losses: list[float] = []
     resume: ResumeCheck | None = None
     previous: Path | None = None
-    lossy = None if args.lossy == "none" else LossyChain(args.lossy, [], [], 0.0)
+    lossy = None if args.lossy == "none" else LossyChain(args.lossy)
     for i, target in enumerate(checkpoints):
         losses += trainer.train(train_data, target - trainer.step)
         state = trainer.state()

@@ -106,7 +106,7 @@ class AdaptivePolicy(JointPolicy):
         #: How much of their base's error this checkpoint's weight updates carry (:meth:`survey`).
         self.carried = 1.0
 
-    def survey(self, groups: list[GroupValues], base: Base) -> None:
+    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         """Whether training went on from the true state (the updates carry the base's error) or
         resumed from the base's reconstruction: one answer for the whole checkpoint."""
         updates = []

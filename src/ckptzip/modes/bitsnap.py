@@ -28,7 +28,7 @@ from ..chain import Base, FileBase
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Planned
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded
 from ..tree import Leaf
 from .common import (
     GroupValues,
@@ -38,7 +38,6 @@ from .common import (
     delta_error,
     error_record,
     finish,
-    planned_sizes,
     role_of,
 )
 
@@ -77,18 +76,8 @@ class BitsnapPolicy(JointPolicy):
         self.density, self.centroids = density, 2**moment_bits - 1
         self.stage: Stage | None = None
 
-    def plan_state(self, leaves: list[Leaf], base: Base | None,
-                   progress: Planned | None = None) -> dict[int, Encoded]:
-        if base is None:
-            return {}
-        groups = self.groups(leaves, base)
+    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         self.stage = measure_stage(leaves, groups, base)
-        plans: dict[int, Encoded] = {}
-        for values, size, total in planned_sizes(leaves, groups):
-            plans.update(self.plan_group(leaves, values, base))
-            if progress is not None:
-                progress(size, total)
-        return plans
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
         assert self.stage is not None

@@ -97,15 +97,6 @@ def role_of(name: str, ndim: int) -> str:
     return "bias" if ndim <= 1 else "other"
 
 
-def planned_sizes(leaves: list[Leaf], groups: list[GroupValues],
-                  ) -> list[tuple[GroupValues, int, int]]:
-    """Each group with its leaves' raw bytes and the total over all groups (for ``progress``)."""
-    sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
-                 if i is not None) for v in groups]
-    total = sum(sizes)
-    return [(values, size, total) for values, size in zip(groups, sizes)]
-
-
 class JointPolicy(LosslessPolicy):
     """A lossy mode: each group of a weight and its moments is planned together against the base.
 
@@ -125,14 +116,16 @@ class JointPolicy(LosslessPolicy):
         plans: dict[int, Encoded] = {}
         self._next_leaf = len(leaves)
         groups = self.groups(leaves, base)
-        self.survey(groups, base)
-        for values, size, total in planned_sizes(leaves, groups):
+        self.survey(leaves, groups, base)
+        sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
+                     if i is not None) for v in groups]
+        for values, size in zip(groups, sizes):
             plans.update(self.plan_group(leaves, values, base))
             if progress is not None:
-                progress(size, total)
+                progress(size, sum(sizes))
         return plans
 
-    def survey(self, groups: list[GroupValues], base: Base) -> None:
+    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         """Look at every group before any is planned (what holds for the whole checkpoint);
         nothing by default."""
 

@@ -8,9 +8,11 @@ the least-squares fit of the update on the *quantized* ``V``, then quantized; th
 update minus their decoded product, so the factors' own error is coded with it. The rank is the one
 with the fewest estimated bits for factors plus residual, if fewer than the update coded whole.
 
-**Unbiased rounding.** The update (or its residual) is rounded to a uniform grid, up or down at
-random with the probabilities that make the expectation exact (stochastic rounding), and the grid
-step is the coarsest whose *expected* error is within the budget. Deterministic rounding with a
+**Unbiased rounding.** The update (or its residual) is rounded to a uniform grid without bias,
+the cheaper of two ways (:func:`roundings`): up or down at random with the probabilities that make
+the expectation exact (stochastic rounding), or to the nearest level after a seeded subtractive
+dither (:class:`~ckptzip.codecs.Dither`); the grid step is the coarsest whose *expected* error is
+within the budget. Deterministic rounding with a
 dead zone drops the small elements of every update, and a low-rank part drops its small
 directions, the same way at every checkpoint: the progress training made there is lost each time
 and the loss falls behind (docs/LOSSY.md measures 1-3% on the fidelity run). Unbiased noise is
@@ -148,8 +150,6 @@ class Rounding:
     levels: torch.Tensor
     step: float
     dithered: bool
-    #: The amount of the :class:`~ckptzip.codecs.Mark` whose error the budget included.
-    mark: float = 0.0
 
     @property
     def bits(self) -> float:
@@ -170,10 +170,10 @@ def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
     found = []
     step = unbiased_step(values, scale_sq, budget, mark)
     if step > 0:
-        found.append(Rounding(unbiased_levels(values, step, seed), step, False, mark))
+        found.append(Rounding(unbiased_levels(values, step, seed), step, False))
     step = dithered_step(values, scale_sq, budget, mark)
     if step > 0:
-        found.append(Rounding(dithered_levels(values, step, seed), step, True, mark))
+        found.append(Rounding(dithered_levels(values, step, seed), step, True))
     return found
 
 
