@@ -140,6 +140,26 @@ def test_missing_and_wrong_bases_are_reported(tmp_path: Path) -> None:
         ckptzip.loads(ckptzip.dumps(states[1], base=states[0]))
 
 
+def test_one_flipped_bit_of_the_base_is_a_mismatch_not_damage() -> None:
+    """A residual chunk's base is checked through the decoded bytes' CRC, and by its own CRC
+    only when those fail: a base off by one bit still names the base, and a damaged delta with
+    the right base still names the damage."""
+    base = {"w": torch.randn(300_000), "b": torch.randn(20_000)}  # one chunk, then several
+    new = {k: v + 1e-6 * torch.randn_like(v) for k, v in base.items()}
+    blob = ckptzip.dumps(new, base=base)
+    assert len(blob) < 0.8 * len(ckptzip.dumps(new))  # coded against the base
+    for name in base:
+        wrong = {k: v.clone() for k, v in base.items()}
+        wrong[name].view(torch.int32)[len(wrong[name]) // 2] ^= 1
+        with pytest.raises(ckptzip.BaseMismatchError, match=f"tensor '{name}'.*CRC mismatch"):
+            ckptzip.loads(blob, base=wrong)
+    damaged = bytearray(blob)
+    damaged[len(blob) // 2] ^= 0x10
+    with pytest.raises(ckptzip.CorruptError, match="damaged") as info:
+        ckptzip.loads(bytes(damaged), base=base)
+    assert not isinstance(info.value, ckptzip.BaseMismatchError)
+
+
 def test_bad_keyframe_every() -> None:
     with pytest.raises(ckptzip.ConfigError):
         ckptzip.dumps({}, keyframe_every=0)

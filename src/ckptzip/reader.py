@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -210,7 +210,10 @@ class CheckpointFile:
             leaf = self.leaves[i]
             out = buffers[i].numpy()
             if "base" in leaf.extra:
-                bases[i] = self._base_raw(leaf)
+                # a chunk-level residual decodes to the bytes its raw CRC covers, so a wrong base
+                # shows there and its own CRC is checked only then; transforms need it checked now
+                bases[i] = self._base_raw(leaf, check=bool(leaf.pipeline.transforms)
+                                          or leaf.pipeline.residual is None)
             chunk_base = bases.get(i) if leaf.pipeline.residual is not None else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
@@ -220,8 +223,14 @@ class CheckpointFile:
         total = sum(self.leaves[i].array_nbytes for i in indices)
         bar = Progress(total, "decompress", enabled=progress)
         tasks = _group(jobs, task_bytes(total, self.threads))
-        for done in ordered_map(self._decode_task, tasks, self.threads):
-            bar.update(done)
+        try:
+            for done in ordered_map(self._decode_task, tasks, self.threads):
+                bar.update(done)
+        except _DeltaFailed as failed:
+            # a wrong base, not damage, when the base's CRC (unchecked so far) differs
+            i = next(i for i in bases if self.leaves[i] is failed.leaf)
+            self._verify_base(failed.leaf, bases[i])
+            raise failed.damaged from None
         bar.close()
         # siblings first: a leaf that reads siblings needs them decoded (the header parser
         # refused chains, so one pass over the rest follows)
@@ -277,13 +286,21 @@ class CheckpointFile:
             try:
                 leaf.pipeline.decode_chunk(stored, out, base)
             except CorruptError as exc:
-                raise self._damaged(leaf, k, str(exc)) from None
+                self._fail(leaf, self._damaged(leaf, k, str(exc)), base)
             if _native.crc32c(out) != chunk.raw_crc:
-                raise self._damaged(leaf, k, "decoded bytes fail their checksum")
+                self._fail(leaf, self._damaged(leaf, k, "decoded bytes fail their checksum"), base)
         return sum(len(job[3]) for job in jobs)
 
-    def _base_raw(self, leaf: LeafInfo) -> np.ndarray:
-        """The raw bytes of the base tensor a delta leaf was coded against, checked by CRC."""
+    @staticmethod
+    def _fail(leaf: LeafInfo, damaged: CorruptError, base: np.ndarray | None) -> NoReturn:
+        if base is not None:  # read_leaves checks the base before it blames the file
+            raise _DeltaFailed(leaf, damaged) from None
+        raise damaged from None
+
+    def _base_raw(self, leaf: LeafInfo, *, check: bool = True) -> np.ndarray:
+        """The raw bytes of the base tensor a delta leaf was coded against, checked by CRC
+        unless ``check`` is false (the caller then checks the decoded bytes' CRC instead)."""
+
         ref = leaf.extra.get("base")
         if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
             raise FormatError(f"{self.name}: tensor {leaf.name!r} has a residual but no base reference")
@@ -299,12 +316,16 @@ class CheckpointFile:
             raw = base.raw(ref["name"])
         except Error as exc:
             raise _in_base(exc, self.name, base.location or "the base") from exc
-        if _native.crc32c(raw) != ref.get("crc"):
+        if check:
+            self._verify_base(leaf, raw)
+        return raw
+
+    def _verify_base(self, leaf: LeafInfo, raw: np.ndarray) -> None:
+        if _native.crc32c(raw) != leaf.extra["base"].get("crc"):
             raise BaseMismatchError(
                 f"{self.name}: tensor {leaf.name!r}: the base tensor's content differs from the one "
                 f"it was coded against (CRC mismatch); pass the right base"
             )
-        return raw
 
     def _damaged(self, leaf: LeafInfo, k: int, what: str) -> CorruptError:
         chunk = leaf.chunks[k]
@@ -351,6 +372,14 @@ def _typed(buffer: torch.Tensor, dtype: DType, shape: tuple[int, ...]) -> torch.
     torch_dtype = dtype.torch_dtype
     assert torch_dtype is not None  # every dtype name a header may hold maps to a torch dtype
     return buffer.view(torch_dtype).reshape(shape)
+
+
+class _DeltaFailed(Exception):
+    """A chunk coded against a base failed to decode, before that base's CRC was checked."""
+
+    def __init__(self, leaf: LeafInfo, damaged: CorruptError) -> None:
+        super().__init__(str(damaged))
+        self.leaf, self.damaged = leaf, damaged
 
 
 def _group(jobs: list[_Job], size_limit: int) -> Iterator[list[_Job]]:
