@@ -5,7 +5,8 @@ AdamW moments) is kept at a base step and at 10, 50 and 200 steps later. For eac
 newer state is coded against the base:
 
 * ckptzip delta: ``ckptzip.dumps(new, base=base)`` / ``ckptzip.loads(blob, base=base)``, which picks
-  XOR, the zigzagged difference of monotone-mapped patterns, or dense per tensor;
+  per tensor the zigzagged difference of monotone-mapped patterns (coded in buckets of the base's
+  exponent or not) or dense, and for integer tensors also XOR;
 * zipnn delta: zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method), XOR time included;
 * ckptzip dense: the same state without a base, for the speed comparison.
 

@@ -86,14 +86,17 @@ class LosslessPolicy:
         return self._dense[layout]
 
     def delta_candidates(self, leaf: Leaf) -> list[Pipeline]:
-        """The zigzagged difference of monotone-mapped patterns, and for integers also XOR
-        (zipnn's delta).
+        """How a tensor may be coded against its base; the writer keeps the smallest (or dense).
 
-        Floats are not tried with XOR: on every training state measured (weights in fp32 and
-        bf16, Adam's moments, 10-200 steps apart) it never won, and its trial cost 4-8% of a
-        delta save's time (docs/BENCHMARKS.md). After XOR the sign change still sits in the top
-        bit, so it keeps the one-bit rotation; zigzag already moves the sign to bit 0, so
-        differences are split without rotation."""
+        Floats of 2, 4 or 8 bytes: the zigzagged difference of monotone-mapped patterns, its
+        byte planes coded in buckets of the base's exponent. On every training state measured
+        (weights in fp32 and bf16, Adam's moments, 10-200 steps apart) neither XOR nor the same
+        difference coded without buckets came out smaller, and their trials cost a delta save
+        up to 8 % of its time each (docs/BENCHMARKS.md), so they are not tried. Other floats:
+        the difference in plain byte planes. Integers: the difference, or XOR (zipnn's delta).
+
+        Zigzag moves the sign to bit 0, so differences are split without rotation; after XOR
+        the sign change still sits in the top bit, so XOR keeps the dtype's rotation."""
         width, rotate = leaf.dtype.plane_layout
         if width not in (1, 2, 4, 8):
             return []
@@ -105,18 +108,17 @@ class LosslessPolicy:
     @staticmethod
     def _delta_pipelines(leaf: Leaf) -> list[Pipeline]:
         width, rotate = leaf.dtype.plane_layout
-        diff = "float-diff" if leaf.dtype.is_float else "int-diff"
-        candidates = [
-            Pipeline(residual=Residual(diff, width), serializer=BytePlanes(width, 0),
-                     compressors=(Entropy(),)),
-        ]
         if not leaf.dtype.is_float:
-            candidates.append(Pipeline(residual=Residual("xor", width),
-                                       serializer=BytePlanes(width, rotate), compressors=(Entropy(),)))
-        if leaf.dtype.is_float and width in (2, 4, 8):
-            # planes coded in buckets of the base's exponent: smaller, but slower to code
-            candidates.append(Pipeline(residual=Residual(diff, width), serializer=ContextPlanes(width)))
-        return candidates
+            return [
+                Pipeline(residual=Residual("int-diff", width), serializer=BytePlanes(width, 0),
+                         compressors=(Entropy(),)),
+                Pipeline(residual=Residual("xor", width), serializer=BytePlanes(width, rotate),
+                         compressors=(Entropy(),)),
+            ]
+        if width == 1:
+            return [Pipeline(residual=Residual("float-diff", width),
+                             serializer=BytePlanes(width, 0), compressors=(Entropy(),))]
+        return [Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))]
 
     def chunk_bytes(self, leaf: Leaf) -> int:
         width = leaf.dtype.plane_layout[0]
