@@ -14,6 +14,7 @@ Every decode is checked bit for bit. Weights are measured in fp32 and cast to bf
 
     python benchmarks/incremental.py           # trains 300 steps once (cached), then measures
     python benchmarks/incremental.py --quick   # tiny model, short run: a smoke test
+    python benchmarks/incremental.py --core    # only the chunk coders, dense against delta
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,11 @@ from common import OUT_DIR, info_markdown, machine_info, thread_counts, write_re
 
 import ckptzip
 from ckptzip import peers
-from ckptzip.codecs import ContextPlanes
+from ckptzip.codecs import BytePlanes, ContextPlanes, Entropy, Residual
 from ckptzip.demo.datasets import default_cache_dir
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer
+from ckptzip.pipeline import Pipeline
+from ckptzip.policy import DEFAULT_CHUNK_BYTES
 
 BASE_STEP, INTERVALS, TOTAL_STEPS = 100, (10, 50, 200), 300
 QUICK_BASE_STEP, QUICK_INTERVALS, QUICK_TOTAL = 10, (2, 5, 10), 20
@@ -98,13 +102,16 @@ class Row:
         return self.raw_bytes / self.stored_bytes
 
 
-def best_of(repeat: int, run: Any) -> tuple[float, Any]:
-    best, result = float("inf"), None
+def interleaved_best(repeat: int, runs: dict[str, Callable[[], Any]]) -> dict[str, tuple[float, Any]]:
+    """Best time (and last result) of each run, the runs taking turns round after round, so that a
+    slow spell of a shared machine falls on all of them alike."""
+    best: dict[str, tuple[float, Any]] = {name: (float("inf"), None) for name in runs}
     for _ in range(repeat):
-        started = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - started)
-    return best, result
+        for name, run in runs.items():
+            started = time.perf_counter()
+            result = run()
+            best[name] = (min(best[name][0], time.perf_counter() - started), result)
+    return best
 
 
 def assert_exact(expected: Any, actual: Any, what: str) -> None:
@@ -113,25 +120,22 @@ def assert_exact(expected: Any, actual: Any, what: str) -> None:
             raise SystemExit(f"{what}: {e.name} did not decode bit-exactly")
 
 
-def measure_ckptzip(data: str, g: int, new: Any, base: Any | None, threads: int, repeat: int) -> Row:
-    raw = raw_size(new)
-    c_s, blob = best_of(repeat, lambda: ckptzip.dumps(new, base=base, threads=threads))
-    d_s, out = best_of(repeat, lambda: ckptzip.loads(blob, base=base, threads=threads))
-    assert_exact(new, out, f"ckptzip {data}")
-    picks: Counter[str] = Counter()
+def picks(blob: bytes, raw: int) -> str:
+    """Which representation the per-tensor trials picked, as shares of the raw bytes."""
+    counts: Counter[str] = Counter()
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as ckpt:
         for leaf in ckpt.leaves:
             kind = leaf.pipeline.residual.kind if leaf.pipeline.residual else "dense"
             if isinstance(leaf.pipeline.serializer, ContextPlanes):
                 kind += "+buckets"
-            picks[kind] += leaf.nbytes
-    summary = ", ".join(f"{k} {v / raw:.0%}" for k, v in picks.most_common())
-    tool = "ckptzip delta" if base is not None else "ckptzip dense"
-    return Row(data, g, threads, tool, raw, len(blob), raw / c_s / 1e6, raw / d_s / 1e6, summary)
+            counts[kind] += leaf.nbytes
+    return ", ".join(f"{k} {v / raw:.0%}" for k, v in counts.most_common())
 
 
-def measure_zipnn_xor(data: str, g: int, new: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
-                      threads: int, repeat: int) -> Row | None:
+def zipnn_xor(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor], threads: int,
+              ) -> tuple[Callable[[], list[bytes]], Callable[[list[bytes]], None], int] | None:
+    """zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method), XOR inside the timing:
+    (compress, check-decompress of its blobs, raw bytes), or None without zipnn."""
     zipnn = peers.get("zipnn")
     if not zipnn.available():
         return None
@@ -141,24 +145,54 @@ def measure_zipnn_xor(data: str, g: int, new: dict[str, torch.Tensor], base: dic
         b = base[name].contiguous().reshape(-1).view(torch.uint8).numpy()
         dtype = "bfloat16" if t.dtype == torch.bfloat16 else str(t.dtype).removeprefix("torch.")
         pairs.append((a, b, dtype))
-    raw = sum(a.size for a, _, _ in pairs)
 
     def compress() -> list[bytes]:
         return [zipnn.compress(np.bitwise_xor(a, b), threads=threads, dtype=dt, scratch=True)
                 for a, b, dt in pairs]
 
-    c_s, blobs = best_of(repeat, compress)
+    def decompress(blobs: list[bytes]) -> None:
+        for blob, (a, b, dt) in zip(blobs, pairs):
+            out = np.bitwise_xor(zipnn.decompress(blob, a, threads=threads, dtype=dt), b)
+            if not np.array_equal(out.view(np.uint8).reshape(-1), a):
+                raise SystemExit("zipnn: XOR delta did not decode exactly")
 
-    def decompress() -> list[np.ndarray]:
-        return [np.bitwise_xor(zipnn.decompress(blob, a, threads=threads, dtype=dt), b)
-                for blob, (a, b, dt) in zip(blobs, pairs)]
+    return compress, decompress, sum(a.size for a, _, _ in pairs)
 
-    d_s, outs = best_of(repeat, decompress)
-    for out, (a, _, _) in zip(outs, pairs):
-        if not np.array_equal(out.view(np.uint8).reshape(-1), a):
-            raise SystemExit(f"zipnn {data}: XOR delta did not decode exactly")
-    return Row(data, g, threads, "zipnn xor-delta", raw, sum(len(b) for b in blobs),
-               raw / c_s / 1e6, raw / d_s / 1e6)
+
+def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
+            with_zipnn: bool) -> list[Row]:
+    """ckptzip dense, ckptzip delta and (on weights) zipnn's XOR delta of one state, their
+    compressions interleaved, then their decompressions."""
+    raw = raw_size(new)
+    compress: dict[str, Callable[[], Any]] = {
+        "ckptzip dense": lambda: ckptzip.dumps(new, threads=threads),
+        "ckptzip delta": lambda: ckptzip.dumps(new, base=base, threads=threads),
+    }
+    zipnn = zipnn_xor(new, base, threads) if with_zipnn else None
+    if zipnn is not None:
+        compress["zipnn xor-delta"] = zipnn[0]
+    packed = interleaved_best(repeat, compress)
+    dense_blob, delta_blob = packed["ckptzip dense"][1], packed["ckptzip delta"][1]
+    decompress: dict[str, Callable[[], Any]] = {
+        "ckptzip dense": lambda: ckptzip.loads(dense_blob, threads=threads),
+        "ckptzip delta": lambda: ckptzip.loads(delta_blob, base=base, threads=threads),
+    }
+    if zipnn is not None:
+        zipnn_blobs = packed["zipnn xor-delta"][1]
+        decompress["zipnn xor-delta"] = lambda: zipnn[1](zipnn_blobs)
+    unpacked = interleaved_best(repeat, decompress)
+    rows = []
+    for tool, blob, with_base in (("ckptzip dense", dense_blob, None),
+                                  ("ckptzip delta", delta_blob, base)):
+        assert_exact(new, ckptzip.loads(blob, base=with_base), f"{tool} {data}")
+        rows.append(Row(data, g, threads, tool, raw, len(blob), raw / packed[tool][0] / 1e6,
+                        raw / unpacked[tool][0] / 1e6, picks(blob, raw)))
+    if zipnn is not None:
+        stored = sum(len(b) for b in packed["zipnn xor-delta"][1])
+        rows.append(Row(data, g, threads, "zipnn xor-delta", zipnn[2], stored,
+                        zipnn[2] / packed["zipnn xor-delta"][0] / 1e6,
+                        zipnn[2] / unpacked["zipnn xor-delta"][0] / 1e6))
+    return rows
 
 
 def run(quick: bool, threads_list: list[int], repeat: int) -> list[Row]:
@@ -171,15 +205,62 @@ def run(quick: bool, threads_list: list[int], repeat: int) -> list[Row]:
         for threads in threads_list:
             for label, dtype in (("weights fp32", torch.float32), ("weights bf16", torch.bfloat16)):
                 new, base = weights(states[step], dtype), weights(states[base_step], dtype)
-                rows.append(measure_ckptzip(label, g, new, None, threads, repeat))
-                rows.append(measure_ckptzip(label, g, new, base, threads, repeat))
-                zipnn_row = measure_zipnn_xor(label, g, new, base, threads, repeat)
-                if zipnn_row is not None:
-                    rows.append(zipnn_row)
-            rows.append(measure_ckptzip("full state", g, states[step], None, threads, repeat))
-            rows.append(measure_ckptzip("full state", g, states[step], states[base_step], threads, repeat))
+                rows += measure(label, g, new, base, threads, repeat, with_zipnn=True)
+            rows += measure("full state", g, states[step], states[base_step], threads, repeat,
+                            with_zipnn=False)
             print(f"measured interval {g} on {threads} thread(s)", file=sys.stderr)
     return rows
+
+
+def flat_weights(state: Any, dtype: torch.dtype) -> np.ndarray:
+    unique = {id(t): t for t in weights(state, dtype).values()}.values()
+    return np.concatenate([t.reshape(-1).view(torch.uint8).numpy() for t in unique])
+
+
+def core_row(label: str, interval: int, new: np.ndarray, base: np.ndarray, width: int,
+             repeat: int) -> str:
+    """One row of :func:`core`: both chunk coders on the same chunks, timings interleaved."""
+    chunk = DEFAULT_CHUNK_BYTES
+    dense = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
+    delta = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
+    spans = [(start, min(start + chunk, len(new))) for start in range(0, len(new), chunk)]
+    out = np.empty(len(new), np.uint8)
+    coded = interleaved_best(repeat, {
+        "dense": lambda: [dense.encode_chunk(new[a:b]) for a, b in spans],
+        "delta": lambda: [delta.encode_chunk(new[a:b], base[a:b]) for a, b in spans],
+    })
+    dense_chunks, delta_chunks = coded["dense"][1], coded["delta"][1]
+    decoded = interleaved_best(repeat, {
+        "dense": lambda: [dense.decode_chunk(c, out[a:b]) for c, (a, b) in zip(dense_chunks, spans)],
+        "delta": lambda: [delta.decode_chunk(c, out[a:b], base[a:b])
+                          for c, (a, b) in zip(delta_chunks, spans)],
+    })
+    if not np.array_equal(out, new):
+        raise SystemExit(f"core {label}: the delta chunks did not decode bit-exactly")
+    c = {k: len(new) / coded[k][0] / 1e6 for k in coded}
+    d = {k: len(new) / decoded[k][0] / 1e6 for k in decoded}
+    size = {k: sum(len(chunk) for chunk in coded[k][1]) for k in coded}
+    return (f"| {label} | {interval} | {c['dense']:.0f} / {d['dense']:.0f} | "
+            f"{c['delta']:.0f} / {d['delta']:.0f} | {c['delta'] / c['dense']:.2f} / "
+            f"{d['delta'] / d['dense']:.2f} | {len(new) / size['dense']:.3f} / "
+            f"{len(new) / size['delta']:.3f} |")
+
+
+def core(quick: bool, repeat: int) -> str:
+    """The chunk coders alone on one thread: the weights' bytes in the policy's chunks, coded dense
+    (byte planes and the entropy coder) and against the base (the bucketed float difference the
+    delta trials pick for weights). What a save or load adds to these (planning, trials,
+    checksums, assembly) is the difference to the main table."""
+    states = training_states(quick)
+    steps = sorted(states)
+    lines = ["| weights | interval | dense c / d MB/s | delta c / d MB/s | delta / dense (c / d) "
+             "| ratio dense / delta |", "|" + "---|" * 6]
+    for step in steps[1:]:
+        for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            width = torch.empty((), dtype=dtype).element_size()
+            lines.append(core_row(label, step - steps[0], flat_weights(states[step], dtype),
+                                  flat_weights(states[steps[0]], dtype), width, repeat))
+    return "\n".join(lines)
 
 
 def markdown(rows: list[Row]) -> str:
@@ -209,7 +290,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs per measurement, best kept (default 3)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")
+    parser.add_argument("--core", action="store_true",
+                        help="time only the chunk coders, dense against delta, on one thread")
     args = parser.parse_args()
+    if args.core:
+        print(info_markdown(machine_info()) + "\n\n" + core(args.quick, args.repeat or 5))
+        return
     threads_list = args.threads or ([1] if args.quick else thread_counts("1,all"))
     repeat = args.repeat or (1 if args.quick else 3)
     info = machine_info()

@@ -1,4 +1,5 @@
-"""``benchmarks/incremental_bounds.py --quick`` end to end: the residual's entropy table."""
+"""The incremental benchmarks end to end: `incremental_bounds.py --quick` (the residual's entropy
+table) and `incremental.py --quick` (its tables, and `--core`)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,37 @@ def test_incremental_bounds_quick():
         # are rounded to 3 decimals)
         assert all(r <= g + 0.0015 for r, g in zip(richer, given))
         assert ratios[2] >= ratios[1] - 0.002 and min(ratios) > 1
+
+
+def test_incremental_benchmark_quick(tmp_path: Path):
+    """``benchmarks/incremental.py --quick``: every interval and data set has a dense and a delta
+    row (decoded bit-exactly inside), and the delta of a short interval is the smaller."""
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "incremental.py"), "--quick",
+                    "--out", str(tmp_path)], check=True, timeout=300, capture_output=True)
+    import json
+
+    rows = json.loads((tmp_path / "incremental.json").read_text())["rows"]
+    by_key = {(r["data"], r["interval"], r["tool"]): r for r in rows}
+    for data in ("weights fp32", "weights bf16", "full state"):
+        for interval in (2, 5, 10):
+            dense = by_key[(data, interval, "ckptzip dense")]
+            delta = by_key[(data, interval, "ckptzip delta")]
+            assert dense["raw_bytes"] == delta["raw_bytes"] > 0
+            assert min(dense["compress_mbps"], delta["decompress_mbps"]) > 0
+            if data.startswith("weights") and interval == 2:
+                assert delta["ratio"] > 1.1 * dense["ratio"]
+                assert "float-diff+buckets" in delta["picks"]
+
+
+def test_incremental_core_quick():
+    """``--core``: both chunk coders on every interval and dtype, the delta smaller."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "incremental.py"), "--core",
+                          "--quick", "--repeat", "1"], check=True, timeout=300, capture_output=True,
+                         text=True).stdout
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| fp") or
+            line.startswith("| bf")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (d, g) for g in ("2", "5", "10") for d in ("fp32", "bf16")]
+    for row in rows:
+        dense_ratio, delta_ratio = (float(x) for x in row[5].split(" / "))
+        assert delta_ratio > dense_ratio > 1
