@@ -11,7 +11,9 @@ byte planes. Printed per interval and dtype:
 * the planes' entropy given the base's exponent (the context ckptzip's ``ctxplanes`` codes with)
   and given more (the top residual byte, the base's top mantissa bit);
 * the ratio those bounds allow, next to 1.2x zipnn's XOR-delta ratio measured by
-  ``benchmarks/incremental.py`` (the issue's target), which this script does not run.
+  ``benchmarks/incremental.py`` (the issue's target), which this script does not run;
+* whether Adam's moments (the base's, or the new checkpoint's) predict the fp32 update: the bits
+  of the update above its noise floor before and after a least-squares fit on them.
 
     python benchmarks/incremental_bounds.py           # about 10 s once the states are cached
     python benchmarks/incremental_bounds.py --quick   # the tiny model's short run (the tests)
@@ -96,6 +98,62 @@ def main() -> None:
                   f"{' / '.join(f'{h:.3f}' for h in given_exponent)} | "
                   f"{' / '.join(f'{h:.3f}' for h in richer)} | "
                   f"{' / '.join(f'{r:.3f}' for r in ratios)} |")
+
+    print()
+    predictions(states)
+
+
+def moments_by_weight(state: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(weight name, exp_avg, exp_avg_sq) of each parameter: the demo GPT's optimizer numbers its
+    parameters matrices first (group 0), then vectors (group 1), each in the model's order."""
+    seen: set[int] = set()
+    params = []
+    for name, t in state["model"].items():
+        if t.is_floating_point() and t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            params.append((name, t))
+    ordered = [p for p in params if p[1].dim() >= 2] + [p for p in params if p[1].dim() < 2]
+    moments = state["optimizer"]["state"]
+    out = []
+    for i, (name, t) in enumerate(ordered):
+        m, v = moments[i]["exp_avg"], moments[i]["exp_avg_sq"]
+        if m.shape != t.shape:
+            raise SystemExit(f"{name}: moment {i} has shape {tuple(m.shape)}, not {tuple(t.shape)}")
+        out.append((name, m, v))
+    return out
+
+
+def predictions(states: dict) -> None:
+    """Would Adam's moments predict the update? Per tensor, the fp32 update ``d = w - w_base``
+    is fit by least squares on Adam's step direction ``m / sqrt(v)`` of the base, of the new
+    checkpoint (whose moments a decoder could have first), and on both plus the base weight
+    (weight decay). Printed: the mean of log2(|residual| / ulp(w)), about the bits an element's
+    difference takes above its noise floor, before and after each fit."""
+    steps = sorted(states)
+    base = states[steps[0]]
+    print("| interval | update | - base m/sqrt(v) | - new m/sqrt(v) | - both | - both, base w |")
+    print("|---|---|---|---|---|---|")
+    for step in steps[1:]:
+        new = states[step]
+        totals = np.zeros(5)
+        count = 0
+        for (name, m0, v0), (_, m1, v1) in zip(moments_by_weight(base), moments_by_weight(new)):
+            w0 = base["model"][name].double().flatten()
+            w1 = new["model"][name].double().flatten()
+            d = w1 - w0
+            p0 = m0.double().flatten() / (v0.double().flatten().sqrt() + 1e-8)
+            p1 = m1.double().flatten() / (v1.double().flatten().sqrt() + 1e-8)
+            ulp = w1.float().abs().clamp_min(1e-30).double() * 2.0**-23
+            totals[0] += torch.log2((d.abs() / ulp).clamp_min(1)).sum().item()
+            for k, columns in enumerate(([p0], [p1], [p0, p1], [p0, p1, w0]), start=1):
+                x = torch.stack(columns, 1)
+                fit = torch.linalg.lstsq(x, d[:, None]).solution.flatten()
+                r = d - x @ fit
+                totals[k] += torch.log2((r.abs() / ulp).clamp_min(1)).sum().item()
+            count += d.numel()
+        bits = totals / count
+        print(f"| {step - steps[0]} | {bits[0]:.2f} | " + " | ".join(
+            f"{b:.2f} ({b - bits[0]:+.2f})" for b in bits[1:]) + " |")
 
 
 if __name__ == "__main__":

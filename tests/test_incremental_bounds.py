@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 def test_incremental_bounds_quick():
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "incremental_bounds.py"),
                           "--quick"], check=True, timeout=170, capture_output=True, text=True).stdout
-    rows = [line.split("|")[1:-1] for line in out.splitlines()[2:] if line.startswith("|")]
+    bounds, predictions = out.split("\n\n")
+    rows = [line.split("|")[1:-1] for line in bounds.splitlines()[2:] if line.startswith("|")]
     assert [(r[0].strip(), r[1].strip()) for r in rows] == [
         (g, d) for g in ("2", "5", "10") for d in ("fp32", "bf16")]
     for row in rows:
@@ -27,6 +28,15 @@ def test_incremental_bounds_quick():
         # are rounded to 3 decimals)
         assert all(r <= g + 0.0015 for r, g in zip(richer, given))
         assert ratios[2] >= ratios[1] - 0.002 and min(ratios) > 1
+    # the moments' fits: the update's bits above its noise floor, before and after each fit
+    fits = [line.split("|")[1:-1] for line in predictions.splitlines()[2:]]
+    assert [r[0].strip() for r in fits] == ["2", "5", "10"]
+    for row in fits:
+        update = float(row[1])
+        after = [float(cell.split()[0]) for cell in row[2:]]
+        changes = [float(cell.split()[1].strip("()")) for cell in row[2:]]
+        assert 0 < update < 32 and len(after) == 4
+        assert all(abs(a - update - c) < 0.011 and a < update + 1 for a, c in zip(after, changes))
 
 
 def test_incremental_benchmark_quick(tmp_path: Path):
