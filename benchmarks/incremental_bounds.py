@@ -13,7 +13,9 @@ byte planes. Printed per interval and dtype:
 * the ratio those bounds allow, next to 1.2x zipnn's XOR-delta ratio measured by
   ``benchmarks/incremental.py`` (the issue's target), which this script does not run;
 * whether Adam's moments (the base's, or the new checkpoint's) predict the fp32 update: the bits
-  of the update above its noise floor before and after a least-squares fit on them.
+  of the update above its noise floor before and after a least-squares fit on them;
+* the cost of coding the residual's top 16 bits as one symbol per element (with escapes) instead
+  of two byte planes: half the entropy coder's steps, if the bits hold.
 
     python benchmarks/incremental_bounds.py           # about 10 s once the states are cached
     python benchmarks/incremental_bounds.py --quick   # the tiny model's short run (the tests)
@@ -101,6 +103,8 @@ def main() -> None:
 
     print()
     predictions(states)
+    print()
+    joint_symbols(states)
 
 
 def moments_by_weight(state: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -154,6 +158,39 @@ def predictions(states: dict) -> None:
         bits = totals / count
         print(f"| {step - steps[0]} | {bits[0]:.2f} | " + " | ".join(
             f"{b:.2f} ({b - bits[0]:+.2f})" for b in bits[1:]) + " |")
+
+
+def chunked_given(context: np.ndarray, symbols: np.ndarray) -> float:
+    """H(symbols | context) in bits per symbol, one table per context value and :data:`CHUNK`."""
+    total = 0.0
+    for start in range(0, len(symbols), CHUNK):
+        total += conditional(context[start : start + CHUNK], symbols[start : start + CHUNK]) * len(
+            symbols[start : start + CHUNK])
+    return total / max(len(symbols), 1)
+
+
+def joint_symbols(states: dict) -> None:
+    """One coded symbol per element instead of two byte planes? The residual's top 16 bits
+    (a bf16 residual, or an fp32 one's coded half) as ``min(top, 255)`` in the base exponent's
+    context, with the elements at 255 (escapes) sending ``top - 255`` as two order-0 bytes: bits
+    per element against the two planes coded apart, per 64K elements. One rANS step per element
+    (and one more per escape) instead of two."""
+    steps = sorted(states)
+    print("| interval | dtype | escapes | two planes given the exponent | one symbol + escapes |")
+    print("|---|---|---|---|---|")
+    for step in steps[1:]:
+        for dtype, bits in ((torch.bfloat16, 16), (torch.float32, 32)):
+            z, b = residual(weights(states[step], dtype), weights(states[steps[0]], dtype), bits)
+            top = z >> (bits - 16)
+            exponent = (b >> (bits - 9)) & 0xFF
+            apart = chunked_given(exponent, top & 0xFF) + chunked_given(exponent, top >> 8)
+            escaped = top >= 255
+            joint = chunked_given(exponent, np.minimum(top, 255))
+            rest = top[escaped] - 255
+            side = sum(chunked(part) * rest.size for part in (rest & 0xFF, rest >> 8)) / len(top)
+            name = "fp32" if bits == 32 else "bf16"
+            print(f"| {step - steps[0]} | {name} | {escaped.mean():.1%} | {apart:.3f} | "
+                  f"{joint:.3f} + {side:.3f} = {joint + side:.3f} |")
 
 
 if __name__ == "__main__":

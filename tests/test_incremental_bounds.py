@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_incremental_bounds_quick():
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "incremental_bounds.py"),
                           "--quick"], check=True, timeout=170, capture_output=True, text=True).stdout
-    bounds, predictions = out.split("\n\n")
+    bounds, predictions, joint = out.strip().split("\n\n")
     rows = [line.split("|")[1:-1] for line in bounds.splitlines()[2:] if line.startswith("|")]
     assert [(r[0].strip(), r[1].strip()) for r in rows] == [
         (g, d) for g in ("2", "5", "10") for d in ("fp32", "bf16")]
@@ -37,6 +37,15 @@ def test_incremental_bounds_quick():
         changes = [float(cell.split()[1].strip("()")) for cell in row[2:]]
         assert 0 < update < 32 and len(after) == 4
         assert all(abs(a - update - c) < 0.011 and a < update + 1 for a, c in zip(after, changes))
+    # one symbol per element with escapes: its bits add up and stay near the two planes'
+    rows = [line.split("|")[1:-1] for line in joint.splitlines()[2:]]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (g, d) for g in ("2", "5", "10") for d in ("bf16", "fp32")]
+    for row in rows:
+        apart = float(row[3])
+        symbol, side, total = (float(x) for x in row[4].replace("=", "+").split("+"))
+        assert abs(symbol + side - total) < 0.0015 and 0 < symbol < 8 and side >= 0
+        assert 0.9 * apart < total < 1.1 * apart
 
 
 def test_incremental_benchmark_quick(tmp_path: Path):
