@@ -6,7 +6,8 @@ share storage count once, as :func:`ckptzip.tree.flatten` sees them), one at a t
 times summed over the state. Every round trip is verified bit for bit before a row is reported.
 
 Speeds are MB (10^6 bytes) of *raw* data per second, best of ``repeat`` timed passes over the
-whole state after one warm-up pass.
+whole state after one warm-up pass; the tools take turns pass after pass, so that a slow spell of a
+shared machine falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -45,9 +46,26 @@ class BenchRow:
     decompress_mbps: float
 
 
-def _best_seconds(run: Callable[[], float], repeat: int) -> float:
-    """Best of ``repeat`` calls of ``run``, which returns the seconds it measured."""
-    return min(run() for _ in range(max(1, repeat)))
+@dataclass
+class _Prepared:
+    """A tool ready to be timed: its round trip verified once (the warm-up pass); each call
+    returns the seconds its clock measured."""
+
+    tool: str
+    raw_bytes: int
+    stored_bytes: int
+    compress: Callable[[], float]
+    decompress: Callable[[], float]
+
+
+def _interleaved_best(runs: list[Callable[[], float]], repeat: int) -> list[float]:
+    """Best seconds of each run over ``repeat`` rounds in which every run takes one turn, so that
+    a slow spell of a shared machine falls on all the tools alike."""
+    best = [math.inf] * len(runs)
+    for _ in range(max(1, repeat)):
+        for i, run in enumerate(runs):
+            best[i] = min(best[i], run())
+    return best
 
 
 def _mbps(nbytes: int, seconds: float) -> float:
@@ -71,7 +89,7 @@ def _leaf_array(leaf: Leaf) -> np.ndarray:
     return leaf.host_bytes().view(dtype).reshape(leaf.shape)
 
 
-def _measure_ckptzip(state: Any, leaves: list[Leaf], threads: int, repeat: int) -> BenchRow:
+def _prepare_ckptzip(state: Any, leaves: list[Leaf], threads: int) -> _Prepared:
     raw = sum(leaf.nbytes for leaf in leaves)
     blob = ckptzip.dumps(state, threads=threads)
     restored = flatten(ckptzip.loads(blob, threads=threads))[1]
@@ -92,19 +110,10 @@ def _measure_ckptzip(state: Any, leaves: list[Leaf], threads: int, repeat: int) 
         ckptzip.loads(blob, threads=threads)
         return time.perf_counter() - start
 
-    return _row(
-        CKPTZIP,
-        threads,
-        raw,
-        len(blob),
-        _best_seconds(compress, repeat),
-        _best_seconds(decompress, repeat),
-    )
+    return _Prepared(CKPTZIP, raw, len(blob), compress, decompress)
 
 
-def _measure_peer(
-    peer: peer_registry.Peer, leaves: list[Leaf], threads: int, repeat: int
-) -> BenchRow:
+def _prepare_peer(peer: peer_registry.Peer, leaves: list[Leaf], threads: int) -> _Prepared:
     arrays = [(leaf.name, leaf.dtype.name, _leaf_array(leaf)) for leaf in leaves]
     blobs = []
     for name, dtype, array in arrays:  # the warm-up pass, verified
@@ -131,14 +140,8 @@ def _measure_peer(
             total += time.perf_counter() - start
         return total
 
-    return _row(
-        peer.name,
-        threads,
-        sum(a.nbytes for _, _, a in arrays),
-        sum(len(b) for b in blobs),
-        _best_seconds(compress, repeat),
-        _best_seconds(decompress, repeat),
-    )
+    return _Prepared(peer.name, sum(a.nbytes for _, _, a in arrays), sum(len(b) for b in blobs),
+                     compress, decompress)
 
 
 def default_tools() -> list[str]:
@@ -160,25 +163,30 @@ def compare(
     :func:`default_tools`. A named peer that is not installed raises :class:`DependencyError`.
     """
     leaves = flatten(state)[1]
-    rows = []
+    prepared: list[_Prepared] = []
     for tool in default_tools() if peers is None else peers:
         start = time.perf_counter()
         if tool == CKPTZIP:
-            row = _measure_ckptzip(state, leaves, threads, repeat)
+            prepared.append(_prepare_ckptzip(state, leaves, threads))
         else:
             peer = peer_registry.get(tool)
             reason = peer.unavailable_reason()
             if reason is not None:
                 raise DependencyError(reason)
-            row = _measure_peer(peer, leaves, threads, repeat)
-        rows.append(row)
+            prepared.append(_prepare_peer(peer, leaves, threads))
         if progress:
-            print(
-                f"  {tool} ({threads} thread{'s' if threads > 1 else ''}): ratio {row.ratio:.3f}, "
-                f"{time.perf_counter() - start:.1f} s",
-                file=sys.stderr,
-            )
-    return rows
+            ratio = prepared[-1].raw_bytes / max(prepared[-1].stored_bytes, 1)
+            print(f"  {tool} ({threads} thread{'s' if threads > 1 else ''}): ratio {ratio:.3f}, "
+                  f"verified in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    # the tools take turns, compressing round after round, then decompressing
+    start = time.perf_counter()
+    compress = _interleaved_best([p.compress for p in prepared], repeat)
+    decompress = _interleaved_best([p.decompress for p in prepared], repeat)
+    if progress:
+        print(f"  timed {len(prepared)} tools in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
+    return [_row(p.tool, threads, p.raw_bytes, p.stored_bytes, c, d)
+            for p, c, d in zip(prepared, compress, decompress, strict=True)]
 
 
 def _xlog2x(values: np.ndarray) -> float:
