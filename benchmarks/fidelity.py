@@ -141,16 +141,15 @@ def run_arm(arm: Arm, config: TrainConfig, steps: int, every: int, seed: int, wo
             arm.errors.append(state_errors(state, decoded))
             update = float((true - start).norm())
             arm.update_errors.append(float((weights_of(decoded) - true).norm()) / update)
-        if arm.resume:
-            trainer.restore(decoded)  # closed loop: training goes on from what was stored
+        # the decoded checkpoint's loss; then training goes on from what was stored (closed
+        # loop) or, in an open arm, from the true state
+        kept = None if arm.resume else copy.deepcopy(state)
+        trainer.restore(decoded)
+        arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
+                                     block))
+        if kept is None:
             start = weights_of(decoded)
-            arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
-                                         block))
-        else:  # the decoded checkpoint's loss, then training goes on from the true state
-            kept = copy.deepcopy(state)
-            trainer.restore(decoded)
-            arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
-                                         block))
+        else:
             trainer.restore(kept)
             start = true
         arm.steps.append(step)

@@ -462,7 +462,10 @@ def test_uniform_candidates_beat_kmeans_and_their_error_is_what_they_make():
 
 
 def test_unbiased_rounding_is_unbiased_and_meets_its_expected_error():
-    from ckptzip.modes.factoring import unbiased_bits, unbiased_round, unbiased_step
+    from ckptzip.modes.factoring import unbiased_bits, unbiased_levels, unbiased_step
+
+    def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+        return (unbiased_levels(values, step, seed).double() * step).to(values.dtype)
 
     values = torch.full((200_000,), 0.3)
     assert float(unbiased_round(values, 1.0, seed=1).mean()) == pytest.approx(0.3, abs=0.005)

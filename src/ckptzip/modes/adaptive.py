@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -109,14 +109,16 @@ class AdaptivePolicy(JointPolicy):
     def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         """Whether training went on from the true state (the updates carry the base's error) or
         resumed from the base's reconstruction: one answer for the whole checkpoint."""
-        updates = []
-        for values in groups:
-            if values.weight is None or values.w is None or values.w_base is None:
-                continue
-            mark = base_mark(base, values.weight.name)
-            if mark is not None:
-                updates.append((values.w - values.w_base, mark))
-        self.carried = carried_fraction(updates)
+        def updates() -> Iterator[tuple[torch.Tensor, Mark]]:
+            # one at a time: not every weight's update held at once
+            for values in groups:
+                if values.weight is None or values.w is None or values.w_base is None:
+                    continue
+                mark = base_mark(base, values.weight.name)
+                if mark is not None:
+                    yield values.w - values.w_base, mark
+
+        self.carried = carried_fraction(updates())
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
         group, plans = values.group, {}

@@ -118,12 +118,6 @@ def unbiased_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tenso
     return (low + (draws < scaled - low)).long()
 
 
-def unbiased_round(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
-    """``values`` rounded without bias to multiples of ``step`` (:func:`unbiased_levels`), in
-    their dtype."""
-    return (unbiased_levels(values, step, seed).double() * step).to(values.dtype)
-
-
 def dithered_step(values: torch.Tensor, scale_sq: float, budget: float,
                   mark: float = 0.0) -> float:
     """The grid step whose subtractive dither (:class:`~ckptzip.codecs.Dither`), with a

@@ -109,7 +109,7 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
 
 def spread_sample(flat: torch.Tensor, count: int) -> torch.Tensor:
     """``count`` elements of ``flat``, at indices ``i * SPREAD mod n`` (distinct: the prime is
-    coprime to ``n``), in int64 arithmetic that cannot overflow (split multiply)."""
+    coprime to ``n``), in int64 arithmetic that cannot overflow."""
     n = flat.numel()
     index = torch.arange(count, dtype=torch.int64, device=flat.device)
     # (i * SPREAD) mod n without overflow: SPREAD mod n is below n, i below 2**20, n below 2**43
