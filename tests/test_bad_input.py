@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 
@@ -129,6 +130,42 @@ def test_absurd_or_malformed_headers_are_rejected(tamper) -> None:
     header, data = split(BLOB)
     tamper(header)
     with pytest.raises(ckptzip.FormatError):
+        ckptzip.loads(rebuild(header, data))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (lambda c: c.__setitem__(0, [1, 2]), "chunk 0 entry must be [length, crc, raw_crc]"),
+        (lambda c: c.__setitem__(0, {"length": 1}), "chunk 0 entry must be"),
+        (lambda c: c[0].__setitem__(0, 0), "chunk 0 length is 0"),
+        (lambda c: c[0].__setitem__(0, 2.0), "chunk 0 length is 2.0"),
+        (lambda c: c[0].__setitem__(0, 2**40), "chunk 0 length is 1099511627776"),
+        (lambda c: c[0].__setitem__(1, -1), "chunk 0 crc is -1"),
+        (lambda c: c[0].__setitem__(1, 2**32), "chunk 0 crc is 4294967296"),
+        (lambda c: c[0].__setitem__(1, True), "chunk 0 crc is True"),
+        (lambda c: c[0].__setitem__(2, "0"), "chunk 0 raw crc is '0'"),
+        (lambda c: c[-1].__setitem__(2, None), "raw crc is None"),
+    ],
+)
+def test_bad_chunk_entries_are_named(tamper, message) -> None:
+    """The header's chunk table is checked entry by entry; the error names the tensor, the
+    chunk and what is wrong with it."""
+    header, data = split(BLOB)
+    tamper(header["leaves"][0]["chunks"])
+    with pytest.raises(ckptzip.FormatError, match=re.escape(message)):
+        ckptzip.loads(rebuild(header, data))
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [([3, -1], "a shape dim is -1"), ([3, 1.5], "a shape dim is 1.5"),
+     ([False], "a shape dim is False"), ("3", "shape must be a list")],
+)
+def test_bad_shapes_are_named(shape, message) -> None:
+    header, data = split(BLOB)
+    header["leaves"][0]["shape"] = shape
+    with pytest.raises(ckptzip.FormatError, match=re.escape(message)):
         ckptzip.loads(rebuild(header, data))
 
 

@@ -23,7 +23,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 from . import _native
 from .codecs import LowRank
@@ -141,8 +141,10 @@ def parse_prelude(data: bytes, file_size: int, source: str) -> Prelude:
     return Prelude(major, minor, flags, header_length, header_crc)
 
 
-@dataclass(frozen=True)
-class ChunkRef:
+class ChunkRef(NamedTuple):
+    """Where one chunk lies and what it must hash to (a tuple: a header holds thousands, and a
+    frozen dataclass costs several times as much to build)."""
+
     offset: int  # in the data section
     length: int  # stored bytes
     crc: int  # CRC-32C of the stored bytes
@@ -150,7 +152,7 @@ class ChunkRef:
     raw_length: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LeafInfo:
     """One stored array, validated. ``dtype``/``shape`` describe the tensor the user gets back;
     ``array_dtype``/``array_shape`` the array the chunks hold, which differ only when the pipeline
@@ -168,6 +170,17 @@ class LeafInfo:
     array_dtype: DType
     array_shape: tuple[int, ...]
     array_nbytes: int
+
+    def __init__(self, index: int, name: str, dtype: DType, shape: tuple[int, ...], nbytes: int,
+                 chunk_bytes: int, pipeline: Pipeline, chunks: tuple[ChunkRef, ...],
+                 extra: dict[str, Any], array_dtype: DType, array_shape: tuple[int, ...],
+                 array_nbytes: int) -> None:
+        # the fields set in one step: a frozen dataclass's own __init__ sets them one by one
+        # through object.__setattr__, 4x as slow, and a header builds one of these per tensor
+        vars(self).update(index=index, name=name, dtype=dtype, shape=shape, nbytes=nbytes,
+                          chunk_bytes=chunk_bytes, pipeline=pipeline, chunks=chunks, extra=extra,
+                          array_dtype=array_dtype, array_shape=array_shape,
+                          array_nbytes=array_nbytes)
 
     @property
     def stored_bytes(self) -> int:
@@ -333,22 +346,35 @@ def _parse_leaf(
             f"entries, the header has {len(table) if isinstance(table, list) else 'none'}"
         )
     offset = _int(entry.get("offset"), "data offset", where, 0, data_length)
+    if array_nbytes % width:  # chunk_bytes is a multiple of width, so only the last chunk can be
+        raise FormatError(f"{where}: chunk {n_chunks - 1} is not a whole number of elements")
     chunks = []
+    last = n_chunks - 1
     for k, item in enumerate(table):
-        if not isinstance(item, list) or len(item) != 3:
-            raise FormatError(f"{where}: chunk {k} entry must be [length, crc, raw_crc]")
-        length = _int(item[0], f"chunk {k} length", where, MIN_STORED_CHUNK, data_length - offset)
-        crc = _int(item[1], f"chunk {k} crc", where, 0, 0xFFFFFFFF)
-        raw_crc = _int(item[2], f"chunk {k} raw crc", where, 0, 0xFFFFFFFF)
-        raw_length = min(chunk_bytes, array_nbytes - k * chunk_bytes)
-        if raw_length % width:
-            raise FormatError(f"{where}: chunk {k} is not a whole number of elements")
-        chunks.append(ChunkRef(offset, length, crc, raw_crc, raw_length))
+        # one combined test per chunk (a header holds thousands); the messages only on failure
+        if not (type(item) is list and len(item) == 3 and type(item[0]) is int
+                and type(item[1]) is int and type(item[2]) is int
+                and MIN_STORED_CHUNK <= item[0] <= data_length - offset
+                and 0 <= item[1] <= 0xFFFFFFFF and 0 <= item[2] <= 0xFFFFFFFF):
+            _bad_chunk(k, item, data_length - offset, where)
+        length = item[0]
+        raw_length = chunk_bytes if k < last else array_nbytes - k * chunk_bytes
+        chunks.append(ChunkRef(offset, length, item[1], item[2], raw_length))
         offset += length
     extra = {k: v for k, v in entry.items()
              if k not in ("dtype", "shape", "pipeline", "chunk", "chunks", "offset", "encoded")}
     return LeafInfo(index, name, dtype, dims, nbytes, chunk_bytes, pipeline, tuple(chunks), extra,
                     array_dtype, array_dims, array_nbytes)
+
+
+def _bad_chunk(k: int, item: Any, room: int, where: str) -> NoReturn:
+    """Raises the error that says what is wrong with chunk entry ``k`` (fast path failed)."""
+    if not isinstance(item, list) or len(item) != 3:
+        raise FormatError(f"{where}: chunk {k} entry must be [length, crc, raw_crc]")
+    _int(item[0], f"chunk {k} length", where, MIN_STORED_CHUNK, room)
+    _int(item[1], f"chunk {k} crc", where, 0, 0xFFFFFFFF)
+    _int(item[2], f"chunk {k} raw crc", where, 0, 0xFFFFFFFF)
+    raise FormatError(f"{where}: chunk {k} entry {item!r:.80} is not valid")
 
 
 def _array_type(entry: dict[str, Any], where: str) -> tuple[DType, tuple[int, ...], int]:
@@ -364,4 +390,7 @@ def _array_type(entry: dict[str, Any], where: str) -> tuple[DType, tuple[int, ..
 def _dims(shape: Any, where: str) -> tuple[int, ...]:
     if not isinstance(shape, list) or len(shape) > MAX_DIMS:
         raise FormatError(f"{where}: shape must be a list of at most {MAX_DIMS} dims")
-    return tuple(_int(d, "a shape dim", where) for d in shape)
+    for d in shape:
+        if type(d) is not int or d < 0:
+            _int(d, "a shape dim", where)  # raises, saying what is wrong
+    return tuple(shape)

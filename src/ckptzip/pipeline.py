@@ -77,18 +77,20 @@ class Pipeline:
             raise FormatError(f"{source}: ctxplanes must follow a residual and end the pipeline")
         return cls(tuple(transforms), residual, serializer, tuple(compressors))
 
-    @property
+    # support, lowrank and references are worked out once per pipeline: a header's leaves share
+    # a few pipelines, and parsing and loading ask each leaf's
+    @functools.cached_property
     def support(self) -> int | None:
         """The leaf index of the sibling whose non-zeros this pipeline stores values at
         (:class:`~ckptzip.codecs.Support`), or None."""
         return next((t.leaf for t in self.transforms if isinstance(t, Support)), None)
 
-    @property
+    @functools.cached_property
     def lowrank(self) -> LowRank | None:
         """The :class:`~ckptzip.codecs.LowRank` stage, whose factor leaves it reads, or None."""
         return next((t for t in self.transforms if isinstance(t, LowRank)), None)
 
-    @property
+    @functools.cached_property
     def references(self) -> tuple[int, ...]:
         """Leaf indices of the siblings this pipeline's transforms read (a support, low-rank
         factors), each once, in stage order."""
