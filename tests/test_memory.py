@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import resource
+import struct
 import sys
 
 import numpy as np
@@ -14,6 +16,7 @@ import torch
 
 import ckptzip
 from ckptzip import _native
+from ckptzip.container import PRELUDE_SIZE, load_header
 from ckptzip.reader import PAGE_BUFFER_BYTES, output_buffer
 
 LINUX = sys.platform.startswith("linux")
@@ -169,12 +172,36 @@ def test_loads_leaves_the_collector_little_to_do() -> None:
 
 def test_in_memory_result_is_the_same_joined_or_assembled(monkeypatch: pytest.MonkeyPatch) -> None:
     """MemorySink keeps small results' chunks for one final join and copies large ones in as
-    they come: the bytes must not depend on which."""
+    they come, behind room for the header as estimated: the header is padded to that room
+    and nothing else differs (the same data section, the same content id)."""
     from ckptzip.writer import MemorySink
 
     state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
     joined = ckptzip.dumps(state, threads=2)
+    data_length = _header(joined)["data_length"]
     for limit in (0, 1, 300_000):
         monkeypatch.setattr(MemorySink, "JOIN_BYTES", limit)
-        assert ckptzip.dumps(state, threads=2) == joined
-    assert torch.equal(ckptzip.loads(joined)["t5"], state["t5"])
+        assembled = ckptzip.dumps(state, threads=2)
+        padding = len(assembled) - len(joined)
+        assert 0 < padding < 1024, padding
+        assert assembled[-data_length:] == joined[-data_length:]
+        assert _header(assembled) == _header(joined)
+        assert torch.equal(ckptzip.loads(assembled)["t5"], state["t5"])
+
+
+def test_in_memory_header_that_outgrows_its_room_moves_the_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ckptzip import writer
+
+    state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
+    joined = ckptzip.dumps(state)
+    monkeypatch.setattr(writer.MemorySink, "JOIN_BYTES", 0)
+    monkeypatch.setattr(writer, "_estimate_header", lambda *args: 16)
+    assert ckptzip.dumps(state) == joined  # moved behind the exact header: no padding
+
+
+def _header(blob: bytes) -> dict:
+    flags, length = struct.unpack_from("<IQ", blob, 12)
+    stored = blob[PRELUDE_SIZE : PRELUDE_SIZE + length]
+    return json.loads(load_header(stored, flags, "<test>"))

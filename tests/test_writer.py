@@ -31,6 +31,32 @@ def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypat
         ckpt.verify()
 
 
+def test_header_room_is_a_close_overestimate(tmp_path, monkeypatch) -> None:
+    """A file's header is padded up to the writer's estimate (large files keep it): the
+    estimate must cover the header, and the padding stay below the header's own size (here
+    300 tensors of one chunk each, where the margin of 8 bytes a tensor weighs most)."""
+    monkeypatch.setattr(writer.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
+    moves: list[int] = []
+    monkeypatch.setattr(writer.FileSink, "_move_data", lambda sink, size: moves.append(size))
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(30)])
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 64)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    path = tmp_path / "padded.ckz"
+    ckptzip.save(state, path)
+    exact = len(ckptzip.dumps(state))  # joined behind the exact header
+    padding = path.stat().st_size - exact
+    assert not moves
+    header = exact - _data_length(path)
+    assert 0 < padding < header, (padding, header)
+
+
+def _data_length(path) -> int:
+    with ckptzip.open(path) as ckpt:
+        return sum(leaf.stored_bytes for leaf in ckpt.leaves)
+
+
 def test_file_and_memory_writers_agree_on_content(tmp_path) -> None:
     state = {"w": torch.randn(100_000).bfloat16(), "n": 1}
     path = tmp_path / "a.ckz"
