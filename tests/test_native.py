@@ -90,6 +90,32 @@ def test_crc32c_long_and_unaligned() -> None:
 
 # ---- byte planes --------------------------------------------------------------------------------
 
+def _quarter_counts(data: np.ndarray) -> list[list[int]]:
+    n, q = len(data), -(-len(data) // 4)
+    return [np.bincount(data[min(k * q, n) : min((k + 1) * q, n)], minlength=256).tolist()
+            for k in range(4)]
+
+
+@pytest.mark.parametrize("n", [4096, 4159, 100_003, 262_144])
+@pytest.mark.parametrize("lo", [0, 117, 240, 250])
+def test_byte_histogram_is_exact_on_exponent_like_bytes(n: int, lo: int) -> None:
+    """Bytes within a window of 16 values (exponent planes) are counted by vector compares,
+    the rest one by one: every count must still be exact, in every quarter, up to the tails."""
+    rng = np.random.default_rng(n + lo)
+    data = (lo + rng.integers(0, 16, n)).clip(0, 255).astype(np.uint8)
+    outliers = np.concatenate([rng.integers(0, n, n // 100), np.arange(max(n - 70, 0), n, 7),
+                               [0, n // 4, n // 4 - 1, n - 1]])
+    data[outliers] = rng.integers(0, 256, len(outliers))
+    counts = N.byte_histogram(data)
+    assert [list(row) for row in counts] == _quarter_counts(data)
+    assert sum(map(sum, counts)) == n
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 4095, 70_000])
+def test_byte_histogram_is_exact_on_spread_bytes(n: int) -> None:
+    data = np.random.default_rng(n).integers(0, 256, n).astype(np.uint8)
+    assert [list(row) for row in N.byte_histogram(data)] == _quarter_counts(data)
+
 
 @pytest.mark.parametrize(("k", "r"), ELEM_ROTATE)
 def test_split_matches_model_and_merge_inverts(k: int, r: int) -> None:

@@ -211,41 +211,10 @@ typedef struct {
     uint8_t first[CKZ_CTX_MAX_BUCKETS];
 } buckets;
 
-/* The context histogram.  Contexts are exponent bytes: nearly all of a chunk's fall in a few
- * neighbouring values, where a scalar histogram spends a store-to-load chain per byte.  With
- * AVX-512 BW, when a sample puts >= WIN_HIT_NUM / WIN_HIT_DEN of the bytes in one window of
- * WIN_VALUES values, each value of the window is counted by a compare and a popcount per 64 bytes
- * and the bytes outside it one by one; otherwise (and without AVX-512) ckz_huf_count's
- * interleaved counters. */
-#define WIN_VALUES 16
-#define WIN_SAMPLES 512
-#define WIN_HIT_NUM 31
-#define WIN_HIT_DEN 32
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
 #include <immintrin.h>
 #define CTX_HAVE_AVX2 1
 #define CTX_V4 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,popcnt")))
-
-/* h[lo + v] += the bytes of c[0..n) equal to lo + v (v < WIN_VALUES), and h[x] += 1 for every
- * byte x outside [lo, lo + WIN_VALUES).  n is a multiple of 64. */
-CTX_V4 static void window_count(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
-    uint64_t cnt[WIN_VALUES] = {0};
-    __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(WIN_VALUES - 1);
-    for (size_t i = 0; i < n; i += 64) {
-        __m512i x = _mm512_loadu_si512((const void *)(c + i));
-        __m512i d = _mm512_sub_epi8(x, base);
-        uint64_t out = _mm512_cmpgt_epu8_mask(d, top);
-        for (unsigned v = 0; v < WIN_VALUES; v++)
-            cnt[v] += (uint64_t)__builtin_popcountll(
-                _mm512_cmpeq_epi8_mask(d, _mm512_set1_epi8((char)v)));
-        while (out) {
-            h[c[i + (unsigned)__builtin_ctzll(out)]]++;
-            out &= out - 1;
-        }
-    }
-    for (unsigned v = 0; v < WIN_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
-}
 
 /* bk[i] = lut[ctx[i]] for i < n, 64 bytes a step: two two-table byte permutes (the LUT's low
  * and high 128 entries) and a blend on the context's top bit. */
@@ -265,26 +234,14 @@ CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lu
 }
 #endif
 
+/* The context histogram: exponent bytes, counted by window compares where they allow. */
 static void context_histogram(const uint8_t *ctx, size_t n, uint32_t h[256]) {
     memset(h, 0, 256 * sizeof h[0]);
-#ifdef CTX_HAVE_AVX2
-    if (ckz_cpu_v4 && n >= 8 * WIN_SAMPLES) {
-        uint32_t sample[256] = {0};
-        size_t stride = n / WIN_SAMPLES;
-        for (size_t j = 0; j < WIN_SAMPLES; j++) sample[ctx[j * stride]]++;
-        unsigned lo = 0, best = 0, run = 0; /* the window [lo, lo + WIN_VALUES) with most */
-        for (unsigned v = 0; v < 256; v++) {
-            run += sample[v] - (v >= WIN_VALUES ? sample[v - WIN_VALUES] : 0);
-            if (run > best) best = run, lo = v + 1 >= WIN_VALUES ? v + 1 - WIN_VALUES : 0;
-        }
-        if (best * WIN_HIT_DEN >= WIN_SAMPLES * WIN_HIT_NUM) {
-            size_t m = n / 64 * 64;
-            window_count(ctx, m, lo, h);
-            for (size_t i = m; i < n; i++) h[ctx[i]]++;
-            return;
-        }
+    unsigned lo = ckz_byte_window(ctx, n);
+    if (lo < 256) {
+        ckz_window_count(ctx, n, lo, h);
+        return;
     }
-#endif
     uint32_t lanes[CKZ_CTX_LANES][256];
     ckz_huf_count(ctx, n, lanes);
     for (unsigned v = 0; v < 256; v++)

@@ -71,6 +71,38 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args, PyObject *kw) {
     return PyLong_FromUnsignedLong(crc);
 }
 
+PyDoc_STRVAR(byte_histogram_doc,
+             "byte_histogram(data) -> tuple[tuple[int, ...], ...]\n\n"
+             "The entropy coder's histogram of data: for each of the four quarters its Huffman\n"
+             "streams are cut into, the count of every byte value (256 ints).  It is what the\n"
+             "encoder plans with, exposed so that tests can hold its fast paths to np.bincount.");
+static PyObject *py_byte_histogram(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"data", NULL};
+    PyObject *obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:byte_histogram", kwlist, &obj)) return NULL;
+    Py_buffer v;
+    if (get_buffer(obj, &v, 0, "data")) return NULL;
+    uint32_t counts[CKZ_HUF_STREAMS][256];
+    Py_BEGIN_ALLOW_THREADS
+    ckz_huf_count(v.buf, (size_t)v.len, counts);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    PyObject *out = PyTuple_New(CKZ_HUF_STREAMS);
+    if (!out) return NULL;
+    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+        PyObject *row = PyTuple_New(256);
+        if (!row) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, k, row);
+        for (unsigned b = 0; b < 256; b++) {
+            PyObject *c = PyLong_FromUnsignedLong(counts[k][b]);
+            if (!c) { Py_DECREF(out); return NULL; }
+            PyTuple_SET_ITEM(row, b, c);
+        }
+    }
+    return out;
+}
+
 PyDoc_STRVAR(dither_offsets_doc,
              "dither_offsets(dst, start, seed) -> None\n\n"
              "Fill dst (float64) with the dither offsets of elements start, start + 1, ... for\n"
@@ -585,6 +617,7 @@ static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
+    KW("byte_histogram", py_byte_histogram, byte_histogram_doc),
     KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
     KW("split_planes", py_split, split_doc),
     KW("merge_planes", py_merge, merge_doc),
