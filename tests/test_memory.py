@@ -197,8 +197,48 @@ def test_in_memory_header_that_outgrows_its_room_moves_the_data(
     state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
     joined = ckptzip.dumps(state)
     monkeypatch.setattr(writer.MemorySink, "JOIN_BYTES", 0)
-    monkeypatch.setattr(writer, "_estimate_header", lambda *args: 16)
+    monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
     assert ckptzip.dumps(state) == joined  # moved behind the exact header: no padding
+
+
+def test_header_estimate_made_midway_sees_the_plans_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lossy delta switched to in-place assembly halfway through: by then the writer has
+    popped the first transformed plans and dropped their arrays, and the estimate it makes
+    then must be the one it would have made before the first chunk."""
+    import copy
+
+    from ckptzip import writer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train(steps: int) -> dict:
+        for _ in range(steps):
+            model(torch.randn(8, 256)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+
+    base, new = train(2), train(3)
+    joined = ckptzip.dumps(new, mode="excp", base=base)
+    monkeypatch.setattr(writer.MemorySink, "JOIN_BYTES", _header(joined)["data_length"] // 2)
+    made: list[tuple[int, int]] = []
+    real = writer._header_estimate
+
+    def spy(*args):
+        estimate = real(*args)
+        before = estimate()  # what it says before any chunk is coded
+        return lambda: made.append((before, estimate())) or made[-1][1]
+
+    monkeypatch.setattr(writer, "_header_estimate", spy)
+    assembled = ckptzip.dumps(new, mode="excp", base=base)
+    assert len(made) == 1 and made[0][0] == made[0][1], made
+    assert _header(assembled) == _header(joined)
+    padding = len(assembled) - len(joined)
+    assert 0 < padding < len(joined) - _header(joined)["data_length"], padding
 
 
 def _header(blob: bytes) -> dict:

@@ -11,7 +11,7 @@ from ckptzip import writer
 
 def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypatch) -> None:
     state = {f"t{i}": torch.randn(3000 + i) for i in range(40)}
-    monkeypatch.setattr(writer, "_estimate_header", lambda *args: 16)
+    monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
     moves: list[int] = []
     original = writer.FileSink._move_data
 

@@ -406,13 +406,13 @@ class FileSink(Sink):
         self.reserved = header_size
 
 
-def _estimate_header(
+def _header_estimate(
     header: dict[str, Any], leaves: list[Leaf], policy: Policy, base: Base | None,
     base_location: str | None, encoded: dict[int, _LeafPlan],
-) -> int:
-    """About how many bytes the header will take as stored, with a margin, before its chunk
-    tables are known: the header deflated (level 6, a little larger than the writer's 9) with
-    plausible tables in their place.
+) -> Callable[[], int]:
+    """A function that says about how many bytes the header will take as stored, with a margin,
+    before its chunk tables are known: the header deflated (level 6, a little larger than the
+    writer's 9) with plausible tables in their place.
 
     Chunk lengths are drawn between half and all of each chunk's raw size and the checksums at
     random (they are incompressible in the real table too), each tensor gets the widest of its
@@ -421,50 +421,57 @@ def _estimate_header(
     know. Writers pad the stored header up to this and move the data only when the header
     outgrows it, so the estimate sets the padding: 14.5 KB stored against 20 KB reserved for a
     306-tensor training state, where the widest numbers undeflated (the bound before) reserved
-    99 KB."""
-    rng = np.random.default_rng(len(leaves))  # deterministic: the same state pads the same
-    base_crcs = rng.integers(0, 1 << 32, len(leaves), dtype=np.uint64).tolist()
-    draft: list[_LeafPlan] = []
-    candidates: list[Pipeline] = []
-    sizes = []
-    for index, leaf in enumerate(leaves):
-        if index in encoded:
-            plan = encoded[index]
-            assert plan.array is not None
-            sizes.append(plan.array.numel() * plan.array.element_size())
-        else:
-            pipelines = [policy.pipeline_for(leaf)]
-            extra: dict[str, Any] = {}
-            if base is not None and base.tensor(leaf.name) is not None:
-                pipelines += policy.delta_candidates(leaf)
-                extra = {"base": {"name": leaf.name, "crc": base_crcs[index]}}
-            candidates += pipelines
-            plan = _LeafPlan(leaf, pipelines[0], policy.chunk_bytes(leaf), [], extra=extra)
-            sizes.append(leaf.nbytes)
-        draft.append(plan)
-    counts = [-(-size // plan.chunk_bytes) for size, plan in zip(sizes, draft)]
-    fractions = (0.5 + rng.random(sum(counts)) / 2).tolist()
-    checksums = rng.integers(0, 1 << 32, 2 * sum(counts), dtype=np.uint64).tolist()
-    entries_at, offset = 0, 0
-    for i, (size, count, plan) in enumerate(zip(sizes, counts, draft)):
-        table = []
-        for k in range(count):
-            raw = min(plan.chunk_bytes, size - k * plan.chunk_bytes)
-            j = entries_at + k
-            table.append([max(int(raw * fractions[j]), 1), checksums[2 * j], checksums[2 * j + 1]])
-        draft[i] = _LeafPlan(plan.leaf, plan.pipeline, plan.chunk_bytes, table, offset=offset,
-                             extra=plan.extra)
-        entries_at += count
-        offset += sum(entry[0] for entry in table)
-    pipelines_table, entries, chunk = _leaf_entries(draft, extra_pipelines=candidates)
-    for entry in entries:
-        entry["pipeline"] = len(pipelines_table)  # the widest index
-    full = {**header, "chunk": chunk, "pipelines": pipelines_table, "leaves": entries,
-            "data_length": offset, "id": "0" * 32}
-    if base is not None:
-        full.update(base={"id": base.id, "path": base_location}, chain_depth=2**31)
-    stored = min(len(zlib.compress(text := _header_json(full), 6)), len(text))
-    return stored + stored // 20 + 8 * len(leaves) + 256
+    99 KB. What it needs of the transformed leaves' plans is taken now: the writer pops them and
+    drops their arrays as it goes, and a sink may call the function midway."""
+    transformed = {
+        index: (plan.pipeline, plan.chunk_bytes, dict(plan.extra),
+                plan.array.numel() * plan.array.element_size())
+        for index, plan in encoded.items() if plan.array is not None
+    }
+
+    def estimate() -> int:
+        rng = np.random.default_rng(len(leaves))  # deterministic: the same state pads the same
+        base_crcs = rng.integers(0, 1 << 32, len(leaves), dtype=np.uint64).tolist()
+        draft: list[_LeafPlan] = []
+        candidates: list[Pipeline] = []
+        sizes = []
+        for index, leaf in enumerate(leaves):
+            if index in transformed:
+                pipeline, chunk_bytes, extra, size = transformed[index]
+            else:
+                pipelines = [policy.pipeline_for(leaf)]
+                extra = {}
+                if base is not None and base.tensor(leaf.name) is not None:
+                    pipelines += policy.delta_candidates(leaf)
+                    extra = {"base": {"name": leaf.name, "crc": base_crcs[index]}}
+                candidates += pipelines
+                pipeline, chunk_bytes, size = pipelines[0], policy.chunk_bytes(leaf), leaf.nbytes
+            draft.append(_LeafPlan(leaf, pipeline, chunk_bytes, [], extra=extra))
+            sizes.append(size)
+        counts = [-(-size // plan.chunk_bytes) for size, plan in zip(sizes, draft)]
+        fractions = (0.5 + rng.random(sum(counts)) / 2).tolist()
+        checksums = rng.integers(0, 1 << 32, 2 * sum(counts), dtype=np.uint64).tolist()
+        first, offset = 0, 0  # the draft's first chunk entry of a tensor, its data offset
+        for plan, size, count in zip(draft, sizes, counts):
+            for k in range(count):
+                raw = min(plan.chunk_bytes, size - k * plan.chunk_bytes)
+                j = first + k
+                plan.table.append([max(int(raw * fractions[j]), 1), checksums[2 * j],
+                                   checksums[2 * j + 1]])
+            plan.offset = offset
+            first += count
+            offset += sum(entry[0] for entry in plan.table)
+        pipelines_table, entries, chunk = _leaf_entries(draft, extra_pipelines=candidates)
+        for entry in entries:
+            entry["pipeline"] = len(pipelines_table)  # the widest index
+        full = {**header, "chunk": chunk, "pipelines": pipelines_table, "leaves": entries,
+                "data_length": offset, "id": "0" * 32}
+        if base is not None:
+            full.update(base={"id": base.id, "path": base_location}, chain_depth=2**31)
+        stored = min(len(zlib.compress(text := _header_json(full), 6)), len(text))
+        return stored + stored // 20 + 8 * len(leaves) + 256
+
+    return estimate
 
 
 def _leaf_entries(
@@ -554,7 +561,7 @@ def encode_state(
         header["source"] = source
     raw_total = sum(leaf.nbytes for leaf in leaves)
     # a stored chunk exceeds its raw bytes by its stream header at most (RAW planes)
-    sink.reserve(lambda: _estimate_header(header, leaves, policy, base, base_location, encoded),
+    sink.reserve(_header_estimate(header, leaves, policy, base, base_location, encoded),
                  raw_total + raw_total // 256 + (64 << 10))
     bar = Progress(raw_total, "compress", enabled=progress)
 
