@@ -241,6 +241,51 @@ def test_header_estimate_made_midway_sees_the_plans_as_they_were(
     assert 0 < padding < len(joined) - _header(joined)["data_length"], padding
 
 
+def test_assembler_claims_and_writes_at_offsets() -> None:
+    assembler = _native.Assembler(4, 10)
+    first, second = assembler.claim(3), assembler.claim(5)
+    assert (first, second, assembler.position, assembler.room) == (4, 7, 8, 2)
+    assembler.write_at(second, b"world")  # in any order: places were set aside in order
+    assembler.write_at(first, b"new")
+    with pytest.raises(ValueError, match="outside the claimed data"):
+        assembler.write_at(second + 1, b"world")  # one byte past what was claimed
+    with pytest.raises(ValueError, match="outside the claimed data"):
+        assembler.write_at(2, b"x")  # inside the head's reserve
+    with pytest.raises(ValueError):
+        assembler.claim(-1)
+    assert assembler.claim(100) == 12 and assembler.room == 0  # grows: nothing is copying
+    assembler.write_at(12, b"!" * 100)
+    assert assembler.finish(b"head") == b"headnewworld" + b"!" * 100
+    with pytest.raises(ValueError, match="finished"):
+        assembler.claim(1)
+
+
+def test_parallel_assembly_matches_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several threads, the pool copies chunks into the result at places the calling
+    thread set aside in order: the bytes must be those of a one-thread assembly, through
+    batches of one chunk and through the buffer growing past a small size hint."""
+    from ckptzip.writer import MemorySink
+
+    state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
+    monkeypatch.setattr(MemorySink, "JOIN_BYTES", 0)
+    serial = ckptzip.dumps(state, threads=1)
+    for batch in (1, 1 << 20):
+        monkeypatch.setattr(MemorySink, "COPY_BATCH_BYTES", batch)
+        assert ckptzip.dumps(state, threads=4) == serial
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, 256, int(n), dtype=np.uint8).tobytes()
+              for n in rng.integers(1, 200_000, 40)]
+    built = []
+    for threads in (1, 4):
+        sink = MemorySink()
+        sink.reserve(lambda: 64, data_size=1000, threads=threads)  # far too small: it grows
+        for chunk in chunks:
+            sink.write(chunk)
+        sink.finish(b'{"format":"ckz"}')
+        built.append(sink.result)
+    assert built[0] == built[1] and built[0].endswith(b"".join(chunks))
+
+
 def _header(blob: bytes) -> dict:
     flags, length = struct.unpack_from("<IQ", blob, 12)
     stored = blob[PRELUDE_SIZE : PRELUDE_SIZE + length]

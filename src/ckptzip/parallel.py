@@ -49,6 +49,11 @@ def resolve_threads(threads: int | None) -> int:
     return threads
 
 
+def executor(threads: int) -> ThreadPoolExecutor:
+    """The shared pool of ``threads`` threads (made on first use, kept for the process)."""
+    return _executor(threads)
+
+
 def _executor(threads: int) -> ThreadPoolExecutor:
     pool = _EXECUTORS.get(threads)
     if pool is None:

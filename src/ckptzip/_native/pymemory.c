@@ -113,6 +113,7 @@ typedef struct {
     size_t capacity; /* allocated length of bytes */
     size_t reserve;  /* where the data starts while appending */
     size_t position; /* bytes of data appended */
+    size_t writers;  /* write_at copies running without the GIL: the buffer must not move */
 } Assembler;
 
 /* Grows the bytes object to hold at least `need` bytes (amortized doubling). */
@@ -169,8 +170,16 @@ static int assembler_open(Assembler *self) {
 }
 
 PyDoc_STRVAR(assembler_append_doc, "append(data) -> None\n\nCopies data after what came before.");
+/* The buffer moves only under the GIL with no write_at copy running. */
+static int assembler_still(Assembler *self) {
+    if (!self->writers) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "the Assembler's buffer would move while write_at() "
+                    "copies run: wait for them first");
+    return -1;
+}
+
 static PyObject *assembler_append(Assembler *self, PyObject *obj) {
-    if (assembler_open(self)) return NULL;
+    if (assembler_open(self) || assembler_still(self)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
     size_t len = (size_t)view.len, at = self->reserve + self->position;
@@ -191,13 +200,69 @@ static PyObject *assembler_append(Assembler *self, PyObject *obj) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(assembler_claim_doc,
+             "claim(n) -> int\n\n"
+             "Sets the next n bytes of data aside (growing the buffer if needed) and returns the\n"
+             "offset write_at takes for them.  Only while no write_at runs: growing moves the\n"
+             "buffer.");
+static PyObject *assembler_claim(Assembler *self, PyObject *arg) {
+    if (assembler_open(self)) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "claim of %zd bytes: must be >= 0", n);
+        return NULL;
+    }
+    size_t at = self->reserve + self->position;
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX - at) {
+        PyErr_SetString(PyExc_OverflowError, "the assembled bytes would exceed PY_SSIZE_T_MAX");
+        return NULL;
+    }
+    if (at + (size_t)n > self->capacity && self->writers) {
+        PyErr_SetString(PyExc_RuntimeError, "claim() would move the buffer while write_at() "
+                        "copies run: wait for them first");
+        return NULL;
+    }
+    if (assembler_grow(self, at + (size_t)n)) return NULL;
+    self->position += (size_t)n;
+    return PyLong_FromSize_t(at);
+}
+
+PyDoc_STRVAR(assembler_write_at_doc,
+             "write_at(offset, data) -> None\n\n"
+             "Copies data to a claimed offset, without the GIL: threads may fill claimed regions\n"
+             "at once.  The region must lie within what claim() set aside.");
+static PyObject *assembler_write_at(Assembler *self, PyObject *args) {
+    Py_ssize_t offset;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "nO:write_at", &offset, &obj)) return NULL;
+    if (assembler_open(self)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    size_t len = (size_t)view.len, end = self->reserve + self->position;
+    if (offset < (Py_ssize_t)self->reserve || (size_t)offset > end || len > end - (size_t)offset) {
+        PyErr_Format(PyExc_ValueError, "write_at(%zd, %zu bytes) outside the claimed data "
+                     "[%zu, %zu)", offset, len, self->reserve, end);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *dst = PyBytes_AS_STRING(self->bytes) + offset;
+    self->writers++; /* under the GIL, as every reader of it */
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst, view.buf, len);
+    Py_END_ALLOW_THREADS
+    self->writers--;
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(assembler_finish_doc,
              "finish(head) -> bytes\n\n"
              "head followed by everything appended, as one bytes object (the data is moved "
              "once, in place, when head is not `reserve` bytes long).  The Assembler is empty "
              "afterwards.");
 static PyObject *assembler_finish(Assembler *self, PyObject *obj) {
-    if (assembler_open(self)) return NULL;
+    if (assembler_open(self) || assembler_still(self)) return NULL;
     Py_buffer head;
     if (PyObject_GetBuffer(obj, &head, PyBUF_SIMPLE) < 0) return NULL;
     size_t h = (size_t)head.len, total = h + self->position;
@@ -224,14 +289,24 @@ static PyObject *assembler_get_position(Assembler *self, void *closure) {
     return PyLong_FromSize_t(self->position);
 }
 
+static PyObject *assembler_get_room(Assembler *self, void *closure) {
+    (void)closure;
+    size_t used = self->reserve + self->position;
+    return PyLong_FromSize_t(self->bytes && self->capacity > used ? self->capacity - used : 0);
+}
+
 static PyMethodDef assembler_methods[] = {
     {"append", (PyCFunction)assembler_append, METH_O, assembler_append_doc},
+    {"claim", (PyCFunction)assembler_claim, METH_O, assembler_claim_doc},
+    {"write_at", (PyCFunction)assembler_write_at, METH_VARARGS, assembler_write_at_doc},
     {"finish", (PyCFunction)assembler_finish, METH_O, assembler_finish_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef assembler_getset[] = {
     {"position", (getter)assembler_get_position, NULL, "bytes of data appended so far", NULL},
+    {"room", (getter)assembler_get_room, NULL,
+     "bytes that claim() or append() can take before the buffer grows (moves)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
