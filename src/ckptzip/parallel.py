@@ -51,10 +51,6 @@ def resolve_threads(threads: int | None) -> int:
 
 def executor(threads: int) -> ThreadPoolExecutor:
     """The shared pool of ``threads`` threads (made on first use, kept for the process)."""
-    return _executor(threads)
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
     pool = _EXECUTORS.get(threads)
     if pool is None:
         pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ckptzip")
@@ -68,7 +64,7 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Itera
     if threads <= 1:
         yield from map(fn, items)
         return
-    pool = _executor(threads)
+    pool = executor(threads)
     pending: deque[Future[R]] = deque()
     try:
         for item in items:
