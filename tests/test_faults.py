@@ -442,7 +442,8 @@ def test_injected_read_errors_at_every_read(
     patch_reads(monkeypatch, counter)
     assert bits_equal(ckptzip.load(path, threads=threads), nudged)
     reads = counter.injector.calls
-    assert reads >= 8
+    # headers and chunk spans of both files (the base's tensors are read in one pass)
+    assert reads >= 5
     named = {"delta.ckz": 0, "base.ckz": 0}
     for fail_at in range(1, reads + 1):
         failing = FailingPread(fail_at)

@@ -108,6 +108,34 @@ def test_training_chain_on_disk(tmp_path: Path) -> None:
     assert_states_equal(states[-1], ckptzip.load(moved / paths[-1].name))
 
 
+def test_a_delta_file_decodes_its_base_tensors_in_one_pass(tmp_path: Path, monkeypatch) -> None:
+    """Loading a delta decodes the base tensors it needs with one read_leaves over all of them
+    (their chunks spread over every thread), not tensor after tensor; each link of a chain
+    does the same for its own base."""
+    from ckptzip.reader import CheckpointFile
+
+    states = training_states(30, 5)[:3]
+    paths = []
+    for state in states:
+        paths.append(tmp_path / f"step-{state['step']:04d}.ckz")
+        ckptzip.save(state, paths[-1], base=paths[-2] if len(paths) > 1 else None)
+    calls: list[tuple[str, int]] = []
+    real = CheckpointFile.read_leaves
+
+    def spy(self, indices, **kwargs):
+        calls.append((Path(self.name).name, len(indices)))
+        return real(self, indices, **kwargs)
+
+    monkeypatch.setattr(CheckpointFile, "read_leaves", spy)
+    assert_states_equal(states[-1], ckptzip.load(paths[-1], threads=2))
+    with ckptzip.open(paths[-1]) as last:
+        deltas = sum("base" in leaf.extra for leaf in last.leaves)
+    by_file = {name: [n for f, n in calls if f == name] for name, _ in calls}
+    assert deltas >= 2
+    assert all(len(by_file[path.name]) == 1 for path in paths), calls  # one pass each
+    assert by_file[paths[1].name][0] >= deltas  # covering the last file's delta tensors
+
+
 def test_keyframe_every_bounds_the_chain(tmp_path: Path) -> None:
     states = training_states(30, 5)
     previous = None

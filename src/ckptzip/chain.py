@@ -55,6 +55,10 @@ class Base(ABC):
     @abstractmethod
     def _load(self, name: str) -> np.ndarray: ...
 
+    def prefetch(self, names: list[str]) -> None:
+        """Have the raw bytes of these base tensors at hand before :meth:`raw` asks for them one
+        by one (a file decodes them in one parallel pass)."""
+
     def raw(self, name: str) -> np.ndarray:
         """The base tensor's raw bytes (uint8, C order); decoded once, then cached."""
         if name not in self._cache:
@@ -122,6 +126,17 @@ class FileBase(Base):
         index = self._index[name].index
         tensor = self.checkpoint.read_leaves([index])[index]
         return tensor.reshape(-1).view(torch.uint8).numpy()
+
+    def prefetch(self, names: list[str]) -> None:
+        # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
+        # tensor after tensor a small tensor's few chunks kept most of them idle
+        wanted = {self._index[name].index: name for name in names
+                  if name in self._index and name not in self._cache}
+        if len(wanted) < 2:
+            return
+        for index, tensor in self.checkpoint.read_leaves(sorted(wanted)).items():
+            if index in wanted:
+                self._cache[wanted[index]] = tensor.reshape(-1).view(torch.uint8).numpy()
 
     def close(self) -> None:
         super().close()

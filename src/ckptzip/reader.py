@@ -206,6 +206,7 @@ class CheckpointFile:
                         f"allocate ({str(exc).splitlines()[0][:120]})") from None
         bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
+        self._prefetch_bases([self.leaves[i] for i in indices if "base" in self.leaves[i].extra])
         for i in indices:
             leaf = self.leaves[i]
             out = buffers[i].numpy()
@@ -296,6 +297,19 @@ class CheckpointFile:
         if base is not None:  # read_leaves checks the base before it blames the file
             raise _DeltaFailed(leaf, damaged) from None
         raise damaged from None
+
+    def _prefetch_bases(self, leaves: list[LeafInfo]) -> None:
+        """Decode the base tensors of these delta leaves in one pass (see Base.prefetch); the
+        checks and errors stay with _base_raw, which then finds them decoded."""
+        if len(leaves) < 2:
+            return
+        base = self.base()
+        names = [ref["name"] for leaf in leaves
+                 if isinstance(ref := leaf.extra.get("base"), dict) and isinstance(ref.get("name"), str)]
+        try:
+            base.prefetch(names)
+        except Error as exc:
+            raise _in_base(exc, self.name, base.location or "the base") from exc
 
     def _base_raw(self, leaf: LeafInfo, *, check: bool = True) -> np.ndarray:
         """The raw bytes of the base tensor a delta leaf was coded against, checked by CRC
