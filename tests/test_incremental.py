@@ -136,6 +136,38 @@ def test_a_delta_file_decodes_its_base_tensors_in_one_pass(tmp_path: Path, monke
     assert by_file[paths[1].name][0] >= deltas  # covering the last file's delta tensors
 
 
+def test_a_delta_save_decodes_its_file_base_in_windows(tmp_path: Path, monkeypatch) -> None:
+    """Saving against a base file decodes the base tensors a window of PREFETCH_BYTES at a time
+    (one read_leaves each), so that all threads decode and only the window is held; the file
+    is the same whatever the window."""
+    from ckptzip import writer
+    from ckptzip.reader import CheckpointFile
+
+    states = training_states(20, 5)[:2]
+    base_path = tmp_path / "base.ckz"
+    ckptzip.save(states[0], base_path)
+    calls: list[int] = []
+    real = CheckpointFile.read_leaves
+
+    def spy(self, indices, **kwargs):
+        calls.append(len(indices))
+        return real(self, indices, **kwargs)
+
+    monkeypatch.setattr(CheckpointFile, "read_leaves", spy)
+    blobs = []
+    for window in (64 << 20, 20_000):
+        monkeypatch.setattr(writer, "PREFETCH_BYTES", window)
+        calls.clear()
+        path = tmp_path / f"delta-{window}.ckz"
+        ckptzip.save(states[1], path, base=base_path, threads=2)
+        blobs.append((path.read_bytes(), list(calls)))
+    (whole, whole_calls), (windowed, windowed_calls) = blobs
+    assert whole == windowed
+    assert max(whole_calls) >= 8 and len(whole_calls) < len(windowed_calls), blobs[0][1]
+    monkeypatch.undo()
+    assert_states_equal(states[1], ckptzip.load(tmp_path / f"delta-{20_000}.ckz"))
+
+
 def test_keyframe_every_bounds_the_chain(tmp_path: Path) -> None:
     states = training_states(30, 5)
     previous = None

@@ -88,7 +88,10 @@ def _tasks(
     scheduled, so a save never holds a second full copy of the state or of the base."""
     task: _Task = []
     size = 0
+    ahead = 0  # leaves before this one have had their base tensors fetched
     for index, leaf in enumerate(leaves):
+        if base is not None and index >= ahead:
+            ahead = _prefetch_base(leaves, index, base, encoded)
         if index in encoded:
             plan = encoded.pop(index)
             assert plan.array is not None  # every encoded plan carries its array
@@ -110,6 +113,29 @@ def _tasks(
                 task, size = [], 0
     if task:
         yield task
+
+
+#: Raw bytes of base tensors a delta save decodes in one pass, at most (beyond one tensor): a
+#: file base decodes them with all threads at once, and holds only this much ahead.
+PREFETCH_BYTES = 64 << 20
+
+
+def _prefetch_base(leaves: list[Leaf], start: int, base: Base, encoded: dict[int, _LeafPlan]) -> int:
+    """Have the base tensors of the leaves from ``start`` on at hand, up to PREFETCH_BYTES of
+    them (a file base decodes them in one pass); returns the first leaf not covered."""
+    names: list[str] = []
+    size, end = 0, start
+    while end < len(leaves) and (not names or size + leaves[end].nbytes <= PREFETCH_BYTES):
+        leaf = leaves[end]
+        match = base.tensor(leaf.name)
+        if end not in encoded and match is not None and (match.dtype, match.shape) == (
+            leaf.dtype, leaf.shape
+        ):
+            names.append(leaf.name)
+            size += leaf.nbytes
+        end += 1
+    base.prefetch(names)
+    return end
 
 
 def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | None) -> _LeafPlan:
