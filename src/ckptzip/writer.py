@@ -83,9 +83,9 @@ def _tasks(
     plans: list[_LeafPlan], size_limit: int,
 ) -> Iterator[_Task]:
     """Chunks in file order, grouped into tasks of about ``size_limit`` raw bytes (the last chunk
-    crosses it). Each leaf is planned (and its bytes and its base's bytes materialized on the
-    host) only when its turn comes, and the base's bytes are released once its chunks are
-    scheduled, so a save never holds a second full copy of the state or of the base."""
+    crosses it). Each leaf is planned (and its bytes materialized on the host) only when its turn
+    comes; its base's bytes are decoded at most PREFETCH_BYTES ahead and released once its chunks
+    are scheduled, so a save never holds a second full copy of the state or of the base."""
     task: _Task = []
     size = 0
     ahead = 0  # leaves before this one have had their base tensors fetched
