@@ -127,6 +127,42 @@ def test_lightning_plugin_saves_prunes_and_resumes(tmp_path: Path, use_async: bo
     assert same_weights(full.state_dict(), resumed.state_dict())
 
 
+def test_lightning_removal_asked_while_the_save_runs_is_carried_out_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under AsyncCheckpointIO, ModelCheckpoint may prune a checkpoint whose save still runs in
+    the background; the atomic write makes its file appear only at the end, so the plugin
+    removes it then instead of missing it (a leftover checkpoint save_top_k meant to delete)."""
+    pytest.importorskip("lightning")
+    import threading
+
+    from ckptzip.integrations import lightning as plugin_module
+
+    started, release = threading.Event(), threading.Event()
+    real_save = plugin_module.save
+
+    def slow_save(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(30)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(plugin_module, "save", slow_save)
+    plugin = plugin_module.CkptzipCheckpointIO()
+    path = tmp_path / "epoch=0-step=2.ckpt"
+    saver = threading.Thread(target=plugin.save_checkpoint, args=({"w": torch.ones(3)}, path))
+    saver.start()
+    assert started.wait(30)
+    plugin.remove_checkpoint(path)  # asked while the save runs: nothing there yet
+    release.set()
+    saver.join(30)
+    assert not path.exists()
+    kept = tmp_path / "epoch=1-step=4.ckpt"
+    plugin.save_checkpoint({"w": torch.ones(3)}, kept)  # no removal asked: it stays
+    assert kept.exists()
+    plugin.remove_checkpoint(kept)
+    assert not kept.exists()
+
+
 # -- DeepSpeed -------------------------------------------------------------------------------
 DEEPSPEED_SCRIPT = """
 import os, sys, torch, deepspeed

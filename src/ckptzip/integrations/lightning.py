@@ -22,6 +22,7 @@ keeps objects such as modules out). It plugs into the ``lightning`` package
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,11 @@ class CkptzipCheckpointIO(CheckpointIO):
         self.mode = mode
         self.threads = threads
         self.mode_options = mode_options
+        # Under AsyncCheckpointIO a save runs in the background while ModelCheckpoint may
+        # already prune its file; the file appears only when the save ends (atomic writes), so a
+        # removal asked meanwhile is carried out then
+        self._lock = threading.Lock()
+        self._saving: dict[str, bool] = {}  # path being saved -> its removal was asked
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
@@ -55,7 +61,16 @@ class CkptzipCheckpointIO(CheckpointIO):
             )
         fs = get_filesystem(path)
         fs.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
-        save(checkpoint, path, mode=self.mode, threads=self.threads, **self.mode_options)
+        key = os.fspath(path)
+        with self._lock:
+            self._saving[key] = False
+        try:
+            save(checkpoint, path, mode=self.mode, threads=self.threads, **self.mode_options)
+        finally:
+            with self._lock:
+                removal_asked = self._saving.pop(key)
+            if removal_asked and fs.exists(path):
+                fs.rm(path, recursive=True)
 
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
@@ -67,6 +82,10 @@ class CkptzipCheckpointIO(CheckpointIO):
         return state
 
     def remove_checkpoint(self, path: str | Path) -> None:
+        with self._lock:
+            if os.fspath(path) in self._saving:  # still being written: removed when it is done
+                self._saving[os.fspath(path)] = True
+                return
         fs = get_filesystem(path)
         if fs.exists(path):
             fs.rm(path, recursive=True)
