@@ -22,7 +22,7 @@ import torch
 from .dtypes import DType
 from .errors import BaseMismatchError
 from .storage import BytesSource, is_url, local_path
-from .tree import flatten
+from .tree import flatten, tensor_bytes
 
 if TYPE_CHECKING:
     from .container import LeafInfo
@@ -124,8 +124,7 @@ class FileBase(Base):
 
     def _load(self, name: str) -> np.ndarray:
         index = self._index[name].index
-        tensor = self.checkpoint.read_leaves([index])[index]
-        return tensor.reshape(-1).view(torch.uint8).numpy()
+        return tensor_bytes(self.checkpoint.read_leaves([index])[index])
 
     def prefetch(self, names: list[str]) -> None:
         # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
@@ -136,7 +135,7 @@ class FileBase(Base):
             return
         for index, tensor in self.checkpoint.read_leaves(sorted(wanted)).items():
             if index in wanted:
-                self._cache[wanted[index]] = tensor.reshape(-1).view(torch.uint8).numpy()
+                self._cache[wanted[index]] = tensor_bytes(tensor)
 
     def close(self) -> None:
         super().close()

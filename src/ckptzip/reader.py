@@ -301,7 +301,7 @@ class CheckpointFile:
     def _prefetch_bases(self, leaves: list[LeafInfo]) -> None:
         """Decode the base tensors of these delta leaves in one pass (see Base.prefetch); the
         checks and errors stay with _base_raw, which then finds them decoded."""
-        if len(leaves) < 2:
+        if not leaves:
             return
         base = self.base()
         names = [ref["name"] for leaf in leaves

@@ -115,6 +115,12 @@ def _tasks(
         yield task
 
 
+def _has_base_tensor(leaf: Leaf, base: Base) -> bool:
+    """Whether ``base`` holds a tensor of the leaf's name, dtype and shape to code it against."""
+    match = base.tensor(leaf.name)
+    return match is not None and (match.dtype, match.shape) == (leaf.dtype, leaf.shape)
+
+
 #: Raw bytes of base tensors a delta save decodes in one pass, at most (beyond one tensor): a
 #: file base decodes them with all threads at once, and holds only this much ahead.
 PREFETCH_BYTES = 64 << 20
@@ -127,10 +133,7 @@ def _prefetch_base(leaves: list[Leaf], start: int, base: Base, encoded: dict[int
     size, end = 0, start
     while end < len(leaves) and (not names or size + leaves[end].nbytes <= PREFETCH_BYTES):
         leaf = leaves[end]
-        match = base.tensor(leaf.name)
-        if end not in encoded and match is not None and (match.dtype, match.shape) == (
-            leaf.dtype, leaf.shape
-        ):
+        if end not in encoded and _has_base_tensor(leaf, base):
             names.append(leaf.name)
             size += leaf.nbytes
         end += 1
@@ -170,10 +173,7 @@ def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -
     winner's stream is coded once and kept as the tensor's only chunk."""
     chunk_bytes = policy.chunk_bytes(leaf)
     dense = policy.pipeline_for(leaf)
-    match = base.tensor(leaf.name) if base is not None else None
-    if base is None or match is None or leaf.nbytes == 0 or (match.dtype, match.shape) != (
-        leaf.dtype, leaf.shape
-    ):
+    if base is None or leaf.nbytes == 0 or not _has_base_tensor(leaf, base):
         return _LeafPlan(leaf, dense, chunk_bytes, [])
     base_raw = base.raw(leaf.name)
     candidates = [dense, *policy.delta_candidates(leaf)]

@@ -234,14 +234,9 @@ CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lu
 }
 #endif
 
-/* The context histogram: exponent bytes, counted by window compares where they allow. */
+/* The context histogram: exponent bytes, which ckz_huf_count counts by window compares. */
 static void context_histogram(const uint8_t *ctx, size_t n, uint32_t h[256]) {
     memset(h, 0, 256 * sizeof h[0]);
-    unsigned lo = ckz_byte_window(ctx, n);
-    if (lo < 256) {
-        ckz_window_count(ctx, n, lo, h);
-        return;
-    }
     uint32_t lanes[CKZ_CTX_LANES][256];
     ckz_huf_count(ctx, n, lanes);
     for (unsigned v = 0; v < 256; v++)

@@ -54,6 +54,9 @@ CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
 CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]),
               (src, n, counts))
 
+/* The window counter of ckz_huf_count (huff.h). */
+#define WINDOW_VALUES 16
+#define WINDOW_SAMPLES 512
 #define WINDOW_HIT_NUM 31
 #define WINDOW_HIT_DEN 32
 
@@ -63,14 +66,14 @@ CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STRE
 
 __attribute__((target("avx512f,avx512bw,popcnt"))) static void
 window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
-    uint64_t cnt[CKZ_WINDOW_VALUES] = {0};
-    __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(CKZ_WINDOW_VALUES - 1);
+    uint64_t cnt[WINDOW_VALUES] = {0};
+    __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(WINDOW_VALUES - 1);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         /* x - lo wraps below lo, so one unsigned compare finds the bytes outside the window */
         __m512i d = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(c + i)), base);
         uint64_t out = _mm512_cmpgt_epu8_mask(d, top);
-        for (unsigned v = 0; v < CKZ_WINDOW_VALUES; v++)
+        for (unsigned v = 0; v < WINDOW_VALUES; v++)
             cnt[v] += (uint64_t)__builtin_popcountll(
                 _mm512_cmpeq_epi8_mask(d, _mm512_set1_epi8((char)v)));
         while (out) {
@@ -79,32 +82,35 @@ window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
         }
     }
     for (; i < n; i++) h[c[i]]++;
-    for (unsigned v = 0; v < CKZ_WINDOW_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
+    for (unsigned v = 0; v < WINDOW_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
 }
 #endif
 
-unsigned ckz_byte_window(const uint8_t *src, size_t n) {
+/* The first value of the window of WINDOW_VALUES that holds >= 31/32 of an even sample of src,
+ * where the window counter is available; else 256. */
+static unsigned byte_window(const uint8_t *src, size_t n) {
 #ifdef HAVE_WINDOW
-    if (!ckz_cpu_v4 || n < 8 * CKZ_WINDOW_SAMPLES) return 256;
+    if (!ckz_cpu_v4 || n < 8 * WINDOW_SAMPLES) return 256;
     uint32_t sample[256] = {0};
-    size_t stride = n / CKZ_WINDOW_SAMPLES;
-    for (size_t j = 0; j < CKZ_WINDOW_SAMPLES; j++) sample[src[j * stride]]++;
-    unsigned lo = 0, best = 0, run = 0; /* the window [lo, lo + CKZ_WINDOW_VALUES) with most */
+    size_t stride = n / WINDOW_SAMPLES;
+    for (size_t j = 0; j < WINDOW_SAMPLES; j++) sample[src[j * stride]]++;
+    unsigned lo = 0, best = 0, run = 0; /* the window [lo, lo + WINDOW_VALUES) with most */
     for (unsigned v = 0; v < 256; v++) {
-        run += sample[v] - (v >= CKZ_WINDOW_VALUES ? sample[v - CKZ_WINDOW_VALUES] : 0);
+        run += sample[v] - (v >= WINDOW_VALUES ? sample[v - WINDOW_VALUES] : 0);
         if (run > best)
-            best = run, lo = v + 1 >= CKZ_WINDOW_VALUES ? v + 1 - CKZ_WINDOW_VALUES : 0;
+            best = run, lo = v + 1 >= WINDOW_VALUES ? v + 1 - WINDOW_VALUES : 0;
     }
-    if (best * WINDOW_HIT_DEN >= CKZ_WINDOW_SAMPLES * WINDOW_HIT_NUM) return lo;
+    if (best * WINDOW_HIT_DEN >= WINDOW_SAMPLES * WINDOW_HIT_NUM) return lo;
 #else
     (void)src, (void)n;
 #endif
     return 256;
 }
 
-void ckz_window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]) {
+/* h[v] += occurrences of v in src[0..n), for a window start lo from byte_window. */
+static void window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]) {
 #ifdef HAVE_WINDOW
-    if (ckz_cpu_v4 && lo + CKZ_WINDOW_VALUES <= 256) {
+    if (ckz_cpu_v4 && lo + WINDOW_VALUES <= 256) {
         window_count_v4(src, n, lo, h);
         return;
     }
@@ -114,12 +120,12 @@ void ckz_window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]
 }
 
 void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
-    unsigned lo = ckz_byte_window(src, n);
+    unsigned lo = byte_window(src, n);
     if (lo < 256) {
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
             memset(counts[k], 0, sizeof counts[k]);
-            ckz_window_count(src + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k), lo,
-                             counts[k]);
+            window_count(src + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k), lo,
+                         counts[k]);
         }
         return;
     }

@@ -33,20 +33,13 @@ static inline size_t ckz_huf_stream_start(size_t n, unsigned k) {
     return start < n ? start : n;
 }
 
-/* counts[k][s]: occurrences of byte s in quarter k of src[0..n) (by ckz_window_count where
- * ckz_byte_window finds a window, else by interleaved scalar counters). */
+/* counts[k][s]: occurrences of byte s in quarter k of src[0..n).  Exponent bytes fall in a few
+ * neighbouring values, where a scalar histogram spends a store-to-load chain per byte: with
+ * AVX-512 BW, when an even sample of 512 bytes (n >= 4096) puts at least 31/32 of them in one
+ * window of 16 consecutive values, each value of the window is counted by a compare and a
+ * popcount per 64 bytes, the bytes outside it one by one; otherwise by interleaved scalar
+ * counters.  The counts are exact either way. */
 void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]);
-
-/* Exponent bytes fall in a few neighbouring values, where a scalar histogram spends a
- * store-to-load chain per byte.  With AVX-512 BW, when an even sample of CKZ_WINDOW_SAMPLES bytes
- * of src[0..n) (n >= 8 CKZ_WINDOW_SAMPLES) puts at least 31/32 of them in one window of
- * CKZ_WINDOW_VALUES consecutive values, ckz_byte_window returns the window's first value; else
- * 256.  ckz_window_count(src, n, lo, h) then adds every byte's count to h exactly: the window's
- * values by a compare and a popcount per value per 64 bytes, the bytes outside it one by one. */
-#define CKZ_WINDOW_VALUES 16
-#define CKZ_WINDOW_SAMPLES 512
-unsigned ckz_byte_window(const uint8_t *src, size_t n);
-void ckz_window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]);
 
 /* Code lengths (0 = unused symbol, else 1..CKZ_HUF_MAX_BITS) for a histogram with at least two
  * used symbols.  The code is complete: sum of 2^-len over used symbols is exactly 1. */
