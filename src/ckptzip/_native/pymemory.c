@@ -218,11 +218,7 @@ static PyObject *assembler_claim(Assembler *self, PyObject *arg) {
         PyErr_SetString(PyExc_OverflowError, "the assembled bytes would exceed PY_SSIZE_T_MAX");
         return NULL;
     }
-    if (at + (size_t)n > self->capacity && self->writers) {
-        PyErr_SetString(PyExc_RuntimeError, "claim() would move the buffer while write_at() "
-                        "copies run: wait for them first");
-        return NULL;
-    }
+    if (at + (size_t)n > self->capacity && assembler_still(self)) return NULL; /* it would grow */
     if (assembler_grow(self, at + (size_t)n)) return NULL;
     self->position += (size_t)n;
     return PyLong_FromSize_t(at);
