@@ -844,3 +844,57 @@ def test_lossy_planning_reports_its_progress(mode, chain_states):
     assert plans and heard and len({total for _, total in heard}) == 1
     assert sum(size for size, _ in heard) == heard[0][1]
     assert heard[0][1] <= sum(leaf.nbytes for leaf in leaves)
+
+
+def _low_rank_update(seed=5):
+    generator = torch.Generator().manual_seed(seed)
+    return 1e-3 * (torch.randn(96, 3, generator=generator) @ torch.randn(3, 80, generator=generator)
+                   + 0.02 * torch.randn(96, 80, generator=generator))
+
+
+def test_factoring_does_not_depend_on_the_singular_vectors_signs(monkeypatch):
+    """LAPACK and cuSOLVER may return a singular vector negated; the factors, and so a CUDA
+    save's bytes, must not depend on which sign came back."""
+    from ckptzip.modes import factoring
+
+    delta = _low_rank_update()
+    scale_sq = float(delta.double().pow(2).sum())
+    plain = factoring.factor_update(delta, scale_sq, 0.5)
+    svd = torch.linalg.svd
+
+    def negated(matrix, full_matrices=True):
+        u, s, vh = svd(matrix, full_matrices=full_matrices)
+        flip = torch.where(torch.arange(vh.shape[0]) % 2 == 0, -1.0, 1.0).to(vh.dtype)
+        return u * flip, s, vh * flip[:, None]  # still an SVD of matrix
+
+    monkeypatch.setattr(torch.linalg, "svd", negated)
+    flipped = factoring.factor_update(delta, scale_sq, 0.5)
+    assert plain is not None and flipped is not None
+    assert plain.rank == flipped.rank
+    for mine, theirs in ((plain.u, flipped.u), (plain.v, flipped.v)):
+        assert torch.equal(mine.decoded, theirs.decoded)
+    assert torch.equal(plain.residual, flipped.residual)
+
+
+def test_stochastic_rounding_draws_are_the_same_on_every_device(monkeypatch):
+    """The draws come from the dither's counter-based hash, whose torch path (every device but
+    the host) gives the host's values, not from a torch generator, whose stream is the device's."""
+    from ckptzip.codecs import dither
+    from ckptzip.modes import factoring
+
+    values = _low_rank_update().reshape(-1)
+    step = float(values.abs().mean())
+    host = factoring.unbiased_levels(values, step, 1234)
+
+    def torch_path(count, seed, device="cpu"):
+        return dither.offsets_by_torch(0, count, seed, torch.device(device))
+
+    def no_generator(*args, **kwargs):
+        raise AssertionError("stochastic rounding drew from a torch generator")
+
+    monkeypatch.setattr(factoring, "offsets", torch_path)
+    monkeypatch.setattr(torch, "rand", no_generator)
+    assert torch.equal(factoring.unbiased_levels(values, step, 1234), host)
+    # unbiased: the levels average to the values
+    assert abs(float((host.double() * step - values.double()).mean())) < 0.05 * step
+    assert not torch.equal(factoring.unbiased_levels(values, step, 1235), host)

@@ -191,8 +191,9 @@ class AdaptivePolicy(JointPolicy):
         (:mod:`.carried`): the values the ``kmeans`` stage stores (dither included), that stage,
         the rounding, and the mark and dither stages; None when no grid fits a uint8 code. The
         draws are seeded by the tensor's name and update, so a save is reproducible and
-        consecutive checkpoints draw afresh."""
-        seed = zlib.crc32(f"{leaf.name}:{scale_sq!r}".encode())
+        consecutive checkpoints draw afresh. The update's energy enters with 7 significant
+        digits: its last bits depend on the order of the sum, which differs between devices."""
+        seed = zlib.crc32(f"{leaf.name}:{scale_sq:.6e}".encode())
         best = None
         for rounding in roundings(array, scale_sq, budget, seed, MARK):
             quantizer = grid(rounding.levels, rounding.step, leaf.dtype.name)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..codecs import Dither, KMeans, LowRank, TransformContext
+from ..codecs.dither import offsets
 from .quantize import entropy_bits, fitted
 
 #: Both sides of a matrix are at least this for its update to be factored.
@@ -52,6 +53,10 @@ TRIAL_SAMPLES = 1 << 17
 EXACT_SVD_SIDE = 1024
 #: Most grid levels a uint8 code addresses (code 0 is zero): ``-127 .. 127``.
 MAX_LEVEL = 127
+#: Stochastic rounding draws from the dither's hash of ``seed ^ STOCHASTIC_SEED_KEY``: a key of
+#: its own, so that the draws are independent of the dither's (``seed``) and of the mark's
+#: (``seed ^ MARK_KEY``), which the next save correlates its update with.
+STOCHASTIC_SEED_KEY = 0x9E3779B9
 
 
 def _sample(values: torch.Tensor, limit: int = ESTIMATE_SAMPLES) -> tuple[torch.Tensor, float]:
@@ -110,11 +115,12 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
 def unbiased_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
     """The grid levels (int64) of ``values`` rounded to multiples of ``step``, up with
     probability equal to the fraction past the lower level, so that the expectation is the
-    value. Deterministic for a seed."""
-    generator = torch.Generator(device=values.device).manual_seed(seed)
+    value. Deterministic for a seed, and the same on every device: the draws are the dither's
+    counter-based hash (of a seed of their own), where a torch generator's stream depends on the
+    device, so that a save from CUDA tensors made other choices than the same save on the host."""
     scaled = values.double() / step
     low = torch.floor(scaled)
-    draws = torch.rand(scaled.shape, generator=generator, dtype=torch.float64, device=values.device)
+    draws = offsets(scaled.numel(), seed ^ STOCHASTIC_SEED_KEY, values.device).reshape(scaled.shape) + 0.5
     return (low + (draws < scaled - low)).long()
 
 
@@ -237,6 +243,14 @@ def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
 
 
+def _canonical_signs(vectors: torch.Tensor) -> torch.Tensor:
+    """``vectors`` (columns) each with the sign that makes its largest magnitude positive. A
+    singular vector's sign is arbitrary, and LAPACK and cuSOLVER pick differently; the quantized
+    factor depends on it, so without this a CUDA save factored otherwise than the host's."""
+    peak = vectors.gather(0, vectors.abs().argmax(dim=0, keepdim=True))
+    return vectors * torch.where(peak < 0, -1.0, 1.0).to(vectors.dtype)
+
+
 def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
                   mark: float = 0.0) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
@@ -252,6 +266,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
         right = torch.linalg.svd(matrix, full_matrices=False)[2][:top].T
     else:
         right = torch.svd_lowrank(matrix, q=min(top + 10, min(matrix.shape)), niter=2)[2][:, :top]
+    right = _canonical_signs(right)
     stage = LowRank(0, 1)  # leaf numbers do not enter the arithmetic
     tried: dict[int, Factored] = {}
 
