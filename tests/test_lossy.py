@@ -898,3 +898,26 @@ def test_stochastic_rounding_draws_are_the_same_on_every_device(monkeypatch):
     # unbiased: the levels average to the values
     assert abs(float((host.double() * step - values.double()).mean())) < 0.05 * step
     assert not torch.equal(factoring.unbiased_levels(values, step, 1235), host)
+
+
+def test_randomized_svd_of_a_large_update_is_seeded_and_leaves_the_random_state_alone(monkeypatch):
+    """Above EXACT_SVD_SIDE the rank search uses a randomized SVD: seeded, the same update
+    factors the same way whatever torch's random state, which the save leaves as it found it."""
+    from ckptzip.modes import factoring
+
+    monkeypatch.setattr(factoring, "EXACT_SVD_SIDE", 32)  # the 80-wide test update goes randomized
+    delta = _low_rank_update()
+    scale_sq = float(delta.double().pow(2).sum())
+    torch.manual_seed(1)
+    first = factoring.factor_update(delta, scale_sq, 0.5)
+    after = torch.rand(4)
+    torch.manual_seed(1)
+    torch.rand(100)  # another random state
+    state = torch.random.get_rng_state()
+    second = factoring.factor_update(delta, scale_sq, 0.5)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.manual_seed(1)
+    factoring.factor_update(delta, scale_sq, 0.5)
+    assert torch.equal(torch.rand(4), after)
+    assert first is not None and second is not None and first.rank == second.rank
+    assert torch.equal(first.residual, second.residual)

@@ -53,6 +53,8 @@ TRIAL_SAMPLES = 1 << 17
 EXACT_SVD_SIDE = 1024
 #: Most grid levels a uint8 code addresses (code 0 is zero): ``-127 .. 127``.
 MAX_LEVEL = 127
+#: The randomized SVD's seed (large matrices): a save does not depend on torch's random state.
+SVD_SEED = 0x2545F491
 #: Stochastic rounding draws from the dither's hash of ``seed ^ STOCHASTIC_SEED_KEY``: a key of
 #: its own, so that the draws are independent of the dither's (``seed``) and of the mark's
 #: (``seed ^ MARK_KEY``), which the next save correlates its update with.
@@ -243,6 +245,19 @@ def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
 
 
+def _randomized_right_vectors(matrix: torch.Tensor, q: int) -> torch.Tensor:
+    """The top ``q`` right singular vectors (columns) by torch's randomized SVD, drawn from the
+    matrix's device's generator seeded with :data:`SVD_SEED`, so that the same save gives the
+    same bytes; the caller's random state, on that device and the host, is left as it was."""
+    device = matrix.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if device.type == "cuda":
+            torch.cuda.default_generators[device.index or 0].manual_seed(SVD_SEED)
+        else:
+            torch.default_generator.manual_seed(SVD_SEED)
+        return torch.svd_lowrank(matrix, q=q, niter=2)[2]
+
+
 def _canonical_signs(vectors: torch.Tensor) -> torch.Tensor:
     """``vectors`` (columns) each with the sign that makes its largest magnitude positive. A
     singular vector's sign is arbitrary, and LAPACK and cuSOLVER pick differently; the quantized
@@ -265,7 +280,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
     if min(matrix.shape) <= EXACT_SVD_SIDE:
         right = torch.linalg.svd(matrix, full_matrices=False)[2][:top].T
     else:
-        right = torch.svd_lowrank(matrix, q=min(top + 10, min(matrix.shape)), niter=2)[2][:, :top]
+        right = _randomized_right_vectors(matrix, min(top + 10, min(matrix.shape)))[:, :top]
     right = _canonical_signs(right)
     stage = LowRank(0, 1)  # leaf numbers do not enter the arithmetic
     tried: dict[int, Factored] = {}
