@@ -921,3 +921,8 @@ def test_randomized_svd_of_a_large_update_is_seeded_and_leaves_the_random_state_
     assert torch.equal(torch.rand(4), after)
     assert first is not None and second is not None and first.rank == second.rank
     assert torch.equal(first.residual, second.residual)
+    matrix = delta.double()
+    torch.manual_seed(2)
+    vectors = factoring._randomized_right_vectors(matrix, 12)
+    torch.manual_seed(3)
+    assert torch.equal(factoring._randomized_right_vectors(matrix, 12), vectors)
