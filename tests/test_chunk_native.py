@@ -139,3 +139,83 @@ def test_two_bucketed_planes_report_the_first_error() -> None:
         p.decode_chunk(bytes(stream1), out, base)
     p.decode_chunk(good, out, base)
     assert out == raw
+
+
+def batch_items(seed: int = 0) -> list[tuple[Pipeline, bytes, bytes | None]]:
+    """A mixed run of chunks: every candidate pipeline of three dtypes, with and without a base,
+    one of them empty."""
+    items = []
+    for k, dtype in enumerate((torch.float32, torch.bfloat16, torch.int32)):
+        for j, p in enumerate(candidates(dtype)):
+            n = 0 if (k, j) == (1, 0) else 3000 + 101 * j
+            raw, base = pair(dtype, n, "weights" if j % 2 == 0 else "random", seed=seed + 7 * k + j)
+            items.append((p, raw, base if p.residual is not None else None))
+    return items
+
+
+def test_encode_chunks_is_encode_chunk_run_after_run() -> None:
+    """One call for a run of chunks: the streams of encode_chunk one after another, with their
+    lengths and both checksums, whatever pipelines the run mixes."""
+    items = batch_items()
+    specs = [p.native_spec(b is not None) for p, _, b in items]
+    assert all(spec is not None for spec in specs)
+    stored, entries = N.encode_chunks([(raw, b, *spec) for (p, raw, b), spec in zip(items, specs)])
+    refs = [p.encode_chunk(raw, b) for p, raw, b in items]
+    assert stored == b"".join(refs)
+    assert entries == [(len(ref), N.crc32c(ref), N.crc32c(raw)) for ref, (_, raw, _) in zip(refs, items)]
+    assert N.encode_chunks([]) == (b"", [])
+
+
+def test_decode_chunks_decodes_checks_and_names_the_first_failure() -> None:
+    items = batch_items(seed=5)
+    refs = [p.encode_chunk(raw, b) for p, raw, b in items]
+    span = b"\xAA" * 3 + b"".join(refs)  # the streams need not start the span
+    offsets = [3 + sum(len(r) for r in refs[:i]) for i in range(len(refs))]
+
+    def batch(outs: list[bytearray], stored: bytes = span, crc_fix: int = -1) -> list[tuple]:
+        return [(off, len(ref), N.crc32c(ref), out, b, *p.native_spec(b is not None),  # type: ignore[misc]
+                 N.crc32c(raw) ^ (1 if i == crc_fix else 0))
+                for i, ((p, raw, b), ref, off, out) in enumerate(zip(items, refs, offsets, outs))]
+
+    outs = [bytearray(len(raw)) for _, raw, _ in items]
+    assert N.decode_chunks(span, batch(outs)) is None
+    assert [bytes(o) for o in outs] == [raw for _, raw, _ in items]
+    # a flipped stored byte in the third chunk: its stored checksum fails first
+    damaged = bytearray(span)
+    damaged[offsets[2] + len(refs[2]) // 2] ^= 0x10
+    outs = [bytearray(len(raw)) for _, raw, _ in items]
+    assert N.decode_chunks(bytes(damaged), batch(outs)) == (2, 0, "")
+    assert bytes(outs[1]) == items[1][1]  # the chunks before it were decoded
+    # a wrong raw checksum: the decoded bytes fail theirs
+    assert N.decode_chunks(span, batch([bytearray(len(r)) for _, r, _ in items], crc_fix=4)) == (4, 2, "")
+    # a malformed stream whose stored checksum matches: decoded, refused, with the reason
+    cut = refs[1][: len(refs[1]) // 2]
+    bad = [(0, len(cut), N.crc32c(cut), bytearray(len(items[1][1])), items[1][2],
+            *items[1][0].native_spec(items[1][2] is not None), 0)]  # type: ignore[misc]
+    position, what, message = N.decode_chunks(cut, bad)  # type: ignore[misc]
+    assert (position, what) == (0, 1) and message
+
+
+def test_decode_chunks_trusts_no_offset_or_length() -> None:
+    p, raw, b = batch_items()[0]
+    ref = p.encode_chunk(raw, b)
+    spec = p.native_spec(b is not None)
+    assert spec is not None
+    out = bytearray(len(raw))
+    for offset, length in ((-1, len(ref)), (0, len(ref) + 1), (len(ref) + 1, 0), (1, -1),
+                           (1 << 62, 1 << 62)):
+        with pytest.raises(ValueError, match="outside the span"):
+            N.decode_chunks(ref, [(offset, length, 0, out, b, *spec, 0)])
+    with pytest.raises(ValueError, match="32 bits"):
+        N.decode_chunks(ref, [(0, len(ref), 1 << 32, out, b, *spec, 0)])
+    with pytest.raises(ValueError, match="overlaps"):
+        span = bytearray(ref + bytes(len(raw)))
+        N.decode_chunks(span, [(0, len(ref), N.crc32c(ref), memoryview(span)[len(ref):], b, *spec, 0)])
+    with pytest.raises(TypeError):
+        N.decode_chunks(ref, [(0, len(ref), 0, bytes(len(raw)), b, *spec, 0)])  # dst read-only
+    with pytest.raises(ValueError):
+        N.decode_chunks(ref, [(0, len(ref), 0, out, b, 3, 0, -1, -1, 0)])  # spec
+    with pytest.raises(TypeError):
+        N.encode_chunks([(raw,)])
+    with pytest.raises(ValueError):
+        N.encode_chunks([(raw[:-1], None, 4, 0, -1, -1)])  # ragged

@@ -125,6 +125,8 @@ def test_injected_write_faults_at_every_call_keep_the_previous_checkpoint(
     old, new = state(1), state(2)
     ckptzip.save(old, path, threads=1)
     previous = path.read_bytes()
+    # a task (one write of its coded chunks) per 64 KiB chunk: faults land between many writes
+    monkeypatch.setattr(ckptzip.parallel, "TASK_BYTES", 64 << 10)
     counter = Injector(None)
     with monkeypatch.context() as patch:
         inject_write_faults(patch, counter)
@@ -490,6 +492,7 @@ def test_real_short_read_of_a_file_cut_under_an_open_reader(tmp_path: Path) -> N
 def test_manager_background_enospc_surfaces_and_keeps_the_latest_good_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(ckptzip.parallel, "TASK_BYTES", 1)  # a write per chunk: 10 writes or more
     manager = CheckpointManager(tmp_path, threads=1, keep_last=1)
     manager.save(1, state(1))
     manager.wait()

@@ -1,4 +1,5 @@
 # Type stubs for the C extension ckptzip._native (sources in src/ckptzip/_native/).
+from collections.abc import Sequence
 from typing import Any
 
 MAX_ELEM_SIZE: int
@@ -24,6 +25,12 @@ def encode_chunk(src: Any, base: Any, width: int, rotate: int, kind: int, ctx_ro
                  size_only: bool = False) -> Any: ...
 def decode_chunk(src: Any, base: Any, dst: Any, width: int, rotate: int, kind: int,
                  ctx_rotate: int) -> None: ...
+def encode_chunks(
+    items: Sequence[tuple[Any, Any, int, int, int, int]],
+) -> tuple[bytes, list[tuple[int, int, int]]]: ...
+def decode_chunks(
+    span: Any, items: Sequence[tuple[int, int, int, Any, Any, int, int, int, int, int]],
+) -> tuple[int, int, str] | None: ...
 
 class PageBuffer:
     """Writable bytes on a huge-page-advised anonymous mapping (a buffer)."""

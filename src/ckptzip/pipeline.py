@@ -133,6 +133,15 @@ class Pipeline:
             return None
         return (width, rotate, kind, -1)
 
+    def native_spec(self, has_base: bool) -> tuple[int, int, int, int] | None:
+        """The spec under which ``_native.encode_chunks``/``decode_chunks`` code this pipeline's
+        chunks (given a base chunk or not) in batches, the same streams as
+        :meth:`encode_chunk`/:meth:`decode_chunk`; None: those methods must."""
+        spec = self._chunk_spec
+        if spec is None or (self.residual is not None and not has_base):
+            return None
+        return spec
+
     def encoded_size(self, raw: Buffer, base: Buffer | None = None) -> int:
         """``len(self.encode_chunk(raw, base))``, without writing the stream where the native
         core can size it (a writer's trials of candidate pipelines)."""

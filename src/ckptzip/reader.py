@@ -280,7 +280,20 @@ class CheckpointFile:
         span = self.source.read_scratch(self.data_start + first.offset,
                                         last.offset + last.length - first.offset)
         view = memoryview(span)
-        for leaf, k, chunk, out, base in jobs:
+        # runs of chunks the native core decodes whole go to it in one call each (the GIL
+        # released once, checksums included); the others (Python stages) one by one
+        batch: list[tuple[int, int, int, np.ndarray, np.ndarray | None, int, int, int, int, int]] = []
+        batch_jobs: list[_Job] = []
+        for job in jobs:
+            leaf, k, chunk, out, base = job
+            spec = leaf.pipeline.native_spec(base is not None)
+            if spec is not None:
+                batch.append((chunk.offset - first.offset, chunk.length, chunk.crc, out,
+                              None if leaf.pipeline.residual is None else base, *spec,
+                              chunk.raw_crc))
+                batch_jobs.append(job)
+                continue
+            self._decode_batch(view, batch, batch_jobs)
             stored = view[chunk.offset - first.offset : chunk.offset - first.offset + chunk.length]
             if _native.crc32c(stored) != chunk.crc:
                 raise self._damaged(leaf, k, "stored bytes fail their checksum")
@@ -290,7 +303,26 @@ class CheckpointFile:
                 self._fail(leaf, self._damaged(leaf, k, str(exc)), base)
             if _native.crc32c(out) != chunk.raw_crc:
                 self._fail(leaf, self._damaged(leaf, k, "decoded bytes fail their checksum"), base)
+        self._decode_batch(view, batch, batch_jobs)
         return sum(len(job[3]) for job in jobs)
+
+    def _decode_batch(self, view: memoryview, batch: list[Any], batch_jobs: list[_Job]) -> None:
+        """Decode (and empty) a batch of :meth:`_decode_task`, raising as it would for the first
+        chunk that fails."""
+        if not batch:
+            return
+        failed = _native.decode_chunks(view, batch)
+        jobs = list(batch_jobs)
+        batch.clear()
+        batch_jobs.clear()
+        if failed is None:
+            return
+        position, what, message = failed
+        leaf, k, _, _, base = jobs[position]
+        if what == 0:
+            raise self._damaged(leaf, k, "stored bytes fail their checksum")
+        self._fail(leaf, self._damaged(leaf, k, message if what == 1
+                                       else "decoded bytes fail their checksum"), base)
 
     @staticmethod
     def _fail(leaf: LeafInfo, damaged: CorruptError, base: np.ndarray | None) -> NoReturn:

@@ -3,6 +3,7 @@ parallel, and write them in order behind a header."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -113,6 +114,44 @@ def _tasks(
                 task, size = [], 0
     if task:
         yield task
+
+
+#: A run of stored chunks, one after another, and per chunk (leaf index, stored length, CRC of
+#: the stored bytes, CRC of the raw bytes, raw length).
+_Segment = tuple[bytes, list[tuple[int, int, int, int, int]]]
+
+
+def _encode_task(plans: list[_LeafPlan], task: _Task) -> list[_Segment]:
+    """Code a task's chunks (on a pool thread): runs of chunks the native core codes whole go
+    to it in one call each (``_native.encode_chunks``, the GIL released once), the others
+    (precoded, or pipelines with Python stages) one by one."""
+    segments: list[_Segment] = []
+    batch: list[tuple[np.ndarray, np.ndarray | None, int, int, int, int]] = []
+    batch_leaves: list[int] = []
+
+    def flush() -> None:
+        if batch:
+            stored, results = _native.encode_chunks(batch)
+            segments.append((stored, [(index, length, crc, raw_crc, len(item[0]))
+                                      for index, item, (length, crc, raw_crc)
+                                      in zip(batch_leaves, batch, results)]))
+            batch.clear()
+            batch_leaves.clear()
+
+    for index, raw, base_chunk in task:
+        plan = plans[index]
+        pipeline = plan.pipeline
+        spec = None if plan.precoded else pipeline.native_spec(base_chunk is not None)
+        if spec is not None:
+            batch.append((raw, None if pipeline.residual is None else base_chunk, *spec))
+            batch_leaves.append(index)
+            continue
+        flush()
+        stored = plan.precoded or pipeline.encode_chunk(raw, base_chunk)
+        segments.append((stored, [(index, len(stored), _native.crc32c(stored),
+                                   _native.crc32c(raw), len(raw))]))
+    flush()
+    return segments
 
 
 def _has_base_tensor(leaf: Leaf, base: Base) -> bool:
@@ -649,26 +688,21 @@ def encode_state(
                  raw_total + raw_total // 256 + (64 << 10), n_threads)
     bar = Progress(raw_total, "compress", enabled=progress)
 
-    def encode_task(task: _Task) -> list[tuple[int, bytes, int, int, int]]:
-        out = []
-        for index, raw, base_chunk in task:
-            plan = plans[index]
-            stored = plan.precoded or plan.pipeline.encode_chunk(raw, base_chunk)
-            out.append((index, stored, _native.crc32c(stored), _native.crc32c(raw), len(raw)))
-        return out
-
     plans: list[_LeafPlan] = []
     tasks = _tasks(leaves, policy, base, encoded, plans, task_bytes(raw_total, n_threads))
-    for results in ordered_map(encode_task, tasks, n_threads):
-        for index, stored, crc, raw_crc, raw_length in results:
-            plan = plans[index]
-            if plan.offset < 0:
-                plan.offset = sink.position
-            plan.table.append([len(stored), crc, raw_crc])
+    for segments in ordered_map(functools.partial(_encode_task, plans), tasks, n_threads):
+        for stored, entries in segments:
+            position = sink.position
             sink.write(stored)
-            bar.update(raw_length)
-            if len(plan.table) == plan.n_chunks:  # done with this tensor: free what it held
-                plan.base_raw = plan.array = plan.precoded = None
+            for index, length, crc, raw_crc, raw_length in entries:
+                plan = plans[index]
+                if plan.offset < 0:
+                    plan.offset = position
+                position += length
+                plan.table.append([length, crc, raw_crc])
+                bar.update(raw_length)
+                if len(plan.table) == plan.n_chunks:  # done with this tensor: free what it held
+                    plan.base_raw = plan.array = plan.precoded = None
     bar.close()
     if base is not None and any("base" in plan.extra for plan in plans):
         header["base"] = {"id": base.id, "path": base_location}

@@ -635,6 +635,206 @@ static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
     return ret;
 }
 
+/* encode_chunks / decode_chunks: a task's chunks in one call, the GIL released once for all of
+ * them.  On many cores, a call per chunk made each coding thread take the GIL back half a dozen
+ * times a chunk (the call, its result, two checksums), queueing behind the others. */
+
+/* One chunk of a batch: its buffers (base.obj NULL: none) and spec. */
+typedef struct {
+    Py_buffer src, base, dst;
+    ckz_chunk_spec spec;
+    size_t offset, length; /* decode: the stream's place in the span */
+    uint32_t crc, raw_crc;
+} batch_item;
+
+static void release_encode_items(batch_item *items, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyBuffer_Release(&items[i].src);
+        release_base(&items[i].base);
+    }
+    PyMem_Free(items);
+}
+
+/* The chunk length limits of encode_chunk, for item i. */
+static int check_chunk_size(Py_ssize_t i, size_t len, const ckz_chunk_spec *spec) {
+    if ((uint64_t)len > CKZ_MAX_DECODED ||
+        (spec->ctx_rotate >= 0 && (uint64_t)(len / spec->width) > CKZ_CTX_MAX_ELEMENTS)) {
+        PyErr_Format(PyExc_ValueError, "item %zd: a chunk of %zu bytes is too large: code it in "
+                     "smaller chunks", i, len);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(encode_chunks_doc,
+             "encode_chunks(items) -> tuple[bytes, list[tuple[int, int, int]]]\n\n"
+             "encode_chunk of each (src, base, width, rotate, kind, ctx_rotate) in items, in one "
+             "call: the streams one after another in one bytes object, and for each its length, "
+             "its CRC-32C and its src's CRC-32C.  The GIL is released once for all of them.");
+static PyObject *py_encode_chunks(PyObject *self, PyObject *arg) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(arg, "encode_chunks takes a sequence of tuples");
+    if (!seq) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), parsed = 0;
+    batch_item *items = PyMem_Calloc((size_t)(count ? count : 1), sizeof *items);
+    PyObject *out = NULL, *result = NULL;
+    if (!items) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    size_t bound = 0;
+    for (Py_ssize_t i = 0; i < count; i++, parsed++) {
+        PyObject *so, *bo;
+        long width, rotate, kind, ctx_rotate;
+        batch_item *it = &items[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OOllll:encode_chunks", &so, &bo,
+                              &width, &rotate, &kind, &ctx_rotate) ||
+            get_spec(width, rotate, kind, ctx_rotate, &it->spec) ||
+            get_buffer(so, &it->src, 0, "src"))
+            goto done;
+        if (get_base(bo, &it->spec, it->src.len, &it->base)) {
+            PyBuffer_Release(&it->src);
+            goto done;
+        }
+        if (check_len(it->src.len, width, "src") ||
+            check_chunk_size(i, (size_t)it->src.len, &it->spec)) {
+            parsed++;
+            goto done;
+        }
+        bound += ckz_chunk_bound((size_t)it->src.len, &it->spec);
+    }
+    /* allocated with the GIL, written without it: nothing else can see it yet */
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (!out) goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    size_t pos = 0;
+    Py_ssize_t failed = -1;
+    ckz_err err;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        batch_item *it = &items[i];
+        size_t len = (size_t)it->src.len, n = 0;
+        if (ckz_chunk_encode(it->src.buf, it->base.buf, len, &it->spec, o + pos, &n, &err)) {
+            failed = i;
+            break;
+        }
+        it->length = n;
+        it->crc = ckz_crc32c(0, o + pos, n);
+        it->raw_crc = ckz_crc32c(0, it->src.buf, len);
+        pos += n;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed >= 0) {
+        PyErr_Format(PyExc_MemoryError, "item %zd: %s", failed, err.msg);
+        goto done;
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0) goto done; /* out is NULL then */
+    PyObject *entries = PyList_New(count);
+    if (!entries) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = Py_BuildValue("(nkk)", (Py_ssize_t)items[i].length,
+                                        (unsigned long)items[i].crc,
+                                        (unsigned long)items[i].raw_crc);
+        if (!entry) { Py_DECREF(entries); goto done; }
+        PyList_SET_ITEM(entries, i, entry);
+    }
+    result = PyTuple_Pack(2, out, entries);
+    Py_DECREF(entries);
+done:
+    Py_XDECREF(out);
+    release_encode_items(items, parsed);
+    Py_DECREF(seq);
+    return result;
+}
+
+PyDoc_STRVAR(decode_chunks_doc,
+             "decode_chunks(span, items) -> None | tuple[int, int, str]\n\n"
+             "decode_chunk of each (offset, length, crc, dst, base, width, rotate, kind, "
+             "ctx_rotate, raw_crc) in items, whose stream is span[offset:offset + length], in one "
+             "call without the GIL.  The stream's CRC-32C is checked against crc before it is "
+             "decoded, and dst's against raw_crc after.  None when every chunk passes, else "
+             "(i, what, message) for the first that fails, what being 0 (the stream fails its "
+             "checksum), 1 (a malformed stream: message says how) or 2 (the decoded bytes fail "
+             "their checksum).");
+static PyObject *py_decode_chunks(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *span_obj, *arg;
+    if (!PyArg_ParseTuple(args, "OO:decode_chunks", &span_obj, &arg)) return NULL;
+    Py_buffer span;
+    if (get_buffer(span_obj, &span, 0, "span")) return NULL;
+    PyObject *seq = PySequence_Fast(arg, "decode_chunks takes a sequence of tuples");
+    if (!seq) { PyBuffer_Release(&span); return NULL; }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), parsed = 0;
+    batch_item *items = PyMem_Calloc((size_t)(count ? count : 1), sizeof *items);
+    PyObject *result = NULL;
+    if (!items) { Py_DECREF(seq); PyBuffer_Release(&span); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *dobj, *bo;
+        Py_ssize_t offset, length;
+        unsigned long crc, raw_crc;
+        long width, rotate, kind, ctx_rotate;
+        batch_item *it = &items[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnkOOllllk:decode_chunks",
+                              &offset, &length, &crc, &dobj, &bo, &width, &rotate, &kind,
+                              &ctx_rotate, &raw_crc) ||
+            get_spec(width, rotate, kind, ctx_rotate, &it->spec))
+            goto done;
+        if (offset < 0 || length < 0 || offset > span.len || length > span.len - offset) {
+            PyErr_Format(PyExc_ValueError, "item %zd: stream [%zd, +%zd) lies outside the span "
+                         "of %zd bytes", i, offset, length, span.len);
+            goto done;
+        }
+        if (crc > 0xffffffffUL || raw_crc > 0xffffffffUL) {
+            PyErr_Format(PyExc_ValueError, "item %zd: a checksum exceeds 32 bits", i);
+            goto done;
+        }
+        if (get_buffer(dobj, &it->dst, 1, "dst")) goto done;
+        if (get_base(bo, &it->spec, it->dst.len, &it->base)) {
+            PyBuffer_Release(&it->dst);
+            goto done;
+        }
+        /* src is a view into span: nothing of its own to release */
+        it->src.buf = (char *)span.buf + offset;
+        it->src.len = length;
+        it->src.obj = NULL;
+        it->offset = (size_t)offset;
+        it->length = (size_t)length;
+        it->crc = (uint32_t)crc;
+        it->raw_crc = (uint32_t)raw_crc;
+        parsed++;
+        if (overlaps(&span, &it->dst) || (it->base.obj && overlaps(&it->base, &it->dst))) {
+            PyErr_Format(PyExc_ValueError, "item %zd: dst overlaps the span or its base", i);
+            goto done;
+        }
+    }
+    Py_ssize_t failed = -1;
+    int what = 0;
+    ckz_err err;
+    err.msg[0] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count && failed < 0; i++) {
+        batch_item *it = &items[i];
+        const uint8_t *src = it->src.buf;
+        if (ckz_crc32c(0, src, it->length) != it->crc) {
+            failed = i, what = 0;
+        } else if (ckz_chunk_decode(src, it->length, it->base.buf, it->dst.buf,
+                                    (size_t)it->dst.len, &it->spec, &err)) {
+            failed = i, what = 1;
+        } else if (ckz_crc32c(0, it->dst.buf, (size_t)it->dst.len) != it->raw_crc) {
+            failed = i, what = 2;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = failed < 0 ? Py_NewRef(Py_None)
+                        : Py_BuildValue("(nis)", failed, what, what == 1 ? err.msg : "");
+done:
+    for (Py_ssize_t i = 0; i < parsed; i++) {
+        release_base(&items[i].base);
+        PyBuffer_Release(&items[i].dst);
+    }
+    PyMem_Free(items);
+    Py_DECREF(seq);
+    PyBuffer_Release(&span);
+    return result;
+}
+
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
@@ -653,6 +853,8 @@ static PyMethodDef methods[] = {
     KW("decode_planes_ctx", py_decode_planes_ctx, decode_planes_ctx_doc),
     KW("encode_chunk", py_encode_chunk, encode_chunk_doc),
     KW("decode_chunk", py_decode_chunk, decode_chunk_doc),
+    {"encode_chunks", py_encode_chunks, METH_O, encode_chunks_doc},
+    {"decode_chunks", py_decode_chunks, METH_VARARGS, decode_chunks_doc},
     {"decoded_size", py_decoded_size, METH_O, decoded_size_doc},
     {NULL, NULL, 0, NULL},
 };
