@@ -182,12 +182,12 @@ def test_gc_is_paused_only_on_the_main_thread_and_restored() -> None:
 
 
 def test_tasks_shrink_to_keep_every_thread_busy() -> None:
-    """A small state on many threads is cut into smaller tasks (at least 4 per thread, down to a
-    chunk); the bytes written do not depend on it."""
-    from ckptzip.parallel import TASK_BYTES, task_bytes
+    """A small state on many threads is cut into smaller tasks (at least TASKS_PER_THREAD per
+    thread, down to a chunk); the bytes written do not depend on it."""
+    from ckptzip.parallel import TASK_BYTES, TASKS_PER_THREAD, task_bytes
 
     assert task_bytes(100 << 20, 1) == TASK_BYTES
-    assert task_bytes(22 << 20, 16) == (22 << 20) // 64
+    assert task_bytes(22 << 20, 16) == (22 << 20) // (16 * TASKS_PER_THREAD) < TASK_BYTES
     assert task_bytes(1 << 40, 16) == TASK_BYTES
     state = {f"w{i}": torch.randn(256, 1024) for i in range(6)}  # 6 MiB
     one = ckptzip.dumps(state, threads=1)
