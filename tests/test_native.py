@@ -511,3 +511,76 @@ def test_fuzz_smoke(tmp_path: Path) -> None:
         timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def read_varint(data: bytes, at: int) -> tuple[int, int]:
+    """(value, bytes used) of the varint at ``at``."""
+    value = shift = used = 0
+    while True:
+        byte = data[at + used]
+        value |= (byte & 0x7F) << shift
+        used, shift = used + 1, shift + 7
+        if not byte & 0x80:
+            return value, used
+
+
+def huff_quarter_sizes_at(stream: bytes) -> int:
+    """Where a one-segment HUFF stream's varint size0 begins (STREAMS.md, "Stream" and "HUFF")."""
+    at = 1 + read_varint(stream, 1)[1]  # format, n
+    at += read_varint(stream, at)[1]  # S
+    assert stream[at] == 2, "HUFF"
+    at += 1 + read_varint(stream, at + 1)[1]  # mode, body length
+    count = stream[at + 1] + 1  # u8 first, u8 count - 1, then the 4-bit lengths
+    return at + 2 + (count + 1) // 2
+
+
+def flat_codes_stream(bits: int, n: int, seed: int) -> tuple[bytes, bytes]:
+    """(data, stream): n bytes over 2**bits values in equal numbers (the last few aside), so the
+    Huffman code gives every value a code of `bits` bits: the decoder's fixed-width path (an
+    Adam exp_avg_sq's low mantissa byte beside its constant sign bit is such a plane)."""
+    rng = np.random.default_rng(seed)
+    values = rng.choice(256, 1 << bits, replace=False).astype(np.uint8)
+    data = np.resize(values, n)
+    rng.shuffle(data)
+    return data.tobytes(), N.encode(data.tobytes(), 1)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("groups", [1, 3, 37, 64, 129, 1000, 4099])
+def test_fixed_width_huffman_codes_roundtrip(bits: int, groups: int) -> None:
+    """Every quarter's length (multiples of 64 codes, of 8, and tails) through the vector steps,
+    the 8-code groups and the code-by-code rest."""
+    data, stream = flat_codes_stream(bits, groups << bits, seed=groups + bits)
+    if groups >= 37:  # smaller ones go RAW: the table outweighs the gain
+        huff_quarter_sizes_at(stream)  # HUFF, every length `bits`
+        assert len(stream) < len(data) * bits / 8 + 200
+    out = bytearray(len(data))
+    N.decode(stream, out)
+    assert out == data
+
+
+def test_fixed_width_huffman_streams_are_checked_as_any_other() -> None:
+    data, stream = flat_codes_stream(7, 128 * 600, seed=9)
+    out = bytearray(len(data))
+    for cut in (len(stream) - 1, len(stream) - 57, len(stream) // 2, 12):
+        with pytest.raises(ValueError):
+            N.decode(stream[:cut], out)
+    with pytest.raises(ValueError, match="trailing"):
+        N.decode(stream + b"\x00", out)
+    # quarter sizes moved by a byte each way: the same total, two streams of the wrong size
+    at = huff_quarter_sizes_at(stream)
+    size0, used0 = read_varint(stream, at)
+    size1, used1 = read_varint(stream, at + used0)
+    moved = stream[:at] + varint(size0 + 1) + varint(size1 - 1) + stream[at + used0 + used1:]
+    assert len(moved) == len(stream)
+    with pytest.raises(ValueError, match="huffman stream 0"):
+        N.decode(moved, out)

@@ -382,6 +382,16 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
     for (unsigned s = 0; s < 256; s++)
         if (len[s]) avg += (uint32_t)len[s] << (MAX_BITS - len[s]);
     t->use_multi = avg <= (uint32_t)MULTI_MAX_AVG_BITS << MAX_BITS;
+    t->fixed_bits = 0;
+    {
+        unsigned l0 = 0, same = 1;
+        for (unsigned s = 0; s < 256 && same; s++)
+            if (len[s]) {
+                if (!l0) l0 = len[s];
+                same = len[s] == l0;
+            }
+        if (same && l0 <= 8) t->fixed_bits = l0;
+    }
     /* A complete code (validated by ckz_huf_read_table) fills every slot exactly once. */
     for (unsigned s = 0; s < 256; s++) {
         unsigned l = len[s];
@@ -511,9 +521,84 @@ CKZ_INLINE void decode_single_impl DECODE_PARAMS { decode_impl(0, t, in, size, o
 CKZ_VERSIONED(decode_multi, DECODE_PARAMS, (t, in, size, out, n, bitpos))
 CKZ_VERSIONED(decode_single, DECODE_PARAMS, (t, in, size, out, n, bitpos))
 
+/* One stream of `count` codes all `bits` long (fixed_bits), exactly (count * bits + 7) / 8 bytes
+ * (the caller checks): code j is bits [j * bits, (j + 1) * bits) of the stream, LSB first, and
+ * its symbol single[field] (the table is indexed by the next bits, LSB first).  Eight codes
+ * fill `bits` bytes, read with one load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+/* AVX-512 VBMI, codes of at most 7 bits: 64 codes (8 groups of `bits` bytes) per step.  A byte
+ * permute gives each 64-bit lane the 8 bytes from its group's start, a multishift takes code j
+ * of the lane from bit j * bits, and a two-source byte permute looks the 128-entry table up.
+ * Reads 64 bytes a step, so it stops 64 bytes before the stream's end; returns codes done. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+decode_fixed_v4(const uint8_t *in, size_t size, const uint8_t sym[128], unsigned bits,
+                uint8_t *o, size_t count) {
+    uint8_t spread[64], shifts[64];
+    for (unsigned lane = 0; lane < 8; lane++)
+        for (unsigned j = 0; j < 8; j++) {
+            spread[8 * lane + j] = (uint8_t)(lane * bits + j);
+            shifts[8 * lane + j] = (uint8_t)(j * bits);
+        }
+    const __m512i vspread = _mm512_loadu_si512(spread), vshift = _mm512_loadu_si512(shifts);
+    const __m512i lo = _mm512_loadu_si512(sym), hi = _mm512_loadu_si512(sym + 64);
+    const __m512i mask = _mm512_set1_epi8((char)((1u << bits) - 1));
+    size_t j = 0;
+    for (; j + 64 <= count && j / 8 * bits + 64 <= size; j += 64) {
+        __m512i data = _mm512_loadu_si512(in + j / 8 * bits);
+        __m512i lanes = _mm512_permutexvar_epi8(vspread, data);
+        __m512i codes = _mm512_and_si512(_mm512_multishift_epi64_epi8(vshift, lanes), mask);
+        _mm512_storeu_si512(o + j, _mm512_permutex2var_epi8(lo, codes, hi));
+    }
+    return j;
+}
+#endif
+
+static void decode_fixed(const uint8_t *in, size_t size, const uint16_t *single, unsigned bits,
+                         uint8_t *o, size_t count) {
+    uint8_t sym[256] = {0};
+    const unsigned mask = (1u << bits) - 1;
+    for (unsigned f = 0; f <= mask; f++) sym[f] = (uint8_t)single[f];
+    size_t g = 0, groups = count / 8;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+    if (ckz_cpu_v4 && bits <= 7) {
+        g = decode_fixed_v4(in, size, sym, bits, o, count) / 8;
+        o += 8 * g;
+    }
+#endif
+    for (; g < groups && g * bits + 8 <= size; g++, o += 8) {
+        uint64_t w = ckz_load64(in + g * bits);
+        o[0] = sym[w & mask];
+        o[1] = sym[(w >> bits) & mask];
+        o[2] = sym[(w >> 2 * bits) & mask];
+        o[3] = sym[(w >> 3 * bits) & mask];
+        o[4] = sym[(w >> 4 * bits) & mask];
+        o[5] = sym[(w >> 5 * bits) & mask];
+        o[6] = sym[(w >> 6 * bits) & mask];
+        o[7] = sym[(w >> 7 * bits) & mask];
+    }
+    for (size_t j = g * 8; j < count; j++, o++) {
+        size_t bit = j * bits;
+        *o = sym[(load64_safe(in, size, bit / 8) >> (bit % 8)) & mask];
+    }
+}
+
 int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STREAMS],
                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
     size_t bitpos[CKZ_HUF_STREAMS];
+    if (t->fixed_bits) {
+        /* the generic decoder's outcome: every code takes fixed_bits, so a stream is accepted
+         * exactly when it has the bytes its count of codes fills */
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+            size_t count = ckz_huf_stream_count(n, k), bits = count * t->fixed_bits;
+            if ((bits + 7) / 8 != size[k])
+                return ckz_fail(err, "huffman stream %u: decoded %zu symbols from %zu bits but "
+                                "the stream has %zu bytes", k, count, bits, size[k]);
+        }
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+            decode_fixed(in[k], size[k], t->single, t->fixed_bits,
+                         out + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k));
+        return 0;
+    }
     if (t->use_multi) decode_multi(t, in, size, out, n, bitpos);
     else decode_single(t, in, size, out, n, bitpos);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {

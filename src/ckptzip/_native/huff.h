@@ -76,6 +76,10 @@ void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
  * cheaper per symbol. */
 typedef struct {
     int use_multi;
+    /* L when every used code is L <= 8 bits long (a complete code of 2^L symbols: a flat plane,
+     * such as an Adam exp_avg_sq's low mantissa byte beside its constant sign bit), else 0: the
+     * stream is then fields of L bits, decoded without a bit buffer's bookkeeping. */
+    unsigned fixed_bits;
     uint16_t single[CKZ_HUF_TABLE_SIZE];
     uint64_t multi[CKZ_HUF_TABLE_SIZE];
 } ckz_huf_dtable;
