@@ -8,6 +8,7 @@ to some output, never crash.  The libFuzzer smoke run is skipped where clang is 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -584,3 +585,17 @@ def test_fixed_width_huffman_streams_are_checked_as_any_other() -> None:
     assert len(moved) == len(stream)
     with pytest.raises(ValueError, match="huffman stream 0"):
         N.decode(moved, out)
+
+
+def test_fixed_width_huffman_streams_are_the_generic_coders() -> None:
+    """Flat planes of 2 to 128 values code to the streams the generic Huffman coder wrote before
+    the fixed-width path existed (digest from commit 0e95b8a), tails and padding included."""
+    h = hashlib.sha256()
+    rng = np.random.default_rng(0)
+    for bits in range(1, 8):
+        values = rng.choice(256, 1 << bits, replace=False).astype(np.uint8)
+        for n in (1000, 4096 * 3 + 5, 100_000):
+            data = np.resize(values, n)
+            rng.shuffle(data)
+            h.update(N.encode(data.tobytes(), 1))
+    assert h.hexdigest()[:32] == "65db0afcab1f09ce8b2ebdcc44bb9139"

@@ -293,6 +293,83 @@ size_t ckz_huf_stream_bytes(const uint32_t count[256], const uint8_t len[256]) {
     return (size_t)((bits + 7) / 8);
 }
 
+/* ---- fixed-width codes ---------------------------------------------------------------------- */
+
+/* L when every used code is L <= 8 bits long, else 0: a complete code of 2^L symbols (a flat
+ * plane), whose stream is fields of L bits, code j at bits [j L, (j + 1) L) LSB first.  Both
+ * directions then skip the bit buffer's bookkeeping (and with AVX-512 VBMI take 64 codes a step);
+ * the streams are those of the generic coder, byte for byte. */
+static unsigned fixed_code_bits(const uint8_t len[256]) {
+    unsigned l0 = 0;
+    for (unsigned s = 0; s < 256; s++)
+        if (len[s]) {
+            if (l0 && len[s] != l0) return 0;
+            l0 = len[s];
+        }
+    return l0 <= 8 ? l0 : 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+/* 64 codes of `bits` <= 7 bits a step: the field of each byte by two two-source byte permutes
+ * (the table's halves) and a blend on the byte's top bit; pairs, quads and octets of fields
+ * merged in 16-, 32- and 64-bit lanes (each lane's upper half shifted down onto the lower's
+ * end); a byte permute packs each lane's `bits` bytes together and a masked store writes exactly
+ * 8 * bits bytes.  Returns the codes done (a multiple of 64). */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsigned bits,
+                uint8_t *o) {
+    uint8_t pack[64];
+    for (unsigned k = 0; k < 64; k++) pack[k] = (uint8_t)(k < 8 * bits ? k / bits * 8 + k % bits : 0);
+    const __m512i vpack = _mm512_loadu_si512(pack);
+    const __m512i t0 = _mm512_loadu_si512(field), t1 = _mm512_loadu_si512(field + 64);
+    const __m512i t2 = _mm512_loadu_si512(field + 128), t3 = _mm512_loadu_si512(field + 192);
+    const __m128i by16 = _mm_cvtsi32_si128((int)(8 - bits));
+    const __m128i by32 = _mm_cvtsi32_si128((int)(16 - 2 * bits));
+    const __m128i by64 = _mm_cvtsi32_si128((int)(32 - 4 * bits));
+    const __m512i lo16 = _mm512_set1_epi16(0x00ff), lo32 = _mm512_set1_epi32(0xffff);
+    const __m512i lo64 = _mm512_set1_epi64(0xffffffffLL);
+    const __mmask64 keep = bits == 8 ? ~0ull : (1ull << (8 * bits)) - 1;
+    size_t j = 0;
+    for (; j + 64 <= count; j += 64, o += 8 * bits) {
+        __m512i s = _mm512_loadu_si512(src + j);
+        __m512i low = _mm512_permutex2var_epi8(t0, s, t1), high = _mm512_permutex2var_epi8(t2, s, t3);
+        __m512i f = _mm512_mask_blend_epi8(_mm512_movepi8_mask(s), low, high);
+        f = _mm512_or_si512(_mm512_and_si512(f, lo16), _mm512_srl_epi16(_mm512_andnot_si512(lo16, f), by16));
+        f = _mm512_or_si512(_mm512_and_si512(f, lo32), _mm512_srl_epi32(_mm512_andnot_si512(lo32, f), by32));
+        f = _mm512_or_si512(_mm512_and_si512(f, lo64), _mm512_srl_epi64(_mm512_andnot_si512(lo64, f), by64));
+        _mm512_mask_storeu_epi8(o, keep, _mm512_permutexvar_epi8(vpack, f));
+    }
+    return j;
+}
+#endif
+
+/* One stream of `count` codes of `bits` bits: exactly (count * bits + 7) / 8 bytes at o, the
+ * last padded with zero bits, nothing written past them. */
+static void encode_fixed(const uint8_t *src, size_t count, const uint8_t field[256],
+                         unsigned bits, uint8_t *o) {
+    size_t j = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+    if (ckz_cpu_v4 && bits <= 7) {
+        j = encode_fixed_v4(src, count, field, bits, o);
+        o += j / 8 * bits;
+    }
+#endif
+    for (; j + 8 <= count; j += 8, o += bits) {
+        uint64_t w = 0;
+        for (unsigned u = 0; u < 8; u++) w |= (uint64_t)field[src[j + u]] << (u * bits);
+        uint8_t tmp[8];
+        ckz_store64(tmp, w);
+        memcpy(o, tmp, bits);
+    }
+    uint64_t w = 0;
+    unsigned c = 0;
+    for (; j < count; j++) {
+        w |= (uint64_t)field[src[j]] << c;
+        c += bits;
+    }
+    for (; c > 0; c = c > 8 ? c - 8 : 0, w >>= 8) *o++ = (uint8_t)w;
+}
+
 /* Symbols still to come when the fast loop stores 8 bytes: they hold >= 64 bits (codes are >= 1
  * bit), so the 8-byte store never passes the stream's own end and never touches the next
  * stream, which is being written at the same time. */
@@ -359,6 +436,15 @@ void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
                     const size_t size[CKZ_HUF_STREAMS], uint8_t *out) {
     uint16_t code[256];
     canonical_codes(len, code);
+    unsigned bits = fixed_code_bits(len);
+    if (bits) {
+        uint8_t field[256];
+        for (unsigned s = 0; s < 256; s++) field[s] = (uint8_t)code[s];
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; out += size[k], k++)
+            encode_fixed(src + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k), field, bits,
+                         out);
+        return;
+    }
     uint32_t enc[256]; /* code | length << 16: one load per symbol */
     for (unsigned s = 0; s < 256; s++) enc[s] = code[s] | ((uint32_t)len[s] << 16);
     encode(src, n, enc, size, out);
@@ -382,16 +468,7 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
     for (unsigned s = 0; s < 256; s++)
         if (len[s]) avg += (uint32_t)len[s] << (MAX_BITS - len[s]);
     t->use_multi = avg <= (uint32_t)MULTI_MAX_AVG_BITS << MAX_BITS;
-    t->fixed_bits = 0;
-    {
-        unsigned l0 = 0, same = 1;
-        for (unsigned s = 0; s < 256 && same; s++)
-            if (len[s]) {
-                if (!l0) l0 = len[s];
-                same = len[s] == l0;
-            }
-        if (same && l0 <= 8) t->fixed_bits = l0;
-    }
+    t->fixed_bits = fixed_code_bits(len);
     /* A complete code (validated by ckz_huf_read_table) fills every slot exactly once. */
     for (unsigned s = 0; s < 256; s++) {
         unsigned l = len[s];
