@@ -2,8 +2,10 @@
  *
  * Input: one control byte, then a stream.  The control byte picks the destination length (the
  * declared one, or one off) and the plane parameters, so every path is reached: decoded_size,
- * decode, decode_planes with matching and mismatching element sizes.  Any outcome but a crash,
- * a sanitizer report or a leak is fine.  Successful plain and fused decodes must agree.
+ * decode, decode_planes with matching and mismatching element sizes, and decode_planes2 (two
+ * chunks at once) on the stream beside a copy with one byte flipped.  Any outcome but a crash,
+ * a sanitizer report or a leak is fine.  Successful plain and fused decodes must agree, and a
+ * successful paired decode must give what decode_planes gives on each stream.
  *
  * A stream whose first byte is a context format (3, or the older 2) goes to decode_planes_ctx
  * instead, with the context fuzz_context(i, ctl) (fuzz/make_corpus.py builds its seeds with the same function),
@@ -74,6 +76,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (memcmp(b, c, dst_len)) abort();
         free(c);
     }
+    /* The paired decode (two chunks at once): the stream beside itself, and beside its copy with
+     * one byte flipped; where it succeeds, each half is what the one-by-one decode gives. */
+    uint8_t *flipped = malloc(len ? len : 1), *d0 = malloc(dst_len ? dst_len : 1);
+    uint8_t *d1 = malloc(dst_len ? dst_len : 1);
+    if (!flipped || !d0 || !d1) abort();
+    memcpy(flipped, src, len);
+    if (len) flipped[(size_t)ctl * 2654435761u % len] ^= (uint8_t)(1u << (ctl & 7));
+    uint8_t *e = malloc(dst_len ? dst_len : 1);
+    if (!e) abort();
+    int re = ckz_decode_planes(flipped, len, e, dst_len, elem_size, rotate, &err);
+    const uint8_t *pair_src[2] = {src, flipped};
+    const size_t pair_len[2] = {len, len};
+    uint8_t *const pair_dst[2] = {d0, d1};
+    if (!ckz_decode_planes2(pair_src, pair_len, pair_dst, dst_len, elem_size, rotate)) {
+        if (rb || re || memcmp(d0, b, dst_len) || memcmp(d1, e, dst_len)) abort();
+    }
+    free(e);
+    free(flipped);
+    free(d0);
+    free(d1);
     free(a);
     free(b);
     return 0;

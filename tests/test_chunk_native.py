@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -219,3 +220,76 @@ def test_decode_chunks_trusts_no_offset_or_length() -> None:
         N.encode_chunks([(raw,)])
     with pytest.raises(ValueError):
         N.encode_chunks([(raw[:-1], None, 4, 0, -1, -1)])  # ragged
+
+
+def _moment_like_chunks(count: int, seed: int) -> list[bytes]:
+    """fp32 chunks whose exponent plane is coded RANS32: nine in ten values share one exponent
+    (under a bit per symbol, where Huffman spends one), for the paired decode of two chunks'
+    rANS planes."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        scale = np.where(rng.random(20_000) < 0.9, 1.0, 2.0 ** rng.integers(-4, 4, 20_000))
+        out.append((rng.uniform(1, 2, 20_000) * scale).astype(np.float32).tobytes())
+    return out
+
+
+def _segment_modes(stream: bytes) -> list[int]:
+    """The segment modes of a format-1 stream (docs/STREAMS.md, "Stream")."""
+    at = 1
+    for _ in range(2):  # n, S
+        while stream[at] & 0x80:
+            at += 1
+        at += 1
+    modes = []
+    for _ in range(stream[at - 1]):  # S < 128: one byte
+        modes.append(stream[at])
+        at += 1
+        if modes[-1] == 1:  # CONST: its value
+            at += 1
+        elif modes[-1] > 1:  # coded: the body length
+            while stream[at] & 0x80:
+                at += 1
+            at += 1
+    return modes
+
+
+def _batch_of(chunks: list[bytes], streams: list[bytes]) -> tuple[bytes, list[tuple]]:
+    span = b"".join(streams)
+    offsets = np.cumsum([0] + [len(s) for s in streams])
+    items = [(int(offsets[i]), len(s), N.crc32c(s), bytearray(len(c)), None, 4, 1, -1, -1,
+              N.crc32c(c)) for i, (c, s) in enumerate(zip(chunks, streams))]
+    return span, items
+
+
+def test_decode_chunks_pairs_decode_as_one_by_one() -> None:
+    """Consecutive dense chunks decode two at a time (their rANS planes in one loop): the bytes
+    and, on damage, the first failure (chunk, kind, message) are those of one chunk at a time."""
+    chunks = [*_moment_like_chunks(5, seed=1), pair(torch.float32, 20_000, "random", 2)[0]]
+    streams = [N.encode_planes(c, 4, 1) for c in chunks]
+    assert all(_segment_modes(s)[3] == 4 for s in streams[:5])  # the exponent plane: RANS32
+    span, items = _batch_of(chunks, streams)
+    assert N.decode_chunks(span, items) is None
+    assert [bytes(it[3]) for it in items] == chunks
+    rng = np.random.default_rng(7)
+    outcomes = set()
+    for trial in range(60):
+        damaged = [bytearray(s) for s in streams]
+        for _ in range(int(rng.integers(1, 3))):
+            j = int(rng.integers(0, len(damaged)))
+            # the exponent plane's rANS body comes last: half the flips land in the last 20%
+            low = 0 if rng.random() < 0.5 else len(damaged[j]) * 4 // 5
+            damaged[j][int(rng.integers(low, len(damaged[j])))] ^= 1 << int(rng.integers(0, 8))
+        span, items = _batch_of(chunks, [bytes(d) for d in damaged])  # stored CRCs made to match
+        if trial % 3 == 0:  # and a stale raw checksum now and then
+            k = int(rng.integers(0, len(items)))
+            items[k] = (*items[k][:9], items[k][9] ^ 1)
+        expected = None
+        for j, item in enumerate(items):
+            alone = N.decode_chunks(span, [(*item[:3], bytearray(len(item[3])), *item[4:])])
+            if alone is not None:
+                expected = (j, *alone[1:])
+                break
+        assert N.decode_chunks(span, items) == expected, trial
+        outcomes.add(None if expected is None else expected[1])
+    assert {1, 2} <= outcomes  # malformed streams and wrong bytes both came up

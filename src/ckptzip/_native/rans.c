@@ -541,9 +541,10 @@ V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift
     return rans32_v4_impl(T, tab, shift, x, pp, end, out, i, n);
 }
 
-/* Two streams of the same symbol count and table indices (two planes of one chunk), decoded in
- * one loop while both have 64 bytes in hand: four independent state chains instead of two, so
- * that one stream's gathers and refills overlap the other's latencies. */
+/* Two streams of the same symbol count and table indices (two planes of one chunk; tab NULL: one
+ * table each, as the same plane of two chunks), decoded in one loop while both have 64 bytes in
+ * hand: four independent state chains instead of two, so that one stream's gathers and refills
+ * overlap the other's latencies. */
 V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab,
                             unsigned shift_a, unsigned shift_b, uint32_t xa[LANES],
                             uint32_t xb[LANES], const uint8_t **ppa, const uint8_t *end_a,
@@ -559,10 +560,11 @@ V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_
     const uint8_t *pa = *ppa, *pb = *ppb;
     size_t i = 0;
     for (; n - i >= LANES && end_a - pa >= 4 * 16 && end_b - pb >= 4 * 16; i += LANES) {
-        a0 = rans32_step16(TA, a0, tab + i, sha, tsha, lowa, &pa, out_a + i);
-        b0 = rans32_step16(TB, b0, tab + i, shb, tshb, lowb, &pb, out_b + i);
-        a1 = rans32_step16(TA, a1, tab + i + 16, sha, tsha, lowa, &pa, out_a + i + 16);
-        b1 = rans32_step16(TB, b1, tab + i + 16, shb, tshb, lowb, &pb, out_b + i + 16);
+        const uint8_t *t0 = tab ? tab + i : NULL, *t1 = tab ? tab + i + 16 : NULL;
+        a0 = rans32_step16(TA, a0, t0, sha, tsha, lowa, &pa, out_a + i);
+        b0 = rans32_step16(TB, b0, t0, shb, tshb, lowb, &pb, out_b + i);
+        a1 = rans32_step16(TA, a1, t1, sha, tsha, lowa, &pa, out_a + i + 16);
+        b1 = rans32_step16(TB, b1, t1, shb, tshb, lowb, &pb, out_b + i + 16);
     }
     _mm512_storeu_si512(xa, a0);
     _mm512_storeu_si512(xa + 16, a1);

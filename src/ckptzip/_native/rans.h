@@ -103,7 +103,8 @@ int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
 /* Two such streams of n symbols each with the same table indices tab (two planes of a chunk),
  * stream k with tables T[k] of unit 2^shift[k]: the same outcome, bytes and first error as
  * decoding stream 0 and then stream 1 with ckz_rans32_decode_tab, in one loop while both have
- * words in hand (twice the independent state chains). */
+ * words in hand (twice the independent state chains).  tab NULL: one table T[k] each (shift 0;
+ * the same plane of two chunks). */
 int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
                            const unsigned shift[2], const uint8_t *const in[2],
                            const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err);

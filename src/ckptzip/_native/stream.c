@@ -421,6 +421,80 @@ int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz
     return 0;
 }
 
+/* The RANS32 body of a segment: its table read and its decode table built into T, the stream
+ * after the table at *in, *len bytes. */
+static int rans32_body(const uint8_t *body, size_t body_len, uint32_t *T, const uint8_t **in,
+                       size_t *len, ckz_err *err) {
+    uint16_t freq[256];
+    size_t used = 0;
+    if (ckz_rans_read_table(body, body_len, freq, &used, err)) return -1;
+    ckz_rans_build_dtable(freq, T);
+    *in = body + used;
+    *len = body_len - used;
+    return 0;
+}
+
+int ckz_decode_planes2(const uint8_t *const src[2], const size_t len[2], uint8_t *const dst[2],
+                       size_t dst_len, unsigned elem_size, unsigned rotate) {
+    header h[2];
+    ckz_err err;
+    for (unsigned c = 0; c < 2; c++)
+        if (parse_header(src[c], len[c], &h[c], &err) || check_dst(&h[c], dst_len, &err) ||
+            h[c].segments != elem_size)
+            return -1;
+    size_t m = h[0].seg_len; /* = h[1].seg_len: both decode to dst_len bytes */
+    if (!m) return 0;
+    unsigned coded[2] = {0, 0};
+    for (unsigned c = 0; c < 2; c++)
+        for (unsigned j = 0; j < elem_size; j++) coded[c] += h[c].mode[j] != CKZ_MODE_RAW;
+    uint8_t *scratch = NULL;
+    if (coded[0] + coded[1]) {
+        /* <= 2 dst_len: bounded by the caller's buffers */
+        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, (coded[0] + coded[1]) * m);
+        if (!scratch) return -1;
+    }
+    const uint8_t *planes[2][CKZ_MAX_SEGMENTS];
+    uint8_t *next = scratch;
+    int rc = 0;
+    uint32_t tables[2][CKZ_RANS_PROB_SCALE]; /* 32 KiB: as ckz_rans32_decode, on the stack */
+    for (unsigned j = 0; j < elem_size && !rc; j++) {
+        if (h[0].mode[j] == CKZ_MODE_RANS32 && h[1].mode[j] == CKZ_MODE_RANS32) {
+            const uint8_t *in[2];
+            size_t in_len[2];
+            uint8_t *out[2] = {next, next + m};
+            rc = rans32_body(h[0].body[j], h[0].body_len[j], tables[0], &in[0], &in_len[0], &err) ||
+                 rans32_body(h[1].body[j], h[1].body_len[j], tables[1], &in[1], &in_len[1], &err);
+            if (!rc) {
+                const uint32_t *T[2] = {tables[0], tables[1]};
+                const unsigned shift[2] = {0, 0};
+                rc = ckz_rans32_decode_tab2(T, NULL, shift, in, in_len, out, m, &err);
+            }
+            planes[0][j] = out[0];
+            planes[1][j] = out[1];
+            next += 2 * m;
+            continue;
+        }
+        for (unsigned c = 0; c < 2 && !rc; c++) {
+            if (h[c].mode[j] == CKZ_MODE_RAW) {
+                planes[c][j] = h[c].body[j];
+                continue;
+            }
+            planes[c][j] = next;
+            if (h[c].mode[j] == CKZ_MODE_CONST)
+                memset(next, h[c].value[j], m);
+            else
+                rc = decode_coded(h[c].mode[j], h[c].body[j], h[c].body_len[j], next, m, j, &err);
+            next += m;
+        }
+    }
+    if (!rc) {
+        ckz_merge_planes(planes[0], dst[0], m, elem_size, rotate);
+        ckz_merge_planes(planes[1], dst[1], m, elem_size, rotate);
+    }
+    if (scratch) ckz_scratch_put(CKZ_SCRATCH_DECODE, scratch);
+    return rc ? -1 : 0;
+}
+
 int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len,
                       unsigned elem_size, unsigned rotate, ckz_err *err) {
     header h;

@@ -54,6 +54,14 @@ int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz
 int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len,
                       unsigned elem_size, unsigned rotate, ckz_err *err);
 
+/* Two streams of ckz_decode_planes with the same element size, rotation and decoded length
+ * (consecutive chunks of a tensor) into dst[0] and dst[1]: where a plane is RANS32 in both, the
+ * two are decoded in one loop (four independent rANS chains instead of two).  0 when both
+ * decode; -1 when either fails, with no error kept: the caller then decodes them one by one,
+ * for ckz_decode_planes's outcome and first error. */
+int ckz_decode_planes2(const uint8_t *const src[2], const size_t len[2], uint8_t *const dst[2],
+                       size_t dst_len, unsigned elem_size, unsigned rotate);
+
 /* ---- building blocks shared with ctx.c (context-partitioned streams) ---- */
 
 /* LEB128 varints of values < 2^63: writer (returns bytes written, <= CKZ_MAX_VARINT), size, and
