@@ -156,8 +156,8 @@ class Pipeline:
     def encode_chunk(self, raw: Buffer, base: Buffer | None = None) -> bytes:
         """Serialize and compress one chunk of raw element bytes (``base``: the base's co-located
         chunk, for a pipeline with a residual stage)."""
-        spec = self._chunk_spec
-        if spec is not None and (self.residual is None or base is not None):
+        spec = self.native_spec(base is not None)
+        if spec is not None:
             return bytes(_native.encode_chunk(raw, base if self.residual is not None else None,
                                               *spec))
         if self.residual is not None:

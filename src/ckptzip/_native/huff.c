@@ -62,7 +62,8 @@ CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STRE
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
 #include <immintrin.h>
-#define HAVE_WINDOW 1
+/* AVX-512 kernels (picked at run time by ckz_cpu_v4): the window counter, fixed-width codes */
+#define HAVE_V4 1
 
 __attribute__((target("avx512f,avx512bw,popcnt"))) static void
 window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
@@ -89,7 +90,7 @@ window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
 /* The first value of the window of WINDOW_VALUES that holds >= 31/32 of an even sample of src,
  * where the window counter is available; else 256. */
 static unsigned byte_window(const uint8_t *src, size_t n) {
-#ifdef HAVE_WINDOW
+#ifdef HAVE_V4
     if (!ckz_cpu_v4 || n < 8 * WINDOW_SAMPLES) return 256;
     uint32_t sample[256] = {0};
     size_t stride = n / WINDOW_SAMPLES;
@@ -109,7 +110,7 @@ static unsigned byte_window(const uint8_t *src, size_t n) {
 
 /* h[v] += occurrences of v in src[0..n), for a window start lo from byte_window. */
 static void window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]) {
-#ifdef HAVE_WINDOW
+#ifdef HAVE_V4
     if (ckz_cpu_v4 && lo + WINDOW_VALUES <= 256) {
         window_count_v4(src, n, lo, h);
         return;
@@ -309,7 +310,7 @@ static unsigned fixed_code_bits(const uint8_t len[256]) {
     return l0 <= 8 ? l0 : 0;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#ifdef HAVE_V4
 /* 64 codes of `bits` <= 7 bits a step: the field of each byte by two two-source byte permutes
  * (the table's halves) and a blend on the byte's top bit; pairs, quads and octets of fields
  * merged in 16-, 32- and 64-bit lanes (each lane's upper half shifted down onto the lower's
@@ -348,7 +349,7 @@ encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsi
 static void encode_fixed(const uint8_t *src, size_t count, const uint8_t field[256],
                          unsigned bits, uint8_t *o) {
     size_t j = 0;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#ifdef HAVE_V4
     if (ckz_cpu_v4 && bits <= 7) {
         j = encode_fixed_v4(src, count, field, bits, o);
         o += j / 8 * bits;
@@ -476,6 +477,9 @@ void ckz_huf_build_dtable(const uint8_t len[256], ckz_huf_dtable *t) {
         for (unsigned j = code[s]; j < CKZ_HUF_TABLE_SIZE; j += 1u << l)
             single[j] = (uint16_t)(s | (l << 8));
     }
+    /* fixed-width codes: the symbol of each L-bit field (the single table's first 2^L slots) */
+    for (unsigned f = 0; f < 256; f++)
+        t->fixed_sym[f] = t->fixed_bits && f >> t->fixed_bits == 0 ? (uint8_t)single[f] : 0;
     /* Entry i decodes greedily up to CKZ_HUF_MULTI whole codes from the MAX_BITS bits of i.
      * After its first code (length l1) the remaining MAX_BITS - l1 known bits are i >> l1, an
      * index below i, whose entry (computed with zero bits above) is valid for exactly those of
@@ -602,7 +606,7 @@ CKZ_VERSIONED(decode_single, DECODE_PARAMS, (t, in, size, out, n, bitpos))
  * (the caller checks): code j is bits [j * bits, (j + 1) * bits) of the stream, LSB first, and
  * its symbol single[field] (the table is indexed by the next bits, LSB first).  Eight codes
  * fill `bits` bytes, read with one load. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#ifdef HAVE_V4
 /* AVX-512 VBMI, codes of at most 7 bits: 64 codes (8 groups of `bits` bytes) per step.  A byte
  * permute gives each 64-bit lane the 8 bytes from its group's start, a multishift takes code j
  * of the lane from bit j * bits, and a two-source byte permute looks the 128-entry table up.
@@ -630,13 +634,11 @@ decode_fixed_v4(const uint8_t *in, size_t size, const uint8_t sym[128], unsigned
 }
 #endif
 
-static void decode_fixed(const uint8_t *in, size_t size, const uint16_t *single, unsigned bits,
+static void decode_fixed(const uint8_t *in, size_t size, const uint8_t sym[256], unsigned bits,
                          uint8_t *o, size_t count) {
-    uint8_t sym[256] = {0};
     const unsigned mask = (1u << bits) - 1;
-    for (unsigned f = 0; f <= mask; f++) sym[f] = (uint8_t)single[f];
     size_t g = 0, groups = count / 8;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#ifdef HAVE_V4
     if (ckz_cpu_v4 && bits <= 7) {
         g = decode_fixed_v4(in, size, sym, bits, o, count) / 8;
         o += 8 * g;
@@ -672,7 +674,7 @@ int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STRE
                                 "the stream has %zu bytes", k, count, bits, size[k]);
         }
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
-            decode_fixed(in[k], size[k], t->single, t->fixed_bits,
+            decode_fixed(in[k], size[k], t->fixed_sym, t->fixed_bits,
                          out + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k));
         return 0;
     }

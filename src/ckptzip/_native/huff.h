@@ -80,6 +80,7 @@ typedef struct {
      * such as an Adam exp_avg_sq's low mantissa byte beside its constant sign bit), else 0: the
      * stream is then fields of L bits, decoded without a bit buffer's bookkeeping. */
     unsigned fixed_bits;
+    uint8_t fixed_sym[256]; /* fixed_bits: the symbol of each field value, else zeros */
     uint16_t single[CKZ_HUF_TABLE_SIZE];
     uint64_t multi[CKZ_HUF_TABLE_SIZE];
 } ckz_huf_dtable;

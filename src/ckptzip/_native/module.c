@@ -550,6 +550,13 @@ static void release_base(Py_buffer *b) {
     if (b->obj) PyBuffer_Release(b);
 }
 
+/* Whether a chunk of len bytes is beyond what one call codes: CKZ_MAX_DECODED bytes, and with a
+ * context CKZ_CTX_MAX_ELEMENTS elements (encode_chunk, encode_chunks). */
+static int chunk_too_large(size_t len, const ckz_chunk_spec *spec) {
+    return (uint64_t)len > CKZ_MAX_DECODED ||
+           (spec->ctx_rotate >= 0 && (uint64_t)(len / spec->width) > CKZ_CTX_MAX_ELEMENTS);
+}
+
 PyDoc_STRVAR(encode_chunk_doc,
              "encode_chunk(src, base, width, rotate, kind, ctx_rotate, size_only=False) -> "
              "bytes | int\n\n"
@@ -573,10 +580,9 @@ static PyObject *py_encode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
     if (get_buffer(so, &s, 0, "src")) return NULL;
     if (get_base(bo, &spec, s.len, &b)) { PyBuffer_Release(&s); return NULL; }
     PyObject *ret = NULL;
-    size_t len = (size_t)s.len, n = len / spec.width;
+    size_t len = (size_t)s.len;
     if (check_len(s.len, width, "src")) goto done;
-    if ((uint64_t)len > CKZ_MAX_DECODED ||
-        (spec.ctx_rotate >= 0 && (uint64_t)n > CKZ_CTX_MAX_ELEMENTS)) {
+    if (chunk_too_large(len, &spec)) {
         PyErr_Format(PyExc_ValueError, "src of %zu bytes is too large: code it in chunks", len);
         goto done;
     }
@@ -643,7 +649,7 @@ static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
 typedef struct {
     Py_buffer src, base, dst;
     ckz_chunk_spec spec;
-    size_t offset, length; /* decode: the stream's place in the span */
+    size_t length; /* the stored stream's bytes (encode: written; decode: src.len) */
     uint32_t crc, raw_crc;
 } batch_item;
 
@@ -653,17 +659,6 @@ static void release_encode_items(batch_item *items, Py_ssize_t count) {
         release_base(&items[i].base);
     }
     PyMem_Free(items);
-}
-
-/* The chunk length limits of encode_chunk, for item i. */
-static int check_chunk_size(Py_ssize_t i, size_t len, const ckz_chunk_spec *spec) {
-    if ((uint64_t)len > CKZ_MAX_DECODED ||
-        (spec->ctx_rotate >= 0 && (uint64_t)(len / spec->width) > CKZ_CTX_MAX_ELEMENTS)) {
-        PyErr_Format(PyExc_ValueError, "item %zd: a chunk of %zu bytes is too large: code it in "
-                     "smaller chunks", i, len);
-        return -1;
-    }
-    return 0;
 }
 
 PyDoc_STRVAR(encode_chunks_doc,
@@ -680,7 +675,7 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *arg) {
     PyObject *out = NULL, *result = NULL;
     if (!items) { Py_DECREF(seq); return PyErr_NoMemory(); }
     size_t bound = 0;
-    for (Py_ssize_t i = 0; i < count; i++, parsed++) {
+    for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *so, *bo;
         long width, rotate, kind, ctx_rotate;
         batch_item *it = &items[i];
@@ -693,12 +688,15 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *arg) {
             PyBuffer_Release(&it->src);
             goto done;
         }
-        if (check_len(it->src.len, width, "src") ||
-            check_chunk_size(i, (size_t)it->src.len, &it->spec)) {
-            parsed++;
+        parsed++; /* its buffers are held: released at done */
+        size_t len = (size_t)it->src.len;
+        if (check_len(it->src.len, width, "src")) goto done;
+        if (chunk_too_large(len, &it->spec)) {
+            PyErr_Format(PyExc_ValueError, "item %zd: a chunk of %zu bytes is too large: code it "
+                         "in smaller chunks", i, len);
             goto done;
         }
-        bound += ckz_chunk_bound((size_t)it->src.len, &it->spec);
+        bound += ckz_chunk_bound(len, &it->spec);
     }
     /* allocated with the GIL, written without it: nothing else can see it yet */
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -802,7 +800,6 @@ static PyObject *py_decode_chunks(PyObject *self, PyObject *args) {
         it->src.buf = (char *)span.buf + offset;
         it->src.len = length;
         it->src.obj = NULL;
-        it->offset = (size_t)offset;
         it->length = (size_t)length;
         it->crc = (uint32_t)crc;
         it->raw_crc = (uint32_t)raw_crc;

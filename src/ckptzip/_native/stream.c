@@ -421,6 +421,31 @@ int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz
     return 0;
 }
 
+/* Plane j of a parsed stream into *plane: a RAW plane read where it lies in the stream, else
+ * filled (CONST) or decoded into the scratch at *next, which moves on by m. */
+static int decode_plane(const header *h, unsigned j, const uint8_t **plane, uint8_t **next,
+                        size_t m, ckz_err *err) {
+    if (h->mode[j] == CKZ_MODE_RAW) {
+        *plane = h->body[j];
+        return 0;
+    }
+    uint8_t *out = *next;
+    *plane = out;
+    *next += m;
+    if (h->mode[j] == CKZ_MODE_CONST) {
+        memset(out, h->value[j], m);
+        return 0;
+    }
+    return decode_coded(h->mode[j], h->body[j], h->body_len[j], out, m, j, err);
+}
+
+/* Planes of a parsed stream that are not RAW (each needs a scratch plane). */
+static unsigned scratch_planes(const header *h) {
+    unsigned count = 0;
+    for (unsigned j = 0; j < h->segments; j++) count += h->mode[j] != CKZ_MODE_RAW;
+    return count;
+}
+
 /* The RANS32 body of a segment: its table read and its decode table built into T, the stream
  * after the table at *in, *len bytes. */
 static int rans32_body(const uint8_t *body, size_t body_len, uint32_t *T, const uint8_t **in,
@@ -444,13 +469,11 @@ int ckz_decode_planes2(const uint8_t *const src[2], const size_t len[2], uint8_t
             return -1;
     size_t m = h[0].seg_len; /* = h[1].seg_len: both decode to dst_len bytes */
     if (!m) return 0;
-    unsigned coded[2] = {0, 0};
-    for (unsigned c = 0; c < 2; c++)
-        for (unsigned j = 0; j < elem_size; j++) coded[c] += h[c].mode[j] != CKZ_MODE_RAW;
+    unsigned coded = scratch_planes(&h[0]) + scratch_planes(&h[1]);
     uint8_t *scratch = NULL;
-    if (coded[0] + coded[1]) {
+    if (coded) {
         /* <= 2 dst_len: bounded by the caller's buffers */
-        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, (coded[0] + coded[1]) * m);
+        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, coded * m);
         if (!scratch) return -1;
     }
     const uint8_t *planes[2][CKZ_MAX_SEGMENTS];
@@ -474,18 +497,8 @@ int ckz_decode_planes2(const uint8_t *const src[2], const size_t len[2], uint8_t
             next += 2 * m;
             continue;
         }
-        for (unsigned c = 0; c < 2 && !rc; c++) {
-            if (h[c].mode[j] == CKZ_MODE_RAW) {
-                planes[c][j] = h[c].body[j];
-                continue;
-            }
-            planes[c][j] = next;
-            if (h[c].mode[j] == CKZ_MODE_CONST)
-                memset(next, h[c].value[j], m);
-            else
-                rc = decode_coded(h[c].mode[j], h[c].body[j], h[c].body_len[j], next, m, j, &err);
-            next += m;
-        }
+        for (unsigned c = 0; c < 2 && !rc; c++)
+            rc = decode_plane(&h[c], j, &planes[c][j], &next, m, &err);
     }
     if (!rc) {
         ckz_merge_planes(planes[0], dst[0], m, elem_size, rotate);
@@ -505,31 +518,18 @@ int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_l
     size_t m = h.seg_len;
     if (!m) return 0;
     /* RAW planes are merged straight from the stream; the others get a scratch plane each. */
-    unsigned scratch_planes = 0;
-    for (unsigned j = 0; j < h.segments; j++) scratch_planes += h.mode[j] != CKZ_MODE_RAW;
+    unsigned coded = scratch_planes(&h);
     uint8_t *scratch = NULL;
-    if (scratch_planes) {
+    if (coded) {
         /* <= dst_len: bounded by the caller's buffer */
-        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, scratch_planes * m);
-        if (!scratch) return ckz_fail(err, "out of memory for %u planes of %zu bytes",
-                                      scratch_planes, m);
+        scratch = ckz_scratch_get(CKZ_SCRATCH_DECODE, coded * m);
+        if (!scratch) return ckz_fail(err, "out of memory for %u planes of %zu bytes", coded, m);
     }
     const uint8_t *planes[CKZ_MAX_SEGMENTS];
     uint8_t *next = scratch;
     int rc = 0;
-    for (unsigned j = 0; j < h.segments && !rc; j++) {
-        if (h.mode[j] == CKZ_MODE_RAW) {
-            planes[j] = h.body[j];
-            continue;
-        }
-        planes[j] = next;
-        if (h.mode[j] == CKZ_MODE_CONST) {
-            memset(next, h.value[j], m);
-        } else {
-            rc = decode_coded(h.mode[j], h.body[j], h.body_len[j], next, m, j, err);
-        }
-        next += m;
-    }
+    for (unsigned j = 0; j < h.segments && !rc; j++)
+        rc = decode_plane(&h, j, &planes[j], &next, m, err);
     if (!rc) ckz_merge_planes(planes, dst, m, elem_size, rotate);
     if (scratch) ckz_scratch_put(CKZ_SCRATCH_DECODE, scratch);
     return rc;
