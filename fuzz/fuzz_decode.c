@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckz_err err;
     uint64_t n;
     (void)ckz_crc32c(0, src, len);
-    if (len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2))
+    if (len && ckz_is_ctx_format(src[0]))
         return fuzz_ctx(ctl, src, len);
     if (ckz_decoded_size(src, len, &n, &err) || n > MAX_OUT) return 0;
     size_t dst_len = (size_t)n + ((ctl & 3) == 3 ? 1 : 0); /* 1 in 4: wrong length */

@@ -40,8 +40,9 @@ static void check_reencode(const uint8_t *d, const uint8_t *ctx, size_t n, unsig
     size_t bytes = n * width, len = 0;
     uint8_t *enc = malloc(ckz_encode_ctx_bound(n, width)), *back = malloc(bytes ? bytes : 1);
     if (!enc || !back) abort();
-    if (ckz_encode_planes_ctx(d, ctx, n, width, rotate, enc, &len, &err)) abort();
-    if (len > ckz_encode_ctx_bound(n, width) || enc[0] != CKZ_CTX_FORMAT) abort();
+    if (ckz_encode_planes_ctx(d, ctx, n, width, rotate, CKZ_CTX_FORMAT, enc, &len, &err))
+        abort();
+    if (len > ckz_encode_ctx_bound(n, width) || !ckz_is_ctx_format(enc[0])) abort();
     if (ckz_decode_planes_ctx(enc, len, ctx, n, back, bytes, width, rotate, &err)) abort();
     if (memcmp(back, d, bytes)) abort();
     free(enc);
@@ -76,7 +77,7 @@ static void check_residual(const uint8_t *delta, const uint8_t *base, size_t len
 static void check_chunk(const uint8_t *src, size_t len, const uint8_t *base, size_t base_len,
                         unsigned width, unsigned rotate, unsigned kind, int staged_rc,
                         const uint8_t *staged) {
-    int ctx = len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2);
+    int ctx = len && ckz_is_ctx_format(src[0]);
     ckz_chunk_spec spec = {width, rotate, kind < CKZ_RESIDUAL_KINDS ? (int)kind : -1,
                            ctx ? CONTEXT_ROTATE % (int)(8 * width) : -1};
     ckz_err err;
@@ -120,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *dst = malloc(base_len ? base_len : 1);
     if (!dst) abort();
     int rc;
-    if (len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2)) {
+    if (len && ckz_is_ctx_format(src[0])) {
         size_t n = base_len / width;
         uint8_t *ctx = malloc(n ? n : 1);
         if (!ctx) abort();

@@ -120,8 +120,10 @@ def test_two_bucketed_planes_report_the_first_error() -> None:
     """Two BUCKETED planes decode together, but errors come in plane order, as plane by plane."""
     raw, base = pair(torch.bfloat16, 60_000, "weights")
     p = candidates(torch.bfloat16)[-1]
-    assert isinstance(p.serializer, ContextPlanes)
-    good = p.encode_chunk(raw, base)
+    assert isinstance(p.serializer, ContextPlanes) and p.residual is not None
+    # a format-3 stream (format 4 has one bucketed plane, in two halves)
+    good = N.encode_planes_ctx(p.residual.encode(raw, base), p.serializer._context(base), 2, 0,
+                               format=3)
     planes = format3_layout(good)[2]
     assert [m for m, _, _ in planes] == [5, 5]
     (_, _, e0), (_, s1, _) = planes

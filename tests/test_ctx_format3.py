@@ -1,4 +1,5 @@
-"""Context stream format 3 (``encode_planes_ctx``): one bucketed RANS32 stream per plane.
+"""Context stream format 3 (``encode_planes_ctx(..., format=3)``): one bucketed RANS32 stream per
+plane; still decoded, and written for 1-byte elements and for format-4 chunks with many escapes.
 
 Roundtrips for every element size and odd lengths, format-2 streams (written before format 3)
 still decoding, corrupt and truncated streams refused with ValueError, and the ratio against
@@ -42,8 +43,8 @@ def fp32_delta(n: int, seed: int = 0) -> tuple[bytes, bytes]:
 
 
 def roundtrip(data: bytes, ctx: bytes, k: int, r: int) -> bytes:
-    enc = N.encode_planes_ctx(data, ctx, k, r)
-    assert enc[0] == FORMAT3 == N.CTX_STREAM_FORMAT
+    enc = N.encode_planes_ctx(data, ctx, k, r, format=FORMAT3)
+    assert enc[0] == FORMAT3
     out = bytearray(len(data))
     N.decode_planes_ctx(enc, ctx, out, k, r)
     assert bytes(out) == data
@@ -342,7 +343,7 @@ def test_header_and_plane_checks() -> None:
     ctx = bytes(10)  # one bucket
     out = bytearray(10)
     with pytest.raises(ValueError, match="format byte"):
-        N.decode_planes_ctx(b"\x04\x0a\x01\x01\x00" + bytes(10), ctx, out, 1, 0)
+        N.decode_planes_ctx(b"\x05\x0a\x01\x01\x00" + bytes(10), ctx, out, 1, 0)
     with pytest.raises(ValueError, match="element size"):
         N.decode_planes_ctx(hand_stream(10, 3, 1, b"\x00" + bytes(10)), ctx, out, 1, 0)
     with pytest.raises(ValueError, match="bucket count"):
@@ -428,7 +429,7 @@ def test_ratio_not_worse_than_format2() -> None:
     encoder wrote for these inputs before format 3, measured once)."""
     data, ctx, k, r = format2_inputs()["bf16"]
     f2 = len(zlib.decompress(base64.b64decode(FORMAT2_STREAMS["bf16"])))
-    assert len(N.encode_planes_ctx(data, ctx, k, r)) <= f2
+    assert len(N.encode_planes_ctx(data, ctx, k, r, format=FORMAT3)) <= f2
     # larger inputs: format-2 sizes from the encoder before format 3 (commit cc46662)
     for (n, seed, scale), f2_size in FORMAT2_SIZES.items():
         data, ctx = bf16_delta(n, seed, scale)

@@ -296,12 +296,24 @@ CTX_ELEM_ROTATE = [(k, r) for k in (1, 2, 4, 8) for r in sorted({0, 1, 8 * k - 1
 
 def ctx_roundtrip(data: bytes, ctx: bytes, k: int, r: int) -> bytes:
     enc = N.encode_planes_ctx(data, ctx, k, r)
-    assert enc[0] == N.CTX_STREAM_FORMAT
+    # format 4; format 3 for 1-byte elements and for chunks where over 1/4 of the elements escape
+    assert enc[0] == (N.CTX_STREAM_FORMAT if k > 1 and escapes(data, k, r) * 4 <= len(ctx) else 3)
     assert N.decoded_size(enc) == len(data)
     out = bytearray(len(data))
     N.decode_planes_ctx(enc, ctx, out, k, r)
     assert bytes(out) == data
     return enc
+
+
+def escapes(data: bytes, k: int, r: int) -> int:
+    """Elements whose top two bytes, after rotating each element left by r bits, hold 255 or
+    more: format 4 codes them as escapes."""
+    words = np.frombuffer(data, np.dtype(f"<u{k}")).astype(np.uint64)
+    bits = np.uint64(8 * k)
+    rotated = ((words << np.uint64(r)) | (words >> ((bits - np.uint64(r)) % bits))) if r else words
+    if k < 8:
+        rotated &= np.uint64((1 << (8 * k)) - 1)
+    return int(np.count_nonzero((rotated >> np.uint64(8 * k - 16)) >= 255))
 
 
 def ctx_bucket_count(enc: bytes) -> int:
@@ -389,8 +401,11 @@ def test_ctx_argument_errors() -> None:
         N.decode_planes_ctx(enc, ctx, bytearray(len(delta) + 2), 2, 1)
     with pytest.raises(ValueError, match="elem_size"):
         N.decode_planes_ctx(enc, ctx + ctx, out, 1, 0)
-    with pytest.raises(ValueError, match="buckets"):
-        N.decode_planes_ctx(enc, bytes(len(ctx)), out, 2, 1)  # another context's buckets
+    with pytest.raises(ValueError, match="buckets"):  # format 3 recomputes the buckets
+        enc3 = N.encode_planes_ctx(delta, ctx, 2, 1, format=3)
+        N.decode_planes_ctx(enc3, bytes(len(ctx)), out, 2, 1)  # another context's buckets
+    with pytest.raises(ValueError, match="format 3 or 4|is not 4 or 3"):
+        N.encode_planes_ctx(delta, ctx, 2, 1, format=2)
     with pytest.raises(ValueError, match="format byte"):
         N.decode_planes_ctx(N.encode_planes(delta, 2, 1), ctx, out, 2, 1)
     with pytest.raises(ValueError, match="format byte"):

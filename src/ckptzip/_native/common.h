@@ -74,6 +74,8 @@ extern int ckz_cpu_v3;
 /* AVX-512 F, BW and VBMI as well (byte permutes across a whole 64-byte vector): the plane
  * kernels of 2- and 4-byte elements use it where it exists (Ice Lake and later, Zen 4). */
 extern int ckz_cpu_v4;
+/* AVX-512 VBMI2 as well (byte compress and expand): format 4's escapes (ctx.c). */
+extern int ckz_cpu_vbmi2;
 void ckz_cpu_init(void);
 /* Everything the core needs before its first call, once: CPU dispatch, then the CRC-32C and rANS
  * tables (the Python module's init and the fuzz harnesses call it). */

@@ -620,6 +620,12 @@ static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shi
 
 /* A plane is coded only if it shrinks below CODED_NUM / CODED_DEN of its raw size (as format 1's
  * segments; a coded plane decodes at the rANS speed, a RAW one at memcpy speed). */
+/* Format 4's escape symbol: the top two bytes' value v < ESCAPE is coded as the symbol v, a
+ * larger one as ESCAPE and v - ESCAPE in the escapes' two planes. */
+#define ESCAPE 255u
+/* ... while at most 1 / MAX_ESCAPES_DEN of a chunk's elements escape (else format 3: escapes,
+ * coded order 0, would cost more than the bucketed high plane they replace). */
+#define MAX_ESCAPES_DEN 4
 #define CODED_NUM 19
 #define CODED_DEN 20
 /* Noise screen (stream.c's): a plane of >= SCREEN_MIN bytes whose even sample of SCREEN_SAMPLES
@@ -800,13 +806,50 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
     else if (per_bucket < raw) pl->mode = CKZ_CTX_MODE_BUCKETED;
 }
 
+/* Format 4's bucketed plane, HALVES: the tables (tables[0..tlen)), the byte length of the first
+ * stream as a varint, then two RANS32 streams with those tables, of the elements [0, n/2) and
+ * [n/2, n) (the decoder runs the halves' state chains together).  The first stream waits in
+ * hold (ckz_rans32_scratch_size(n) bytes) while the second is coded.  RAW when that is no
+ * smaller.  Returns the plane's length, 0 when the rANS workspace cannot be allocated; out NULL:
+ * the length only. */
+static size_t put_halves(const uint8_t *s, const uint8_t *bk, size_t n, unsigned B,
+                         const uint16_t (*freq)[256], const uint8_t *tables, size_t tlen,
+                         uint8_t *scratch, uint8_t *hold, uint8_t *out) {
+    size_t h = n / 2, size[2];
+    const uint8_t *start[2];
+    if (ckz_rans32_encode_tab(s, bk, h, freq, B, scratch, &start[0], &size[0])) return 0;
+    memcpy(hold, start[0], size[0]);
+    if (ckz_rans32_encode_tab(s + h, bk + h, n - h, freq, B, scratch, &start[1], &size[1]))
+        return 0;
+    size_t body = tlen + ckz_varint_size(size[0]) + size[0] + size[1];
+    size_t len = 1 + ckz_varint_size(body) + body;
+    if (len < 1 + n) {
+        if (out) {
+            uint8_t *o = out;
+            *o++ = CKZ_CTX_MODE_HALVES;
+            o += ckz_put_varint(o, body);
+            memcpy(o, tables, tlen);
+            o += tlen;
+            o += ckz_put_varint(o, size[0]);
+            memcpy(o, hold, size[0]);
+            memcpy(o + size[0], start[1], size[1]);
+        }
+        return len;
+    }
+    if (out) {
+        out[0] = CKZ_MODE_RAW;
+        memcpy(out + 1, s, n);
+    }
+    return 1 + n;
+}
+
 /* Writes a planned plane (mode, value or body length, body) at o; returns its length, or 0 when
  * the RANS32 workspace cannot be allocated.  A coded plane whose stream ends up no smaller than
  * RAW (the estimate is off by the states' slack) is written RAW after all.  out NULL: the length
  * only (a coded plane is still coded in scratch: its exact length is known only then). */
 static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
-                        const plane_plan *pl, uint16_t (*freq)[256], uint8_t *scratch,
-                        uint8_t *out) {
+                        const plane_plan *pl, uint8_t *hold, uint16_t (*freq)[256],
+                        uint8_t *scratch, uint8_t *out) {
     uint8_t *o = out;
     if (pl->mode == CKZ_MODE_CONST) {
         if (o) o[0] = CKZ_MODE_CONST, o[1] = pl->value;
@@ -826,6 +869,8 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
                 tlen += put_bucket_table(t, pl->shift, tables + tlen);
                 memcpy(freq[b], t->freq, sizeof freq[b]);
             }
+            if (hold) return put_halves(s, bk, n, bs->count, (const uint16_t (*)[256])freq,
+                                        tables, tlen, scratch, hold, out);
             if (ckz_rans32_encode_tab(s, bk, n, (const uint16_t (*)[256])freq, bs->count, scratch,
                                       &start, &size))
                 return 0;
@@ -847,43 +892,170 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
     return 1 + n;
 }
 
+#if defined(__x86_64__) && defined(__SSE2__)
+/* 0xff in byte j when element j of a 16-element block escapes: its top two bytes hold ESCAPE or
+ * more (encoder: lo, hi planes) or its symbol is ESCAPE (decoder: hi NULL). */
+CKZ_INLINE __m128i escape_bytes16(const uint8_t *lo, const uint8_t *hi) {
+    __m128i all = _mm_set1_epi8(-1);
+    __m128i e = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)lo), all);
+    if (hi) {
+        __m128i h = _mm_loadu_si128((const __m128i *)hi);
+        e = _mm_or_si128(e, _mm_xor_si128(_mm_cmpeq_epi8(h, _mm_setzero_si128()), all));
+    }
+    return e;
+}
+#endif
+
+/* Bit j set when element j of a 16-element block escapes (as escape_bytes16). */
+CKZ_INLINE unsigned escape_mask16(const uint8_t *lo, const uint8_t *hi) {
+#if defined(__x86_64__) && defined(__SSE2__)
+    return (unsigned)_mm_movemask_epi8(escape_bytes16(lo, hi));
+#else
+    unsigned mask = 0;
+    for (unsigned j = 0; j < 16; j++)
+        mask |= (unsigned)(lo[j] == ESCAPE || (hi && hi[j])) << j;
+    return mask;
+#endif
+}
+
+/* Elements of n whose top two bytes (encoder) or symbol (decoder: hi NULL) escape: byte counters
+ * summed every 255 blocks (no popcount instruction in the baseline). */
+static size_t count_escapes(const uint8_t *lo, const uint8_t *hi, size_t n) {
+    size_t m = 0, i = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    while (i + 16 <= n) {
+        __m128i acc = _mm_setzero_si128();
+        for (unsigned k = 0; k < 255 && i + 16 <= n; k++, i += 16)
+            acc = _mm_sub_epi8(acc, escape_bytes16(lo + i, hi ? hi + i : NULL));
+        __m128i sums = _mm_sad_epu8(acc, _mm_setzero_si128());
+        m += (size_t)_mm_cvtsi128_si64(sums) + (size_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums));
+    }
+#endif
+    for (; i < n; i++) m += lo[i] == ESCAPE || (hi && hi[i]);
+    return m;
+}
+
+/* Format 4's escapes: every element whose top two bytes (lo, hi planes) hold v >= ESCAPE gets
+ * the symbol ESCAPE in lo, and v - ESCAPE goes to the escapes, its low byte to esc_lo and its
+ * high byte to esc_hi, in element order.  Blocks of 16 without one are passed over. */
+#ifdef CTX_HAVE_AVX2
+#define VBMI2_FN __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt"))) static
+/* 64 elements a step: the escape mask by two compares, the escapes' bytes (v - ESCAPE: low byte
+ * lo + 1, high byte hi - 1 unless lo is ESCAPE) out by byte compresses, ESCAPE blended into lo.
+ * Returns the elements done (whole steps); *m receives the escapes taken. */
+VBMI2_FN size_t take_escapes_v4(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
+                                uint8_t *esc_hi, size_t *m) {
+    const __m512i all = _mm512_set1_epi8(-1), one = _mm512_set1_epi8(1);
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i l = _mm512_loadu_si512(lo + i), h = _mm512_loadu_si512(hi + i);
+        __mmask64 full = _mm512_cmpeq_epi8_mask(l, all);
+        __mmask64 esc = full | _mm512_test_epi8_mask(h, h);
+        if (!esc) continue;
+        __m512i el = _mm512_add_epi8(l, one), eh = _mm512_mask_sub_epi8(h, ~full, h, one);
+        _mm512_mask_compressstoreu_epi8(esc_lo + k, esc, el);
+        _mm512_mask_compressstoreu_epi8(esc_hi + k, esc, eh);
+        _mm512_storeu_si512(lo + i, _mm512_mask_blend_epi8(esc, l, all));
+        k += (size_t)__builtin_popcountll(esc);
+    }
+    *m = k;
+    return i;
+}
+#endif
+
+static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
+                         uint8_t *esc_hi) {
+    size_t m = 0, start = 0;
+#ifdef CTX_HAVE_AVX2
+    if (ckz_cpu_vbmi2) start = take_escapes_v4(lo, hi, n, esc_lo, esc_hi, &m);
+#endif
+    for (size_t i = start; i < n; i += 16) {
+        unsigned mask = i + 16 <= n ? escape_mask16(lo + i, hi + i) : 0;
+        if (i + 16 > n)
+            for (size_t j = i; j < n; j++) mask |= (unsigned)(lo[j] == ESCAPE || hi[j]) << (j - i);
+        for (; mask; mask &= mask - 1) {
+            size_t j = i + (unsigned)__builtin_ctz(mask);
+            unsigned e = (lo[j] | (unsigned)hi[j] << 8) - ESCAPE;
+            esc_lo[m] = (uint8_t)e, esc_hi[m] = (uint8_t)(e >> 8), m++;
+            lo[j] = ESCAPE;
+        }
+    }
+}
+
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size) {
-    return CKZ_CTX_HEADER + (size_t)elem_size * CKZ_SEGMENT_OVERHEAD + n * elem_size;
+    /* format 4: the bucket starts, two escape planes of at most n / 4 bytes in the place of
+     * the top plane, and HALVES planes no larger than RAW ones */
+    return CKZ_CTX_HEADER + CKZ_CTX_MAX_BUCKETS + (size_t)(elem_size + 1) * CKZ_SEGMENT_OVERHEAD +
+           n * elem_size;
 }
 
 int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
-                          unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err) {
+                          unsigned rotate, unsigned format, uint8_t *out, size_t *out_len,
+                          ckz_err *err) {
     size_t bytes = n * elem_size;
     buckets bs;
     find_buckets(ctx, n, &bs);
+    int four = format == CKZ_CTX_FORMAT && elem_size >= 2;
     /* bucket histograms (one, and three spare copies) | the bucket tables' frequencies | the
-     * plan | planes | bucket indices | RANS32 scratch: this thread's scratch, kept from call to
-     * call (memory.h), so that chunk after chunk reuses memory already faulted in. */
+     * plan | planes | bucket indices | format 4: escapes' low bytes, zeros, a held stream |
+     * RANS32 scratch: this thread's scratch, kept from call to call (memory.h), so that chunk
+     * after chunk reuses memory already faulted in. */
     size_t hist = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint32_t);
     size_t freqs = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint16_t);
-    size_t total = 4 * hist + freqs + sizeof(plane_plan) + bytes + n + ckz_rans32_scratch_size(n);
+    size_t rans = ckz_rans32_scratch_size(n);
+    size_t total = 4 * hist + freqs + sizeof(plane_plan) + bytes + n + (four ? 3 * n + rans : 0) +
+                   rans;
     uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_PLANES, total);
     if (!mem) return ckz_fail(err, "out of memory for %zu bytes of encoder scratch", total);
     uint32_t *h0 = (uint32_t *)mem, *h1 = h0 + CKZ_CTX_MAX_BUCKETS * 256;
     uint16_t (*freq)[256] = (uint16_t (*)[256])(mem + 4 * hist);
     plane_plan *pl = (plane_plan *)(mem + 4 * hist + freqs);
-    uint8_t *planes = (uint8_t *)pl + sizeof(plane_plan), *bk = planes + bytes, *scratch = bk + n;
+    uint8_t *planes = (uint8_t *)pl + sizeof(plane_plan), *bk = planes + bytes;
+    uint8_t *esc_lo = bk + n, *esc_hi = esc_lo + n, *zeros = esc_hi + n, *hold = zeros + n;
+    uint8_t *scratch = four ? hold + rans : esc_lo;
     ckz_split_planes(src, planes, n, elem_size, rotate);
+    /* Format 4 codes the top two planes as a symbol plane and escapes only while at most
+     * 1/MAX_ESCAPES_DEN of the elements escape; else this chunk is written in format 3. */
+    uint8_t *top = planes + (size_t)(elem_size - 1) * n;
+    size_t m = four ? count_escapes(top - n, top, n) : 0;
+    if (four && m * MAX_ESCAPES_DEN > n) four = 0, scratch = esc_lo;
     bucket_index(ctx, n, bs.first, bs.count, bk);
     size_t size = 1 + ckz_varint_size(n) + 1 + ckz_varint_size(bs.count);
+    if (four) size += bs.count ? bs.count - 1 : 0; /* the bucket starts */
     if (out) {
         uint8_t *o = out;
-        *o++ = CKZ_CTX_FORMAT;
+        *o++ = four ? CKZ_CTX_FORMAT : CKZ_CTX_FORMAT3;
         o += ckz_put_varint(o, n);
         *o++ = (uint8_t)elem_size;
-        ckz_put_varint(o, bs.count);
+        o += ckz_put_varint(o, bs.count);
+        if (four)
+            for (unsigned b = 1; b < bs.count; b++) *o++ = bs.first[b];
     }
+    /* Format 4: the top two planes become the symbol plane (in the lower one's place) and the
+     * escapes' two planes; its bucketed planes are HALVES. */
+    if (four) take_escapes(top - n, top, n, esc_lo, esc_hi);
     int rc = 0;
-    for (unsigned p = 0; p < elem_size && !rc; p++) {
+    for (unsigned p = 0; p < (four ? elem_size - 1 : elem_size) && !rc; p++) {
         plan_plane(planes + p * n, bk, n, &bs, h0, h1, pl);
-        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, freq, scratch, out ? out + size : NULL);
+        size_t len = put_plane(planes + p * n, bk, n, &bs, pl, four ? hold : NULL, freq, scratch,
+                               out ? out + size : NULL);
         if (!len) rc = ckz_fail(err, "out of memory for the rans32 tables");
         size += len;
+    }
+    if (four) {
+        /* the escapes' two planes, order 0: one bucket of all m */
+        buckets one = {.count = 1};
+        one.size[0] = m;
+        memset(zeros, 0, m);
+        const uint8_t *esc[2] = {esc_lo, esc_hi};
+        for (unsigned e = 0; e < 2 && !rc; e++) {
+            plan_plane(esc[e], zeros, m, &one, h0, h1, pl);
+            if (pl->mode == CKZ_CTX_MODE_BUCKETED) pl->mode = CKZ_MODE_RANS32;
+            size_t len = put_plane(esc[e], zeros, m, &one, pl, NULL, freq, scratch,
+                                   out ? out + size : NULL);
+            if (!len) rc = ckz_fail(err, "out of memory for the rans32 tables");
+            size += len;
+        }
     }
     ckz_scratch_put(CKZ_SCRATCH_PLANES, mem);
     *out_len = size;
@@ -930,9 +1102,10 @@ typedef struct {
 static int parse_ctx_header(const uint8_t *src, size_t len, ctx_header *h, ckz_err *err) {
     const uint8_t *p = src, *end = src + len;
     if (!len) return ckz_fail(err, "stream is empty");
-    if (*p != CKZ_CTX_FORMAT && *p != CKZ_CTX_FORMAT2)
-        return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x or 0x%02x (context "
-                        "planes)", *p, CKZ_CTX_FORMAT, CKZ_CTX_FORMAT2);
+    if (!ckz_is_ctx_format(*p))
+        return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x, 0x%02x or 0x%02x "
+                        "(context planes)", *p, CKZ_CTX_FORMAT, CKZ_CTX_FORMAT3,
+                        CKZ_CTX_FORMAT2);
     h->format = *p++;
     if (ckz_get_varint(&p, end, &h->n, "element count", err)) return -1;
     if (p == end) return ckz_fail(err, "stream truncated in the element size");
@@ -1061,47 +1234,46 @@ static void merge_residual(const uint8_t *const *planes, uint8_t *dst, size_t n,
     }
 }
 
-static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
-                          uint8_t *dst, unsigned elem_size, unsigned rotate, const uint8_t *base,
-                          int kind, ckz_err *err) {
-    buckets bs;
-    find_buckets(ctx, n, &bs);
-    if (h->buckets != bs.count) return bucket_mismatch(h->buckets, bs.count, err);
-    unsigned B = bs.count;
-    /* scratch planes | bucket indices (made on first use) | two planes' B decode tables | B freq
-     * tables.  The planes are <= dst_len (the caller's buffer); the tables <= 1 MiB. */
-    size_t span = (size_t)B * SCALE + TABLE_SLACK;
-    size_t bytes = n * elem_size, tables = 2 * span * sizeof(uint32_t);
-    size_t total = bytes + n + tables + (size_t)B * 256 * sizeof(uint16_t);
-    uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, total); /* this thread's, kept */
-    if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
-    uint32_t *T = (uint32_t *)mem;
-    uint16_t (*freq)[256] = (uint16_t (*)[256])(mem + tables);
-    uint8_t *planes = mem + tables + (size_t)B * 256 * sizeof(uint16_t), *bk = planes + bytes;
-    int have_bk = 0, rc = -1;
-    const uint8_t *plane_at[8], *p = h->body;
-    for (unsigned q = 0; q < elem_size; q++) {
-        uint8_t *o = planes + q * n;
-        plane_at[q] = o;
-        if (p == end) {
-            ckz_fail(err, "stream truncated in the mode of plane %u", q);
-            goto done;
-        }
+/* What decoding a sequence of planes shares: the context's buckets, the bucket indices (made
+ * on first use), and the scratch tables of two BUCKETED planes. */
+typedef struct {
+    const uint8_t *ctx;
+    const buckets *bs;
+    uint8_t *bk;
+    int have_bk;
+    uint32_t *T;           /* two planes' decode tables, span entries each */
+    size_t span;
+    uint16_t (*freq)[256]; /* B frequency tables */
+} plane_reader;
+
+/* Which bucketed mode read_planes takes: format 3's BUCKETED, format 4's HALVES, or neither
+ * (format 4's escape planes, which are not in element order). */
+enum { BUCKETED_OK = 1, HALVES_OK = 2 };
+
+/* Reads `count` planes of n bytes from *p, plane i (numbered first + i in messages) into
+ * out + i * n unless RAW (then plane_at[i] points into the stream).  Two BUCKETED planes in a
+ * row decode together (ckz_rans32_decode_tab2), with the same outcome and first error as one
+ * after the other; a HALVES plane decodes its two halves together. */
+static int read_planes(plane_reader *r, const uint8_t **pp, const uint8_t *end, size_t n,
+                       unsigned count, unsigned first, int bucketed_ok, uint8_t *out,
+                       const uint8_t **plane_at, ckz_err *err) {
+    const uint8_t *p = *pp;
+    unsigned B = r->bs->count;
+    for (unsigned i = 0; i < count; i++) {
+        unsigned q = first + i;
+        uint8_t *o = out + i * n;
+        plane_at[i] = o;
+        if (p == end) return ckz_fail(err, "stream truncated in the mode of plane %u", q);
         unsigned mode = *p++;
         size_t body = 0;
         if (mode == CKZ_MODE_RAW) {
-            if (n > (size_t)(end - p)) {
-                ckz_fail(err, "stream truncated: RAW plane %u needs %zu bytes, %zu left", q, n,
-                         (size_t)(end - p));
-                goto done;
-            }
-            plane_at[q] = p;
+            if (n > (size_t)(end - p))
+                return ckz_fail(err, "stream truncated: RAW plane %u needs %zu bytes, %zu left", q,
+                                n, (size_t)(end - p));
+            plane_at[i] = p;
             p += n;
         } else if (mode == CKZ_MODE_CONST) {
-            if (p == end) {
-                ckz_fail(err, "stream truncated in the value of plane %u", q);
-                goto done;
-            }
+            if (p == end) return ckz_fail(err, "stream truncated in the value of plane %u", q);
             memset(o, *p++, n);
         } else if (mode == CKZ_MODE_RANS32) {
             uint16_t one[256]; /* not freq[0]: B is 0 for n = 0 */
@@ -1109,41 +1281,268 @@ static int decode_format3(const ctx_header *h, const uint8_t *end, const uint8_t
             if (get_body(&p, end, q, &body, err) ||
                 ckz_rans_read_table(p, body, one, &used, err) ||
                 ckz_rans32_decode(one, p + used, body - used, o, n, err))
-                goto done;
+                return -1;
             p += body;
-        } else if (mode == CKZ_CTX_MODE_BUCKETED) {
+        } else if (mode == CKZ_CTX_MODE_HALVES && bucketed_ok == HALVES_OK) {
             unsigned shift[2];
             const uint8_t *stream[2];
             size_t stream_len[2];
-            if (get_bucketed(&p, end, q, B, freq, &shift[0], &stream[0], &stream_len[0], err))
-                goto done;
-            build_tables((const uint16_t (*)[256])freq, B, shift[0], T);
-            if (!have_bk) bucket_index(ctx, n, bs.first, B, bk), have_bk = 1;
+            if (get_bucketed(&p, end, q, B, r->freq, &shift[0], &stream[0], &stream_len[0], err))
+                return -1;
+            /* the body's stream part: the first half's length, then the two streams */
+            const uint8_t *t = stream[0], *t_end = stream[0] + stream_len[0];
+            uint64_t first_len = 0;
+            if (ckz_get_varint(&t, t_end, &first_len, "the first half's stream length", err))
+                return -1;
+            if (first_len > (uint64_t)(t_end - t))
+                return ckz_fail(err, "plane %u: first half's stream of %llu bytes exceeds the "
+                                "%zu left", q, (unsigned long long)first_len, (size_t)(t_end - t));
+            build_tables((const uint16_t (*)[256])r->freq, B, shift[0], r->T);
+            if (!r->have_bk) bucket_index(r->ctx, n, r->bs->first, B, r->bk), r->have_bk = 1;
+            size_t h = n / 2;
+            const uint32_t *tt[2] = {r->T, r->T};
+            const uint8_t *tabs[2] = {r->bk, r->bk + h}, *in[2] = {t, t + first_len};
+            const unsigned shifts[2] = {shift[0], shift[0]};
+            const size_t lens[2] = {(size_t)first_len, (size_t)(t_end - t) - (size_t)first_len};
+            uint8_t *outs[2] = {o, o + h};
+            const size_t counts[2] = {h, n - h};
+            if (ckz_rans32_decode_tab2x(tt, tabs, shifts, in, lens, outs, counts, err)) return -1;
+        } else if (mode == CKZ_CTX_MODE_BUCKETED && bucketed_ok == BUCKETED_OK) {
+            unsigned shift[2];
+            const uint8_t *stream[2];
+            size_t stream_len[2];
+            if (get_bucketed(&p, end, q, B, r->freq, &shift[0], &stream[0], &stream_len[0], err))
+                return -1;
+            build_tables((const uint16_t (*)[256])r->freq, B, shift[0], r->T);
+            if (!r->have_bk) bucket_index(r->ctx, n, r->bs->first, B, r->bk), r->have_bk = 1;
             /* The next plane too, when it is BUCKETED and reads without error (else it is
              * read again, and its error reported, after this plane decodes). */
             const uint8_t *next = p;
-            if (q + 1 < elem_size && next != end && *next == CKZ_CTX_MODE_BUCKETED) {
+            if (i + 1 < count && next != end && *next == CKZ_CTX_MODE_BUCKETED) {
                 next++;
                 ckz_err spare;
-                if (!get_bucketed(&next, end, q + 1, B, freq, &shift[1], &stream[1],
+                if (!get_bucketed(&next, end, q + 1, B, r->freq, &shift[1], &stream[1],
                                   &stream_len[1], &spare)) {
-                    build_tables((const uint16_t (*)[256])freq, B, shift[1], T + span);
-                    const uint32_t *tt[2] = {T, T + span};
+                    build_tables((const uint16_t (*)[256])r->freq, B, shift[1], r->T + r->span);
+                    const uint32_t *tt[2] = {r->T, r->T + r->span};
                     uint8_t *outs[2] = {o, o + n};
-                    plane_at[q + 1] = o + n;
-                    if (ckz_rans32_decode_tab2(tt, bk, shift, stream, stream_len, outs, n, err))
-                        goto done;
+                    plane_at[i + 1] = o + n;
+                    if (ckz_rans32_decode_tab2(tt, r->bk, shift, stream, stream_len, outs, n, err))
+                        return -1;
                     p = next;
-                    q++;
+                    i++;
                     continue;
                 }
             }
-            if (ckz_rans32_decode_tab(T, bk, shift[0], stream[0], stream_len[0], o, n, err))
-                goto done;
+            if (ckz_rans32_decode_tab(r->T, r->bk, shift[0], stream[0], stream_len[0], o, n, err))
+                return -1;
         } else {
-            ckz_fail(err, "plane %u has unknown mode %u", q, mode);
+            return ckz_fail(err, "plane %u has unknown mode %u", q, mode);
+        }
+    }
+    *pp = p;
+    return 0;
+}
+
+#ifdef CTX_HAVE_AVX2
+/* The escapes' values ESCAPE + e of a 64-element step at the escape positions (mask), as low
+ * and high bytes: e's bytes expanded from the escapes' planes at *m, low byte e_lo - 1, high
+ * byte e_hi + (e_lo != 0); *over gets a bit when one passes 16 bits. */
+VBMI2_FN void escape_values_v4(__mmask64 esc, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                               size_t *m, unsigned *over, __m512i *wl, __m512i *wh) {
+    __m512i el = _mm512_maskz_expandloadu_epi8(esc, esc_lo + *m);
+    __m512i eh = _mm512_maskz_expandloadu_epi8(esc, esc_hi + *m);
+    __mmask64 carry = _mm512_test_epi8_mask(el, el);
+    *over |= (carry & _mm512_cmpeq_epi8_mask(eh, _mm512_set1_epi8(-1))) != 0;
+    *wl = _mm512_sub_epi8(el, _mm512_set1_epi8(1));
+    *wh = _mm512_mask_add_epi8(eh, carry, eh, _mm512_set1_epi8(1));
+    *m += (size_t)__builtin_popcountll(esc);
+}
+
+/* restore_words2's steps of 64 words; returns the elements done. */
+VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                                  const uint8_t *esc_hi, size_t *m, unsigned *over,
+                                  uint8_t *dst) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i s = _mm512_loadu_si512(sym + i);
+        __m512i w0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(s));
+        __m512i w1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(s, 1));
+        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
+        if (esc) {
+            __m512i wl, wh;
+            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
+            __m512i e0 = _mm512_unpacklo_epi8(wl, wh), e1 = _mm512_unpackhi_epi8(wl, wh);
+            /* unpack works per 128-bit lane: words 0-7 of each lane in e0, 8-15 in e1; put
+             * them back in element order */
+            __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+            __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+            __m512i v0 = _mm512_permutex2var_epi64(e0, lo_idx, e1);
+            __m512i v1 = _mm512_permutex2var_epi64(e0, hi_idx, e1);
+            w0 = _mm512_mask_blend_epi16((__mmask32)esc, w0, v0);
+            w1 = _mm512_mask_blend_epi16((__mmask32)(esc >> 32), w1, v1);
+        }
+        _mm512_storeu_si512(dst + 2 * i, w0);
+        _mm512_storeu_si512(dst + 2 * i + 64, w1);
+    }
+    return i;
+}
+
+/* restore_top's steps of 64 elements (lo, hi planes); returns the elements done. */
+VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                               const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *lo,
+                               uint8_t *hi) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i s = _mm512_loadu_si512(sym + i), h = _mm512_setzero_si512();
+        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
+        if (esc) {
+            __m512i wl, wh;
+            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
+            s = _mm512_mask_blend_epi8(esc, s, wl);
+            h = _mm512_maskz_mov_epi8(esc, wh);
+        }
+        _mm512_storeu_si512(lo + i, s);
+        _mm512_storeu_si512(hi + i, h);
+    }
+    return i;
+}
+#endif
+
+/* Format 4's top two planes: lo, hi (n bytes each, scratch) receive the bytes of sym[i] for a
+ * symbol below ESCAPE, else of ESCAPE + the next escape value (esc_lo, esc_hi: its bytes).  sym
+ * may be lo itself.  -1 when an escape value passes the 16 bits it must fit. */
+static int restore_top(const uint8_t *sym, size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                       uint8_t *lo, uint8_t *hi) {
+    size_t m = 0, start = 0;
+    unsigned over = 0;
+#ifdef CTX_HAVE_AVX2
+    if (ckz_cpu_vbmi2) start = restore_top_v4(sym, n, esc_lo, esc_hi, &m, &over, lo, hi);
+#endif
+    if (sym != lo) memcpy(lo + start, sym + start, n - start);
+    memset(hi + start, 0, n - start);
+    for (size_t i = start; i < n; i += 16) {
+        unsigned mask = i + 16 <= n ? escape_mask16(lo + i, NULL) : 0;
+        if (i + 16 > n)
+            for (size_t j = i; j < n; j++) mask |= (unsigned)(lo[j] == ESCAPE) << (j - i);
+        for (; mask; mask &= mask - 1) {
+            size_t j = i + (unsigned)__builtin_ctz(mask);
+            unsigned v = ESCAPE + (esc_lo[m] | (unsigned)esc_hi[m] << 8);
+            over |= v >> 16;
+            lo[j] = (uint8_t)v, hi[j] = (uint8_t)(v >> 8), m++;
+        }
+    }
+    return over ? -1 : 0;
+}
+
+
+/* Format 4 with 2-byte words, unrotated: the words come straight from the symbol plane (widened)
+ * and the escapes, block by block, with the residual of `kind` inverted behind while the block
+ * is in L1 (base not NULL); no planes merged.  -1 as restore_top. */
+static int restore_words2(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                          const uint8_t *esc_hi, uint8_t *dst, const uint8_t *base, int kind) {
+    size_t m = 0;
+    unsigned over = 0;
+    for (size_t i0 = 0; i0 < n; i0 += MERGE_BLOCK) {
+        size_t end = n - i0 < MERGE_BLOCK ? n : i0 + MERGE_BLOCK, i = i0;
+#ifdef CTX_HAVE_AVX2
+        if (ckz_cpu_vbmi2) i += restore_words2_v4(sym + i, end - i, esc_lo, esc_hi, &m, &over,
+                                                  dst + 2 * i);
+#endif
+#if defined(__x86_64__) && defined(__SSE2__)
+        for (; i + 16 <= end; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(sym + i)), z = _mm_setzero_si128();
+            _mm_storeu_si128((__m128i *)(dst + 2 * i), _mm_unpacklo_epi8(v, z));
+            _mm_storeu_si128((__m128i *)(dst + 2 * i + 16), _mm_unpackhi_epi8(v, z));
+            unsigned mask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(-1)));
+            for (; mask; mask &= mask - 1) {
+                size_t j = i + (unsigned)__builtin_ctz(mask);
+                unsigned w = ESCAPE + (esc_lo[m] | (unsigned)esc_hi[m] << 8);
+                over |= w >> 16, m++;
+                dst[2 * j] = (uint8_t)w, dst[2 * j + 1] = (uint8_t)(w >> 8);
+            }
+        }
+#endif
+        for (; i < end; i++) {
+            unsigned w = sym[i];
+            if (w == ESCAPE) w += esc_lo[m] | (unsigned)esc_hi[m] << 8, over |= w >> 16, m++;
+            dst[2 * i] = (uint8_t)w, dst[2 * i + 1] = (uint8_t)(w >> 8);
+        }
+        if (base)
+            ckz_residual_decode(dst + 2 * i0, base + 2 * i0, dst + 2 * i0, end - i0, 2,
+                                (unsigned)kind);
+    }
+    return over ? -1 : 0;
+}
+
+/* Formats 3 and 4: the planes (format 4: those under the top two, the symbol plane, then the
+ * escapes' two planes), then one merge. */
+static int decode_format34(const ctx_header *h, const uint8_t *end, const uint8_t *ctx, size_t n,
+                           uint8_t *dst, unsigned elem_size, unsigned rotate, const uint8_t *base,
+                           int kind, ckz_err *err) {
+    buckets bs;
+    int four = h->format == CKZ_CTX_FORMAT;
+    const uint8_t *p = h->body;
+    if (four) {
+        /* the buckets as stored: any increasing starts give indices below B */
+        if (elem_size < 2)
+            return ckz_fail(err, "format 4 needs elements of 2 bytes or more, not %u", elem_size);
+        bs.count = (unsigned)h->buckets;
+        if ((bs.count == 0) != (n == 0))
+            return ckz_fail(err, "format 4 stream has %u buckets for %zu elements", bs.count, n);
+        if (bs.count > 1 && (size_t)(end - p) < bs.count - 1)
+            return ckz_fail(err, "stream truncated in the bucket starts");
+        bs.first[0] = 0;
+        for (unsigned b = 1; b < bs.count; b++) {
+            bs.first[b] = *p++;
+            if (bs.first[b] <= bs.first[b - 1]) /* bucket 0 starts at or below bucket 1 */
+                return ckz_fail(err, "bucket %u starts at context %u, not above bucket %u's %u",
+                                b, bs.first[b], b - 1, bs.first[b - 1]);
+        }
+    } else {
+        find_buckets(ctx, n, &bs);
+        if (h->buckets != bs.count) return bucket_mismatch(h->buckets, bs.count, err);
+    }
+    unsigned B = bs.count;
+    /* two planes' B decode tables | B freq tables | planes | format 4: the escapes' two planes |
+     * bucket indices.  <= 2 dst_len + n + 1 MiB. */
+    size_t span = (size_t)B * SCALE + TABLE_SLACK;
+    size_t bytes = n * elem_size, tables = 2 * span * sizeof(uint32_t);
+    size_t total = tables + (size_t)B * 256 * sizeof(uint16_t) + bytes + (four ? 2 * n : 0) + n;
+    uint8_t *mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, total); /* this thread's, kept */
+    if (!mem) return ckz_fail(err, "out of memory for %zu bytes of decoder scratch", total);
+    plane_reader r = {ctx, &bs, NULL, 0, (uint32_t *)mem, span,
+                      (uint16_t (*)[256])(mem + tables)};
+    uint8_t *planes = mem + tables + (size_t)B * 256 * sizeof(uint16_t);
+    uint8_t *esc = planes + bytes;
+    r.bk = esc + (four ? 2 * n : 0);
+    const uint8_t *plane_at[8];
+    int rc = -1;
+    unsigned coded = four ? elem_size - 1 : elem_size; /* format 4: the symbol plane last */
+    if (read_planes(&r, &p, end, n, coded, 0, four ? HALVES_OK : BUCKETED_OK, planes, plane_at,
+                    err))
+        goto done;
+    if (four) {
+        const uint8_t *sym = plane_at[elem_size - 2], *esc_at[2];
+        size_t m = count_escapes(sym, NULL, n);
+        if (read_planes(&r, &p, end, m, 2, elem_size, 0, esc, esc_at, err)) goto done;
+        if (p != end) {
+            ckz_fail(err, "stream has %zu trailing bytes", (size_t)(end - p));
             goto done;
         }
+        uint8_t *lo = planes + (elem_size - 2) * n, *hi = lo + n;
+        int fused = elem_size == 2 && rotate == 0;
+        if (fused ? restore_words2(sym, n, esc_at[0], esc_at[1], dst, base, kind)
+                  : restore_top(sym, n, esc_at[0], esc_at[1], lo, hi)) {
+            ckz_fail(err, "format 4: an escape value exceeds %u", 0xffff - ESCAPE);
+            goto done;
+        }
+        if (fused) {
+            rc = 0;
+            goto done;
+        }
+        plane_at[elem_size - 2] = lo;
+        plane_at[elem_size - 1] = hi;
     }
     if (p != end) {
         ckz_fail(err, "stream has %zu trailing bytes", (size_t)(end - p));
@@ -1185,5 +1584,5 @@ int ckz_decode_planes_ctx_residual(const uint8_t *src, size_t len, const uint8_t
         if (base) ckz_residual_decode(dst, base, dst, n, elem_size, (unsigned)kind);
         return 0;
     }
-    return decode_format3(&h, src + len, ctx, n, dst, elem_size, rotate, base, kind, err);
+    return decode_format34(&h, src + len, ctx, n, dst, elem_size, rotate, base, kind, err);
 }

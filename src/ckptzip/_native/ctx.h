@@ -22,9 +22,11 @@
 #include "huff.h"
 #include "stream.h"
 
-#define CKZ_CTX_FORMAT 0x03      /* first byte of the context stream written now (format 3) */
+#define CKZ_CTX_FORMAT 0x04      /* first byte of the context stream written now (format 4) */
+#define CKZ_CTX_FORMAT3 0x03     /* format 3, still decoded (and written for 1-byte elements) */
 #define CKZ_CTX_FORMAT2 0x02     /* format 2, still decoded: planes permuted into bucket order */
 #define CKZ_CTX_MODE_BUCKETED 5  /* format 3 plane mode: RANS32 with one table per bucket */
+#define CKZ_CTX_MODE_HALVES 6    /* format 4 plane mode: the same tables, two streams (halves) */
 #define CKZ_CTX_LANES CKZ_HUF_STREAMS /* element runs with their own cursors (permute loops) */
 /* Bucket bounds (format constants: the decoder recomputes the buckets with them).  Measured on
  * real GPT deltas, 256 KiB chunks: (2048, 32) vs (4096, 16) +0.5 % ratio at 10 steps apart,
@@ -33,6 +35,11 @@
 #define CKZ_CTX_MAX_BUCKETS 32   /* buckets per plane at most: larger chunks get larger buckets */
 #define CKZ_CTX_HEADER (1 + CKZ_MAX_VARINT + 1 + CKZ_MAX_VARINT) /* format, n, elem_size, B */
 #define CKZ_CTX_MAX_ELEMENTS 0xffffffffull /* per call: the context histograms count in 32 bits */
+
+/* Whether b is the first byte of a context stream of some format (4, 3 or 2). */
+static inline int ckz_is_ctx_format(unsigned b) {
+    return b == CKZ_CTX_FORMAT || b == CKZ_CTX_FORMAT3 || b == CKZ_CTX_FORMAT2;
+}
 
 /* Element sizes the context coder takes: the IEEE and integer widths. */
 static inline int ckz_ctx_elem_ok(unsigned elem_size) {
@@ -51,7 +58,8 @@ size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size);
  * ctx[0..n).  Fails (-1, err set) only when the scratch allocation (n * elem_size bytes) fails.
  * out NULL: sets *out_len to the stream's exact length without writing it. */
 int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsigned elem_size,
-                          unsigned rotate, uint8_t *out, size_t *out_len, ckz_err *err);
+                          unsigned rotate, unsigned format, uint8_t *out, size_t *out_len,
+                          ckz_err *err);
 
 /* Decodes a stream of ckz_encode_planes_ctx into dst (dst_len bytes) given the same context
  * (ctx_len bytes); checks that ctx_len is the stream's element count, dst_len its byte count,

@@ -425,18 +425,26 @@ static PyObject *py_context_bytes(PyObject *self, PyObject *args, PyObject *kw) 
     return out;
 }
 
-PyDoc_STRVAR(encode_planes_ctx_doc, "encode_planes_ctx(src, ctx, elem_size, rotate) -> bytes\n\n"
+PyDoc_STRVAR(encode_planes_ctx_doc,
+             "encode_planes_ctx(src, ctx, elem_size, rotate, format=CTX_STREAM_FORMAT) -> bytes\n\n"
              "Byte planes of src coded in buckets of the per-element context ctx (one byte per "
-             "element, e.g. context_bytes(base)); decode with the same ctx.");
+             "element, e.g. context_bytes(base)); decode with the same ctx.  format 4 (the "
+             "default) writes format 3 for 1-byte elements and for chunks with many escapes; "
+             "format 3 writes format 3.");
 static PyObject *py_encode_planes_ctx(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"src", "ctx", "elem_size", "rotate", NULL};
+    static char *kwlist[] = {"src", "ctx", "elem_size", "rotate", "format", NULL};
     PyObject *so, *co;
-    long k, r;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOll:encode_planes_ctx", kwlist, &so, &co, &k,
-                                     &r))
+    long k, r, format = CKZ_CTX_FORMAT;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOll|l:encode_planes_ctx", kwlist, &so, &co, &k,
+                                     &r, &format))
         return NULL;
     if (check_ctx_elem(k, r)) return NULL;
+    if (format != CKZ_CTX_FORMAT && format != CKZ_CTX_FORMAT3) {
+        PyErr_Format(PyExc_ValueError, "format %ld is not %d or %d", format, CKZ_CTX_FORMAT,
+                     CKZ_CTX_FORMAT3);
+        return NULL;
+    }
     Py_buffer s, c;
     if (get_buffer(so, &s, 0, "src")) return NULL;
     if (get_buffer(co, &c, 0, "ctx")) { PyBuffer_Release(&s); return NULL; }
@@ -459,7 +467,7 @@ static PyObject *py_encode_planes_ctx(PyObject *self, PyObject *args, PyObject *
     int rc;
     ckz_err err;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckz_encode_planes_ctx(s.buf, c.buf, n, (unsigned)k, (unsigned)r,
+    rc = ckz_encode_planes_ctx(s.buf, c.buf, n, (unsigned)k, (unsigned)r, (unsigned)format,
                                (uint8_t *)PyBytes_AS_STRING(out), &len, &err);
     Py_END_ALLOW_THREADS
     if (rc) {

@@ -541,12 +541,13 @@ V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift
     return rans32_v4_impl(T, tab, shift, x, pp, end, out, i, n);
 }
 
-/* Two streams of the same symbol count and table indices (two planes of one chunk; tab NULL: one
- * table each, as the same plane of two chunks), decoded in one loop while both have 64 bytes in
- * hand: four independent state chains instead of two, so that one stream's gathers and refills
- * overlap the other's latencies. */
-V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab,
-                            unsigned shift_a, unsigned shift_b, uint32_t xa[LANES],
+/* Two streams, each with its table indices (the same for two planes of one chunk; two halves of
+ * one plane; NULL: one table each, as the same plane of two chunks), decoded in one loop over
+ * their first n symbols while both have 64 bytes in hand: four independent state chains instead
+ * of two, so that one stream's gathers and refills overlap the other's latencies. */
+V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab_a,
+                            const uint8_t *tab_b, unsigned shift_a, unsigned shift_b,
+                            uint32_t xa[LANES],
                             uint32_t xb[LANES], const uint8_t **ppa, const uint8_t *end_a,
                             const uint8_t **ppb, const uint8_t *end_b, uint8_t *out_a,
                             uint8_t *out_b, size_t n) {
@@ -560,11 +561,11 @@ V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_
     const uint8_t *pa = *ppa, *pb = *ppb;
     size_t i = 0;
     for (; n - i >= LANES && end_a - pa >= 4 * 16 && end_b - pb >= 4 * 16; i += LANES) {
-        const uint8_t *t0 = tab ? tab + i : NULL, *t1 = tab ? tab + i + 16 : NULL;
-        a0 = rans32_step16(TA, a0, t0, sha, tsha, lowa, &pa, out_a + i);
-        b0 = rans32_step16(TB, b0, t0, shb, tshb, lowb, &pb, out_b + i);
-        a1 = rans32_step16(TA, a1, t1, sha, tsha, lowa, &pa, out_a + i + 16);
-        b1 = rans32_step16(TB, b1, t1, shb, tshb, lowb, &pb, out_b + i + 16);
+        const uint8_t *ta = tab_a ? tab_a + i : NULL, *tb = tab_b ? tab_b + i : NULL;
+        a0 = rans32_step16(TA, a0, ta, sha, tsha, lowa, &pa, out_a + i);
+        b0 = rans32_step16(TB, b0, tb, shb, tshb, lowb, &pb, out_b + i);
+        a1 = rans32_step16(TA, a1, ta ? ta + 16 : NULL, sha, tsha, lowa, &pa, out_a + i + 16);
+        b1 = rans32_step16(TB, b1, tb ? tb + 16 : NULL, shb, tshb, lowb, &pb, out_b + i + 16);
     }
     _mm512_storeu_si512(xa, a0);
     _mm512_storeu_si512(xa + 16, a1);
@@ -859,9 +860,10 @@ int ckz_rans32_decode_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
     return rans32_decode_impl(T, tab, shift, in, len, out, n, err);
 }
 
-int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
-                           const unsigned shift[2], const uint8_t *const in[2],
-                           const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err) {
+int ckz_rans32_decode_tab2x(const uint32_t *const T[2], const uint8_t *const tab[2],
+                            const unsigned shift[2], const uint8_t *const in[2],
+                            const size_t len[2], uint8_t *const out[2], const size_t n[2],
+                            ckz_err *err) {
 #ifdef CKZ_HAVE_AVX2_RANS
     if (ckz_cpu_v4 && len[0] >= CKZ_RANS32_STATE_BYTES && len[1] >= CKZ_RANS32_STATE_BYTES) {
         uint32_t xa[LANES], xb[LANES];
@@ -870,15 +872,24 @@ int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
             xb[l] = ckz_load32(in[1] + 4 * l);
         }
         const uint8_t *pa = in[0] + CKZ_RANS32_STATE_BYTES, *pb = in[1] + CKZ_RANS32_STATE_BYTES;
-        size_t i = rans32_v4_tab2(T[0], T[1], tab, shift[0], shift[1], xa, xb, &pa, in[0] + len[0],
-                                  &pb, in[1] + len[1], out[0], out[1], n);
-        if (rans32_finish(T[0], tab, shift[0], xa, in[0], len[0], (size_t)(pa - in[0]), out[0], i,
-                          n, err))
+        size_t i = rans32_v4_tab2(T[0], T[1], tab[0], tab[1], shift[0], shift[1], xa, xb, &pa,
+                                  in[0] + len[0], &pb, in[1] + len[1], out[0], out[1],
+                                  n[0] < n[1] ? n[0] : n[1]);
+        if (rans32_finish(T[0], tab[0], shift[0], xa, in[0], len[0], (size_t)(pa - in[0]),
+                          out[0], i, n[0], err))
             return -1;
-        return rans32_finish(T[1], tab, shift[1], xb, in[1], len[1], (size_t)(pb - in[1]), out[1],
-                             i, n, err);
+        return rans32_finish(T[1], tab[1], shift[1], xb, in[1], len[1], (size_t)(pb - in[1]),
+                             out[1], i, n[1], err);
     }
 #endif
-    if (rans32_decode_impl(T[0], tab, shift[0], in[0], len[0], out[0], n, err)) return -1;
-    return rans32_decode_impl(T[1], tab, shift[1], in[1], len[1], out[1], n, err);
+    if (rans32_decode_impl(T[0], tab[0], shift[0], in[0], len[0], out[0], n[0], err)) return -1;
+    return rans32_decode_impl(T[1], tab[1], shift[1], in[1], len[1], out[1], n[1], err);
+}
+
+int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
+                           const unsigned shift[2], const uint8_t *const in[2],
+                           const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err) {
+    const uint8_t *tabs[2] = {tab, tab};
+    const size_t counts[2] = {n, n};
+    return ckz_rans32_decode_tab2x(T, tabs, shift, in, len, out, counts, err);
 }

@@ -109,4 +109,11 @@ int ckz_rans32_decode_tab2(const uint32_t *const T[2], const uint8_t *tab,
                            const unsigned shift[2], const uint8_t *const in[2],
                            const size_t len[2], uint8_t *const out[2], size_t n, ckz_err *err);
 
+/* The same for streams of n[k] symbols with table indices tab[k] each (NULL: one table): two
+ * halves of one plane (context stream format 4). */
+int ckz_rans32_decode_tab2x(const uint32_t *const T[2], const uint8_t *const tab[2],
+                            const unsigned shift[2], const uint8_t *const in[2],
+                            const size_t len[2], uint8_t *const out[2], const size_t n[2],
+                            ckz_err *err);
+
 #endif /* CKZ_RANS_H */

@@ -142,7 +142,8 @@ int ckz_chunk_encode(const uint8_t *src, const uint8_t *base, size_t len,
     if (ctx) {
         uint8_t *c = mem + len;
         ckz_context_bytes(base, n, w, (unsigned)spec->ctx_rotate, c);
-        rc = ckz_encode_planes_ctx(data, c, n, w, spec->rotate, out, out_len, err);
+        rc = ckz_encode_planes_ctx(data, c, n, w, spec->rotate, CKZ_CTX_FORMAT, out, out_len,
+                                   err);
     } else {
         rc = ckz_encode_planes(data, len, w, spec->rotate, out, out_len, err);
     }

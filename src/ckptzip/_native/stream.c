@@ -392,7 +392,7 @@ int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t
 }
 
 int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
-    if (len && (src[0] == CKZ_CTX_FORMAT || src[0] == CKZ_CTX_FORMAT2))
+    if (len && ckz_is_ctx_format(src[0]))
         return ckz_ctx_decoded_size(src, len, n, err);
     header h;
     h.n = 0; /* GCC 12 cannot see that parse_header sets it on success */
