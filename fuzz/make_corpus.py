@@ -34,10 +34,24 @@ def fuzz_context(n: int, ctl: int) -> bytes:
     return ((((i * 0x9E3779B1) & 0xFFFFFFFF) >> 28).astype(np.uint8) ^ ctl).tobytes()
 
 
-def ctx_sample(data: bytes, ctl: int) -> tuple[int, bytes]:
-    """A format-2 seed: elem_size 1 << ((ctl >> 2) & 3), rotate (ctl >> 4) % (8 elem_size)."""
+def ctx_sample(data: bytes, ctl: int, fmt: int = N.CTX_STREAM_FORMAT) -> tuple[int, bytes]:
+    """A context-planes seed (format 4, or 3 for 1-byte elements, many escapes or fmt=3):
+    elem_size 1 << ((ctl >> 2) & 3), rotate (ctl >> 4) % (8 elem_size)."""
     k = 1 << ((ctl >> 2) & 3)
-    return ctl, N.encode_planes_ctx(data, fuzz_context(len(data) // k, ctl), k, (ctl >> 4) % (8 * k))
+    return ctl, N.encode_planes_ctx(data, fuzz_context(len(data) // k, ctl), k,
+                                    (ctl >> 4) % (8 * k), format=fmt)
+
+
+def residual_words(n: int, k: int, rng: np.random.Generator) -> bytes:
+    """Words whose top two bytes are mostly small, one in twelve 255 or more (format 4's
+    escapes), the bytes under them noise."""
+    top = np.minimum(rng.geometric(0.05, n), 254).astype(np.uint64)
+    big = rng.random(n) < 1 / 12
+    top[big] = rng.integers(255, 65536, int(big.sum()))
+    words = top << np.uint64(8 * k - 16)
+    if k > 2:
+        words |= rng.integers(0, 1 << (8 * k - 16), n, dtype=np.uint64)
+    return words.astype(np.dtype(f"<u{k}")).tobytes()
 
 
 def samples() -> list[tuple[int, bytes]]:
@@ -64,15 +78,23 @@ def samples() -> list[tuple[int, bytes]]:
         ctx_sample(bf16 * 4, 0x14),  # bf16, rotate 1, several buckets
         ctx_sample(w.tobytes() * 3, 0x18),  # fp32 planes, RAW mantissas
         ctx_sample(low.tobytes() * 2, 0x0C),  # 8-byte elements, RANS
+        ctx_sample(residual_words(6000, 2, rng), 0x04),  # format 4: HALVES, escapes
+        ctx_sample(residual_words(3000, 4, rng), 0x08 | 0x30),  # format 4, fp32, rotate 3
+        ctx_sample(residual_words(1500, 8, rng), 0x0C),  # format 4, 8-byte words
+        ctx_sample(residual_words(6000, 2, rng), 0x04, fmt=3),  # format 3: two BUCKETED planes
+        ctx_sample(bf16 * 4, 0x14, fmt=3),  # format 3, bf16, rotate 1
     ]
 
 
-def delta_sample(new: bytes, base: bytes, kind: int, width: int, rotate: int, ctx: bool) -> bytes:
-    """A fuzz_delta.c input: the residual of new against base, coded as the writer codes it."""
+def delta_sample(new: bytes, base: bytes, kind: int, width: int, rotate: int, ctx: bool,
+                 fmt: int = N.CTX_STREAM_FORMAT) -> bytes:
+    """A fuzz_delta.c input: the residual of new against base, coded as the writer codes it
+    (fmt=3: a context stream of the format the writer used before format 4)."""
     delta = bytearray(len(new))
     N.residual_encode(new, base, delta, width, kind)
     if ctx:
-        stream = N.encode_planes_ctx(delta, N.context_bytes(base, width, CONTEXT_ROTATE), width, rotate)
+        stream = N.encode_planes_ctx(delta, N.context_bytes(base, width, CONTEXT_ROTATE), width,
+                                     rotate, format=fmt)
     else:
         stream = N.encode_planes(bytes(delta), width, rotate)
     ctl = kind | (width.bit_length() - 1) << 2 | rotate << 4
@@ -92,6 +114,11 @@ def delta_samples() -> list[bytes]:
         delta_sample(bf_new.astype(np.uint16).tobytes(), bf.astype(np.uint16).tobytes(), FLOAT_DIFF,
                      2, 1, True),  # bf16, ctxplanes
         delta_sample((ids + 1).tobytes(), ids.tobytes(), INT_DIFF, 8, 0, True),  # int64 steps
+        delta_sample(step.tobytes(), w.tobytes(), FLOAT_DIFF, 4, 0, True),  # fp32, the writer's
+        delta_sample(bf_new.astype(np.uint16).tobytes(), bf.astype(np.uint16).tobytes(), FLOAT_DIFF,
+                     2, 0, True),  # bf16 as the writer codes it (rotate 0): format 4
+        delta_sample(bf_new.astype(np.uint16).tobytes(), bf.astype(np.uint16).tobytes(), FLOAT_DIFF,
+                     2, 0, True, fmt=3),  # the same in format 3
         delta_sample((ids ^ 5).astype(np.uint8).tobytes(), ids.astype(np.uint8).tobytes(), XOR, 1,
                      0, False),
     ]

@@ -404,7 +404,7 @@ def test_ctx_argument_errors() -> None:
     with pytest.raises(ValueError, match="buckets"):  # format 3 recomputes the buckets
         enc3 = N.encode_planes_ctx(delta, ctx, 2, 1, format=3)
         N.decode_planes_ctx(enc3, bytes(len(ctx)), out, 2, 1)  # another context's buckets
-    with pytest.raises(ValueError, match="format 3 or 4|is not 4 or 3"):
+    with pytest.raises(ValueError, match="is not 4 or 3"):
         N.encode_planes_ctx(delta, ctx, 2, 1, format=2)
     with pytest.raises(ValueError, match="format byte"):
         N.decode_planes_ctx(N.encode_planes(delta, 2, 1), ctx, out, 2, 1)

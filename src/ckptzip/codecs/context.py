@@ -4,8 +4,10 @@ For a residual against the previous checkpoint, how large an element's change is
 size of the element itself: small weights move by many ulps, large ones by few. This stage splits
 the residual into byte planes like :class:`BytePlanes`, then codes each plane in buckets of
 elements whose *base* value has a similar exponent, each bucket with its own table. The decoder
-knows the base, so the buckets cost nothing to describe (docs/STREAMS.md, stream format 3: one
-rANS stream per plane, each byte coded with its bucket's table; format-2 streams still decode).
+knows the base, so the buckets cost little to describe (docs/STREAMS.md, stream format 4: the
+residual's top two bytes as one symbol with its bucket's table, values from 255 up as escapes;
+format 3, one rANS stream per plane, where escapes are many; streams of formats 3 and 2 from
+earlier writers still decode).
 It entropy-codes as well as serializes, so it ends a pipeline.
 """
 
