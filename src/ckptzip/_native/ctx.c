@@ -963,6 +963,75 @@ VBMI2_FN size_t take_escapes_v4(uint8_t *lo, const uint8_t *hi, size_t n, uint8_
 }
 #endif
 
+#ifdef CTX_HAVE_AVX2
+/* Format 4 for 2-byte words without rotation, from the words themselves (no plane split): the
+ * symbols min(t, 255) to sym, and the escapes' bytes, 64 words a step.  Returns the words done
+ * (whole steps); *m receives the escapes taken. */
+VBMI2_FN size_t take_words2_v4(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
+                               uint8_t *esc_hi, size_t *m) {
+    const __m512i cap = _mm512_set1_epi16(ESCAPE);
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i w0 = _mm512_loadu_si512(src + 2 * i), w1 = _mm512_loadu_si512(src + 2 * i + 64);
+        __m512i s = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_min_epu16(w0, cap))),
+            _mm512_cvtepi16_epi8(_mm512_min_epu16(w1, cap)), 1);
+        _mm512_storeu_si512(sym + i, s);
+        __mmask64 esc = (__mmask64)_mm512_cmpge_epu16_mask(w0, cap) |
+                        (__mmask64)_mm512_cmpge_epu16_mask(w1, cap) << 32;
+        if (!esc) continue;
+        __m512i e0 = _mm512_sub_epi16(w0, cap), e1 = _mm512_sub_epi16(w1, cap);
+        __m512i el = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(e0)),
+                                        _mm512_cvtepi16_epi8(e1), 1);
+        __m512i eh = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(e0, 8))),
+            _mm512_cvtepi16_epi8(_mm512_srli_epi16(e1, 8)), 1);
+        _mm512_mask_compressstoreu_epi8(esc_lo + k, esc, el);
+        _mm512_mask_compressstoreu_epi8(esc_hi + k, esc, eh);
+        k += (size_t)__builtin_popcountll(esc);
+    }
+    *m = k;
+    return i;
+}
+#endif
+
+#ifdef CTX_HAVE_AVX2
+/* The same for 4-byte words: bytes 0 and 1 to the planes p0, p1 as a split would, the top two
+ * bytes to the symbols and escapes, 64 words a step. */
+VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
+                               uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
+    const __m512i cap = _mm512_set1_epi32(ESCAPE);
+    size_t i = 0, k = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i b0[4], b1[4], sv[4], el[4], eh[4];
+        __mmask64 esc = 0;
+        for (unsigned q = 0; q < 4; q++) {
+            __m512i w = _mm512_loadu_si512(src + 4 * (i + 16 * q));
+            __m512i t = _mm512_srli_epi32(w, 16), e = _mm512_sub_epi32(t, cap);
+            b0[q] = _mm512_cvtepi32_epi8(w);
+            b1[q] = _mm512_cvtepi32_epi8(_mm512_srli_epi32(w, 8));
+            sv[q] = _mm512_cvtepi32_epi8(_mm512_min_epu32(t, cap));
+            el[q] = _mm512_cvtepi32_epi8(e);
+            eh[q] = _mm512_cvtepi32_epi8(_mm512_srli_epi32(e, 8));
+            esc |= (__mmask64)_mm512_cmpge_epu32_mask(t, cap) << (16 * q);
+        }
+#define JOIN4(v) _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(v[1], v[0])),     \
+                                    _mm256_set_m128i(v[3], v[2]), 1)
+        _mm512_storeu_si512(p0 + i, JOIN4(b0));
+        _mm512_storeu_si512(p1 + i, JOIN4(b1));
+        _mm512_storeu_si512(sym + i, JOIN4(sv));
+        if (esc) {
+            _mm512_mask_compressstoreu_epi8(esc_lo + k, esc, JOIN4(el));
+            _mm512_mask_compressstoreu_epi8(esc_hi + k, esc, JOIN4(eh));
+            k += (size_t)__builtin_popcountll(esc);
+        }
+#undef JOIN4
+    }
+    *m = k;
+    return i;
+}
+#endif
+
 static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
                          uint8_t *esc_hi) {
     size_t m = 0, start = 0;
@@ -1013,12 +1082,34 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     uint8_t *planes = (uint8_t *)pl + sizeof(plane_plan), *bk = planes + bytes;
     uint8_t *esc_lo = bk + n, *esc_hi = esc_lo + n, *zeros = esc_hi + n, *hold = zeros + n;
     uint8_t *scratch = four ? hold + rans : esc_lo;
-    ckz_split_planes(src, planes, n, elem_size, rotate);
     /* Format 4 codes the top two planes as a symbol plane and escapes only while at most
-     * 1/MAX_ESCAPES_DEN of the elements escape; else this chunk is written in format 3. */
+     * 1/MAX_ESCAPES_DEN of the elements escape; else this chunk is written in format 3.  Two-
+     * byte words without rotation go straight from the words to the symbols and escapes (their
+     * only plane is the symbol plane); the rest are split into planes first. */
     uint8_t *top = planes + (size_t)(elem_size - 1) * n;
-    size_t m = four ? count_escapes(top - n, top, n) : 0;
-    if (four && m * MAX_ESCAPES_DEN > n) four = 0, scratch = esc_lo;
+    size_t m = 0, taken = 0;
+#ifdef CTX_HAVE_AVX2
+    if (four && (elem_size == 2 || elem_size == 4) && rotate == 0 && ckz_cpu_vbmi2) {
+        uint8_t *sym = top - n; /* plane elem_size - 2 */
+        taken = elem_size == 2
+                    ? take_words2_v4(src, n, sym, esc_lo, esc_hi, &m)
+                    : take_words4_v4(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
+        for (size_t i = taken; i < n; i++) {
+            uint32_t w = elem_size == 2 ? ckz_load16(src + 2 * i) : ckz_load32(src + 4 * i);
+            unsigned t = elem_size == 2 ? w : w >> 16, e = t - ESCAPE;
+            if (elem_size == 4) planes[i] = (uint8_t)w, planes[n + i] = (uint8_t)(w >> 8);
+            sym[i] = (uint8_t)(t < ESCAPE ? t : ESCAPE);
+            if (t >= ESCAPE) esc_lo[m] = (uint8_t)e, esc_hi[m++] = (uint8_t)(e >> 8);
+        }
+        taken = n;
+    }
+#endif
+    if (taken && m * MAX_ESCAPES_DEN > n) four = 0, scratch = esc_lo, taken = 0;
+    if (!taken) {
+        ckz_split_planes(src, planes, n, elem_size, rotate);
+        if (four) m = count_escapes(top - n, top, n);
+        if (four && m * MAX_ESCAPES_DEN > n) four = 0, scratch = esc_lo;
+    }
     bucket_index(ctx, n, bs.first, bs.count, bk);
     size_t size = 1 + ckz_varint_size(n) + 1 + ckz_varint_size(bs.count);
     if (four) size += bs.count ? bs.count - 1 : 0; /* the bucket starts */
@@ -1033,7 +1124,7 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     }
     /* Format 4: the top two planes become the symbol plane (in the lower one's place) and the
      * escapes' two planes; its bucketed planes are HALVES. */
-    if (four) take_escapes(top - n, top, n, esc_lo, esc_hi);
+    if (four && !taken) take_escapes(top - n, top, n, esc_lo, esc_hi);
     int rc = 0;
     for (unsigned p = 0; p < (four ? elem_size - 1 : elem_size) && !rc; p++) {
         plan_plane(planes + p * n, bk, n, &bs, h0, h1, pl);
