@@ -961,9 +961,6 @@ VBMI2_FN size_t take_escapes_v4(uint8_t *lo, const uint8_t *hi, size_t n, uint8_
     *m = k;
     return i;
 }
-#endif
-
-#ifdef CTX_HAVE_AVX2
 /* Format 4 for 2-byte words without rotation, from the words themselves (no plane split): the
  * symbols min(t, 255) to sym, and the escapes' bytes, 64 words a step.  Returns the words done
  * (whole steps); *m receives the escapes taken. */
@@ -993,9 +990,7 @@ VBMI2_FN size_t take_words2_v4(const uint8_t *src, size_t n, uint8_t *sym, uint8
     *m = k;
     return i;
 }
-#endif
 
-#ifdef CTX_HAVE_AVX2
 /* The same for 4-byte words: bytes 0 and 1 to the planes p0, p1 as a split would, the top two
  * bytes to the symbols and escapes, 64 words a step. */
 VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
@@ -1066,8 +1061,8 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     find_buckets(ctx, n, &bs);
     int four = format == CKZ_CTX_FORMAT && elem_size >= 2;
     /* bucket histograms (one, and three spare copies) | the bucket tables' frequencies | the
-     * plan | planes | bucket indices | format 4: escapes' low bytes, zeros, a held stream |
-     * RANS32 scratch: this thread's scratch, kept from call to call (memory.h), so that chunk
+     * plan | planes | bucket indices | format 4: the escapes' low and high bytes, zeros (their
+     * bucket indices), a HALVES plane's first stream | RANS32 scratch: this thread's scratch, kept from call to call (memory.h), so that chunk
      * after chunk reuses memory already faulted in. */
     size_t hist = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint32_t);
     size_t freqs = (size_t)CKZ_CTX_MAX_BUCKETS * 256 * sizeof(uint16_t);
