@@ -1336,6 +1336,18 @@ typedef struct {
  * (format 4's escape planes, which are not in element order). */
 enum { BUCKETED_OK = 1, HALVES_OK = 2 };
 
+/* A bucketed plane's body at *p (its mode byte read), as get_bucketed reads it; then its decode
+ * tables into r->T and, on first use, the elements' bucket indices. */
+static int bucketed_head(plane_reader *r, const uint8_t **p, const uint8_t *end, unsigned q,
+                         size_t n, unsigned *shift, const uint8_t **stream, size_t *stream_len,
+                         ckz_err *err) {
+    unsigned B = r->bs->count;
+    if (get_bucketed(p, end, q, B, r->freq, shift, stream, stream_len, err)) return -1;
+    build_tables((const uint16_t (*)[256])r->freq, B, *shift, r->T);
+    if (!r->have_bk) bucket_index(r->ctx, n, r->bs->first, B, r->bk), r->have_bk = 1;
+    return 0;
+}
+
 /* Reads `count` planes of n bytes from *p, plane i (numbered first + i in messages) into
  * out + i * n unless RAW (then plane_at[i] points into the stream).  Two BUCKETED planes in a
  * row decode together (ckz_rans32_decode_tab2), with the same outcome and first error as one
@@ -1370,25 +1382,22 @@ static int read_planes(plane_reader *r, const uint8_t **pp, const uint8_t *end, 
                 return -1;
             p += body;
         } else if (mode == CKZ_CTX_MODE_HALVES && bucketed_ok == HALVES_OK) {
-            unsigned shift[2];
-            const uint8_t *stream[2];
-            size_t stream_len[2];
-            if (get_bucketed(&p, end, q, B, r->freq, &shift[0], &stream[0], &stream_len[0], err))
-                return -1;
-            /* the body's stream part: the first half's length, then the two streams */
-            const uint8_t *t = stream[0], *t_end = stream[0] + stream_len[0];
+            /* the tables, then the streams: the first half's length, the two halves' streams */
+            unsigned shift;
+            const uint8_t *t;
+            size_t len;
+            if (bucketed_head(r, &p, end, q, n, &shift, &t, &len, err)) return -1;
+            const uint8_t *t_end = t + len;
             uint64_t first_len = 0;
             if (ckz_get_varint(&t, t_end, &first_len, "the first half's stream length", err))
                 return -1;
             if (first_len > (uint64_t)(t_end - t))
                 return ckz_fail(err, "plane %u: first half's stream of %llu bytes exceeds the "
                                 "%zu left", q, (unsigned long long)first_len, (size_t)(t_end - t));
-            build_tables((const uint16_t (*)[256])r->freq, B, shift[0], r->T);
-            if (!r->have_bk) bucket_index(r->ctx, n, r->bs->first, B, r->bk), r->have_bk = 1;
             size_t h = n / 2;
             const uint32_t *tt[2] = {r->T, r->T};
             const uint8_t *tabs[2] = {r->bk, r->bk + h}, *in[2] = {t, t + first_len};
-            const unsigned shifts[2] = {shift[0], shift[0]};
+            const unsigned shifts[2] = {shift, shift};
             const size_t lens[2] = {(size_t)first_len, (size_t)(t_end - t) - (size_t)first_len};
             uint8_t *outs[2] = {o, o + h};
             const size_t counts[2] = {h, n - h};
@@ -1397,10 +1406,8 @@ static int read_planes(plane_reader *r, const uint8_t **pp, const uint8_t *end, 
             unsigned shift[2];
             const uint8_t *stream[2];
             size_t stream_len[2];
-            if (get_bucketed(&p, end, q, B, r->freq, &shift[0], &stream[0], &stream_len[0], err))
+            if (bucketed_head(r, &p, end, q, n, &shift[0], &stream[0], &stream_len[0], err))
                 return -1;
-            build_tables((const uint16_t (*)[256])r->freq, B, shift[0], r->T);
-            if (!r->have_bk) bucket_index(r->ctx, n, r->bs->first, B, r->bk), r->have_bk = 1;
             /* The next plane too, when it is BUCKETED and reads without error (else it is
              * read again, and its error reported, after this plane decodes). */
             const uint8_t *next = p;
