@@ -1481,6 +1481,40 @@ VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *e
     return i;
 }
 
+/* restore_words' steps of 64 words for 4-byte words: bytes 0 and 1 from the planes p0, p1, the
+ * top two from the symbols and escapes; returns the elements done. */
+VBMI2_FN size_t restore_words4_v4(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
+                                  size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                                  size_t *m, unsigned *over, uint8_t *dst) {
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i s = _mm512_loadu_si512(sym + i), h = _mm512_setzero_si512();
+        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
+        if (esc) {
+            __m512i wl, wh;
+            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
+            s = _mm512_mask_blend_epi8(esc, s, wl);
+            h = _mm512_maskz_mov_epi8(esc, wh);
+        }
+        __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
+        /* byte j of each 16-element quarter to bits 0-7, 8-15, 16-23, 24-31 of word j */
+#define QUARTER(v, q) _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, q))
+#define WORDS(q)                                                                               \
+        _mm512_storeu_si512(                                                                   \
+            dst + 4 * (i + 16 * (q)),                                                          \
+            _mm512_or_si512(_mm512_or_si512(QUARTER(a, q), _mm512_slli_epi32(QUARTER(b, q), 8)), \
+                            _mm512_or_si512(_mm512_slli_epi32(QUARTER(s, q), 16),             \
+                                            _mm512_slli_epi32(QUARTER(h, q), 24))))
+        WORDS(0);
+        WORDS(1);
+        WORDS(2);
+        WORDS(3);
+#undef WORDS
+#undef QUARTER
+    }
+    return i;
+}
+
 /* restore_top's steps of 64 elements (lo, hi planes); returns the elements done. */
 VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
                                const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *lo,
@@ -1529,21 +1563,26 @@ static int restore_top(const uint8_t *sym, size_t n, const uint8_t *esc_lo, cons
 }
 
 
-/* Format 4 with 2-byte words, unrotated: the words come straight from the symbol plane (widened)
- * and the escapes, block by block, with the residual of `kind` inverted behind while the block
- * is in L1 (base not NULL); no planes merged.  -1 as restore_top. */
-static int restore_words2(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
-                          const uint8_t *esc_hi, uint8_t *dst, const uint8_t *base, int kind) {
+/* Format 4 with 2-byte words, or 4-byte ones where VBMI2 is present, unrotated: the words come
+ * straight from the symbol plane and the escapes (and for 4-byte words the low planes p0, p1),
+ * block by block, with the residual of `kind` inverted behind while the block is in L1 (base not
+ * NULL); no planes merged.  -1 as restore_top. */
+static int restore_words(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym, size_t n,
+                         unsigned width, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                         uint8_t *dst, const uint8_t *base, int kind) {
     size_t m = 0;
     unsigned over = 0;
     for (size_t i0 = 0; i0 < n; i0 += MERGE_BLOCK) {
         size_t end = n - i0 < MERGE_BLOCK ? n : i0 + MERGE_BLOCK, i = i0;
 #ifdef CTX_HAVE_AVX2
-        if (ckz_cpu_vbmi2) i += restore_words2_v4(sym + i, end - i, esc_lo, esc_hi, &m, &over,
-                                                  dst + 2 * i);
+        if (ckz_cpu_vbmi2)
+            i += width == 2 ? restore_words2_v4(sym + i, end - i, esc_lo, esc_hi, &m, &over,
+                                                dst + 2 * i)
+                            : restore_words4_v4(p0 + i, p1 + i, sym + i, end - i, esc_lo,
+                                                esc_hi, &m, &over, dst + 4 * i);
 #endif
 #if defined(__x86_64__) && defined(__SSE2__)
-        for (; i + 16 <= end; i += 16) {
+        for (; width == 2 && i + 16 <= end; i += 16) {
             __m128i v = _mm_loadu_si128((const __m128i *)(sym + i)), z = _mm_setzero_si128();
             _mm_storeu_si128((__m128i *)(dst + 2 * i), _mm_unpacklo_epi8(v, z));
             _mm_storeu_si128((__m128i *)(dst + 2 * i + 16), _mm_unpackhi_epi8(v, z));
@@ -1557,13 +1596,14 @@ static int restore_words2(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
         }
 #endif
         for (; i < end; i++) {
-            unsigned w = sym[i];
-            if (w == ESCAPE) w += esc_lo[m] | (unsigned)esc_hi[m] << 8, over |= w >> 16, m++;
-            dst[2 * i] = (uint8_t)w, dst[2 * i + 1] = (uint8_t)(w >> 8);
+            unsigned t = sym[i];
+            if (t == ESCAPE) t += esc_lo[m] | (unsigned)esc_hi[m] << 8, over |= t >> 16, m++;
+            if (width == 2) dst[2 * i] = (uint8_t)t, dst[2 * i + 1] = (uint8_t)(t >> 8);
+            else ckz_store32(dst + 4 * i, p0[i] | (uint32_t)p1[i] << 8 | (uint32_t)t << 16);
         }
         if (base)
-            ckz_residual_decode(dst + 2 * i0, base + 2 * i0, dst + 2 * i0, end - i0, 2,
-                                (unsigned)kind);
+            ckz_residual_decode(dst + width * i0, base + width * i0, dst + width * i0, end - i0,
+                                width, (unsigned)kind);
     }
     return over ? -1 : 0;
 }
@@ -1624,8 +1664,9 @@ static int decode_format34(const ctx_header *h, const uint8_t *end, const uint8_
             goto done;
         }
         uint8_t *lo = planes + (elem_size - 2) * n, *hi = lo + n;
-        int fused = elem_size == 2 && rotate == 0;
-        if (fused ? restore_words2(sym, n, esc_at[0], esc_at[1], dst, base, kind)
+        int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && ckz_cpu_vbmi2));
+        if (fused ? restore_words(plane_at[0], plane_at[1], sym, n, elem_size, esc_at[0],
+                                  esc_at[1], dst, base, kind)
                   : restore_top(sym, n, esc_at[0], esc_at[1], lo, hi)) {
             ckz_fail(err, "format 4: an escape value exceeds %u", 0xffff - ESCAPE);
             goto done;
