@@ -1441,45 +1441,39 @@ static int read_planes(plane_reader *r, const uint8_t **pp, const uint8_t *end, 
 }
 
 #ifdef CTX_HAVE_AVX2
-/* The escapes' values ESCAPE + e of a 64-element step at the escape positions (mask), as low
- * and high bytes: e's bytes expanded from the escapes' planes at *m, low byte e_lo - 1, high
- * byte e_hi + (e_lo != 0); *over gets a bit when one passes 16 bits. */
-VBMI2_FN void escape_values_v4(__mmask64 esc, const uint8_t *esc_lo, const uint8_t *esc_hi,
-                               size_t *m, unsigned *over, __m512i *wl, __m512i *wh) {
+/* The top two bytes of 64 elements from their symbols at sym (a symbol below ESCAPE is the low
+ * byte, the high one 0) and, at the escape positions, ESCAPE + e for the next escapes e:
+ * e's bytes expanded from the escapes' planes at *m, low byte e_lo - 1, high byte
+ * e_hi + (e_lo != 0).  *over gets a bit when one passes 16 bits. */
+VBMI2_FN void top_bytes_v4(const uint8_t *sym, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                           size_t *m, unsigned *over, __m512i *lo, __m512i *hi) {
+    __m512i s = _mm512_loadu_si512(sym);
+    __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
+    *lo = s, *hi = _mm512_setzero_si512();
+    if (!esc) return;
     __m512i el = _mm512_maskz_expandloadu_epi8(esc, esc_lo + *m);
     __m512i eh = _mm512_maskz_expandloadu_epi8(esc, esc_hi + *m);
     __mmask64 carry = _mm512_test_epi8_mask(el, el);
     *over |= (carry & _mm512_cmpeq_epi8_mask(eh, _mm512_set1_epi8(-1))) != 0;
-    *wl = _mm512_sub_epi8(el, _mm512_set1_epi8(1));
-    *wh = _mm512_mask_add_epi8(eh, carry, eh, _mm512_set1_epi8(1));
+    *lo = _mm512_mask_sub_epi8(s, esc, el, _mm512_set1_epi8(1));
+    *hi = _mm512_maskz_mov_epi8(esc, _mm512_mask_add_epi8(eh, carry, eh, _mm512_set1_epi8(1)));
     *m += (size_t)__builtin_popcountll(esc);
 }
 
-/* restore_words2's steps of 64 words; returns the elements done. */
+/* restore_words' steps of 64 words for 2-byte words; returns the elements done. */
 VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
                                   const uint8_t *esc_hi, size_t *m, unsigned *over,
                                   uint8_t *dst) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        __m512i s = _mm512_loadu_si512(sym + i);
-        __m512i w0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(s));
-        __m512i w1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(s, 1));
-        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
-        if (esc) {
-            __m512i wl, wh;
-            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
-            __m512i e0 = _mm512_unpacklo_epi8(wl, wh), e1 = _mm512_unpackhi_epi8(wl, wh);
-            /* unpack works per 128-bit lane: words 0-7 of each lane in e0, 8-15 in e1; put
-             * them back in element order */
-            __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-            __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-            __m512i v0 = _mm512_permutex2var_epi64(e0, lo_idx, e1);
-            __m512i v1 = _mm512_permutex2var_epi64(e0, hi_idx, e1);
-            w0 = _mm512_mask_blend_epi16((__mmask32)esc, w0, v0);
-            w1 = _mm512_mask_blend_epi16((__mmask32)(esc >> 32), w1, v1);
-        }
-        _mm512_storeu_si512(dst + 2 * i, w0);
-        _mm512_storeu_si512(dst + 2 * i + 64, w1);
+        __m512i lo, hi;
+        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &lo, &hi);
+        /* byte j of each half to bits 0-7 and 8-15 of word j */
+#define HALF(v, k) _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, k))
+        for (unsigned k = 0; k < 2; k++)
+            _mm512_storeu_si512(dst + 2 * i + 64 * k,
+                                _mm512_or_si512(HALF(lo, k), _mm512_slli_epi16(HALF(hi, k), 8)));
+#undef HALF
     }
     return i;
 }
@@ -1491,14 +1485,8 @@ VBMI2_FN size_t restore_words4_v4(const uint8_t *p0, const uint8_t *p1, const ui
                                   size_t *m, unsigned *over, uint8_t *dst) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        __m512i s = _mm512_loadu_si512(sym + i), h = _mm512_setzero_si512();
-        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
-        if (esc) {
-            __m512i wl, wh;
-            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
-            s = _mm512_mask_blend_epi8(esc, s, wl);
-            h = _mm512_maskz_mov_epi8(esc, wh);
-        }
+        __m512i s, h;
+        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &s, &h);
         __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
         /* byte j of each 16-element quarter to bits 0-7, 8-15, 16-23, 24-31 of word j */
 #define QUARTER(v, q) _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, q))
@@ -1524,15 +1512,9 @@ VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_
                                uint8_t *hi) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        __m512i s = _mm512_loadu_si512(sym + i), h = _mm512_setzero_si512();
-        __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
-        if (esc) {
-            __m512i wl, wh;
-            escape_values_v4(esc, esc_lo, esc_hi, m, over, &wl, &wh);
-            s = _mm512_mask_blend_epi8(esc, s, wl);
-            h = _mm512_maskz_mov_epi8(esc, wh);
-        }
-        _mm512_storeu_si512(lo + i, s);
+        __m512i l, h;
+        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &l, &h);
+        _mm512_storeu_si512(lo + i, l);
         _mm512_storeu_si512(hi + i, h);
     }
     return i;
