@@ -1468,11 +1468,14 @@ VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *e
     for (; i + 64 <= n; i += 64) {
         __m512i lo, hi;
         top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &lo, &hi);
-        /* byte j of each half to bits 0-7 and 8-15 of word j */
+        /* byte j of each half to bits 0-7 and 8-15 of word j (the half an immediate) */
 #define HALF(v, k) _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, k))
-        for (unsigned k = 0; k < 2; k++)
-            _mm512_storeu_si512(dst + 2 * i + 64 * k,
-                                _mm512_or_si512(HALF(lo, k), _mm512_slli_epi16(HALF(hi, k), 8)));
+#define WORDS(k)                                                                               \
+        _mm512_storeu_si512(dst + 2 * i + 64 * (k),                                            \
+                            _mm512_or_si512(HALF(lo, k), _mm512_slli_epi16(HALF(hi, k), 8)))
+        WORDS(0);
+        WORDS(1);
+#undef WORDS
 #undef HALF
     }
     return i;
