@@ -1028,6 +1028,67 @@ VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_
     *m = k;
     return i;
 }
+
+/* The AVX2 forms of take_words2_v4 and take_words4_v4, 32 words a step: the symbols by
+ * saturating packs (which interleave 128-bit lanes, undone by one dword permute), the escapes
+ * (rare) one by one from the words of the step's escape mask. */
+#define V3_FN __attribute__((target("avx2,bmi,popcnt"))) static
+CKZ_INLINE void take_step_escapes(const uint8_t *src, unsigned width, size_t i, uint32_t mask,
+                                  uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
+    for (; mask; mask &= mask - 1) {
+        size_t j = i + (unsigned)__builtin_ctz(mask);
+        unsigned e = (width == 2 ? ckz_load16(src + 2 * j) : ckz_load32(src + 4 * j) >> 16) -
+                     ESCAPE;
+        esc_lo[*m] = (uint8_t)e, esc_hi[*m] = (uint8_t)(e >> 8), ++*m;
+    }
+}
+
+V3_FN size_t take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
+                            uint8_t *esc_hi, size_t *m) {
+    const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
+        __m256i v = _mm256_packus_epi16(_mm256_min_epu16(w0, cap), _mm256_min_epu16(w1, cap));
+        v = _mm256_permute4x64_epi64(v, 0xd8); /* qwords 0, 2, 1, 3: the words' order */
+        _mm256_storeu_si256((__m256i *)(sym + i), v);
+        uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, all));
+        if (esc) take_step_escapes(src, 2, i, esc, esc_lo, esc_hi, m);
+    }
+    return i;
+}
+
+V3_FN size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
+                            uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
+    const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
+    const __m256i low16 = _mm256_set1_epi32(0xffff), low8 = _mm256_set1_epi16(0xff);
+    /* after two packs, dword k of 128-bit lane h holds elements 8k + 4h .. 8k + 4h + 3 */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i w[4], lo[2], top[2];
+        for (unsigned q = 0; q < 4; q++)
+            w[q] = _mm256_loadu_si256((const __m256i *)(src + 4 * i + 32 * q));
+        for (unsigned h = 0; h < 2; h++) {
+            lo[h] = _mm256_packus_epi32(_mm256_and_si256(w[2 * h], low16),
+                                        _mm256_and_si256(w[2 * h + 1], low16));
+            top[h] = _mm256_min_epu16(_mm256_packus_epi32(_mm256_srli_epi32(w[2 * h], 16),
+                                                          _mm256_srli_epi32(w[2 * h + 1], 16)),
+                                      cap);
+        }
+        __m256i b0 = _mm256_packus_epi16(_mm256_and_si256(lo[0], low8),
+                                         _mm256_and_si256(lo[1], low8));
+        __m256i b1 = _mm256_packus_epi16(_mm256_srli_epi16(lo[0], 8), _mm256_srli_epi16(lo[1], 8));
+        __m256i v = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(top[0], top[1]), order);
+        _mm256_storeu_si256((__m256i *)(p0 + i), _mm256_permutevar8x32_epi32(b0, order));
+        _mm256_storeu_si256((__m256i *)(p1 + i), _mm256_permutevar8x32_epi32(b1, order));
+        _mm256_storeu_si256((__m256i *)(sym + i), v);
+        uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, all));
+        if (esc) take_step_escapes(src, 4, i, esc, esc_lo, esc_hi, m);
+    }
+    return i;
+}
 #endif
 
 static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
@@ -1087,11 +1148,16 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
     uint8_t *top = planes + (size_t)(elem_size - 1) * n;
     size_t m = 0, taken = 0;
 #ifdef CTX_HAVE_AVX2
-    if (four && (elem_size == 2 || elem_size == 4) && rotate == 0 && ckz_cpu_vbmi2) {
+    if (four && (elem_size == 2 || elem_size == 4) && rotate == 0 && ckz_cpu_v3) {
         uint8_t *sym = top - n; /* plane elem_size - 2 */
-        taken = elem_size == 2
-                    ? take_words2_v4(src, n, sym, esc_lo, esc_hi, &m)
-                    : take_words4_v4(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
+        if (ckz_cpu_vbmi2)
+            taken = elem_size == 2
+                        ? take_words2_v4(src, n, sym, esc_lo, esc_hi, &m)
+                        : take_words4_v4(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
+        else
+            taken = elem_size == 2
+                        ? take_words2_v3(src, n, sym, esc_lo, esc_hi, &m)
+                        : take_words4_v3(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
         for (size_t i = taken; i < n; i++) {
             uint32_t w = elem_size == 2 ? ckz_load16(src + 2 * i) : ckz_load32(src + 4 * i);
             unsigned t = elem_size == 2 ? w : w >> 16, e = t - ESCAPE;
@@ -1522,6 +1588,63 @@ VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_
     }
     return i;
 }
+
+/* The AVX2 forms of restore_words2_v4 and restore_words4_v4, 32 words a step: the symbols
+ * widened as if none escaped (byte unpacks interleave 128-bit lanes, put back by lane
+ * permutes), then the step's escapes (rare) patched into the top 16 bits one by one. */
+CKZ_INLINE void patch_step_escapes(uint32_t mask, unsigned width, const uint8_t *esc_lo,
+                                   const uint8_t *esc_hi, size_t *m, unsigned *over,
+                                   uint8_t *dst) {
+    for (; mask; mask &= mask - 1) {
+        unsigned j = (unsigned)__builtin_ctz(mask);
+        unsigned t = ESCAPE + (esc_lo[*m] | (unsigned)esc_hi[*m] << 8);
+        *over |= t >> 16, ++*m;
+        uint8_t *at = dst + width * j + width - 2; /* the word's top two bytes */
+        at[0] = (uint8_t)t, at[1] = (uint8_t)(t >> 8);
+    }
+}
+
+V3_FN size_t restore_words2_v3(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                               const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *dst) {
+    const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i s = _mm256_loadu_si256((const __m256i *)(sym + i));
+        /* words 0-7 | 16-23 and 8-15 | 24-31 */
+        __m256i a = _mm256_unpacklo_epi8(s, zero), b = _mm256_unpackhi_epi8(s, zero);
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i), _mm256_permute2x128_si256(a, b, 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i + 32), _mm256_permute2x128_si256(a, b, 0x31));
+        uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(s, all));
+        if (esc) patch_step_escapes(esc, 2, esc_lo, esc_hi, m, over, dst + 2 * i);
+    }
+    return i;
+}
+
+V3_FN size_t restore_words4_v3(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
+                               size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                               size_t *m, unsigned *over, uint8_t *dst) {
+    const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(p0 + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(p1 + i));
+        __m256i s = _mm256_loadu_si256((const __m256i *)(sym + i));
+        /* 16-bit halves of words 0-7 | 16-23 (lo) and 8-15 | 24-31 (hi) */
+        __m256i low_lo = _mm256_unpacklo_epi8(a, b), low_hi = _mm256_unpackhi_epi8(a, b);
+        __m256i top_lo = _mm256_unpacklo_epi8(s, zero), top_hi = _mm256_unpackhi_epi8(s, zero);
+        /* words 0-3 | 16-19, 4-7 | 20-23, 8-11 | 24-27, 12-15 | 28-31 */
+        __m256i w0 = _mm256_unpacklo_epi16(low_lo, top_lo), w1 = _mm256_unpackhi_epi16(low_lo, top_lo);
+        __m256i w2 = _mm256_unpacklo_epi16(low_hi, top_hi), w3 = _mm256_unpackhi_epi16(low_hi, top_hi);
+        uint8_t *d = dst + 4 * i;
+        _mm256_storeu_si256((__m256i *)d, _mm256_permute2x128_si256(w0, w1, 0x20));
+        _mm256_storeu_si256((__m256i *)(d + 32), _mm256_permute2x128_si256(w2, w3, 0x20));
+        _mm256_storeu_si256((__m256i *)(d + 64), _mm256_permute2x128_si256(w0, w1, 0x31));
+        _mm256_storeu_si256((__m256i *)(d + 96), _mm256_permute2x128_si256(w2, w3, 0x31));
+        uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(s, all));
+        if (esc) patch_step_escapes(esc, 4, esc_lo, esc_hi, m, over, d);
+    }
+    return i;
+}
 #endif
 
 /* Format 4's top two planes: lo, hi (n bytes each, scratch) receive the bytes of sym[i] for a
@@ -1551,7 +1674,7 @@ static int restore_top(const uint8_t *sym, size_t n, const uint8_t *esc_lo, cons
 }
 
 
-/* Format 4 with 2-byte words, or 4-byte ones where VBMI2 is present, unrotated: the words come
+/* Format 4 with 2-byte words, or 4-byte ones where AVX2 is present, unrotated: the words come
  * straight from the symbol plane and the escapes (and for 4-byte words the low planes p0, p1),
  * block by block, with the residual of `kind` inverted behind while the block is in L1 (base not
  * NULL); no planes merged.  -1 as restore_top. */
@@ -1567,6 +1690,11 @@ static int restore_words(const uint8_t *p0, const uint8_t *p1, const uint8_t *sy
             i += width == 2 ? restore_words2_v4(sym + i, end - i, esc_lo, esc_hi, &m, &over,
                                                 dst + 2 * i)
                             : restore_words4_v4(p0 + i, p1 + i, sym + i, end - i, esc_lo,
+                                                esc_hi, &m, &over, dst + 4 * i);
+        else if (ckz_cpu_v3)
+            i += width == 2 ? restore_words2_v3(sym + i, end - i, esc_lo, esc_hi, &m, &over,
+                                                dst + 2 * i)
+                            : restore_words4_v3(p0 + i, p1 + i, sym + i, end - i, esc_lo,
                                                 esc_hi, &m, &over, dst + 4 * i);
 #endif
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -1652,7 +1780,7 @@ static int decode_format34(const ctx_header *h, const uint8_t *end, const uint8_
             goto done;
         }
         uint8_t *lo = planes + (elem_size - 2) * n, *hi = lo + n;
-        int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && ckz_cpu_vbmi2));
+        int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && ckz_cpu_v3));
         if (fused ? restore_words(plane_at[0], plane_at[1], sym, n, elem_size, esc_at[0],
                                   esc_at[1], dst, base, kind)
                   : restore_top(sym, n, esc_at[0], esc_at[1], lo, hi)) {
