@@ -8,7 +8,9 @@ newer state is coded against the base:
   per tensor the zigzagged difference of monotone-mapped patterns (coded in buckets of the base's
   exponent or not) or dense, and for integer tensors also XOR;
 * zipnn delta: zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method), XOR time included;
-* ckptzip dense: the same state without a base, for the speed comparison.
+* ckptzip dense: the same state without a base, for the speed comparison;
+* zipnn dense: zipnn on ``new`` alone (a copy inside the timing, as the XOR is for its delta),
+  so that each tool's delta speed is also read against its own dense path.
 
 Every decode is checked bit for bit. Weights are measured in fp32 and cast to bf16.
 
@@ -132,31 +134,34 @@ def picks(blob: bytes, raw: int) -> str:
     return ", ".join(f"{k} {v / raw:.0%}" for k, v in counts.most_common())
 
 
-def zipnn_xor(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor], threads: int,
-              ) -> tuple[Callable[[], list[bytes]], Callable[[list[bytes]], None], int] | None:
-    """zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method), XOR inside the timing:
+def zipnn_runs(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor] | None, threads: int,
+               ) -> tuple[Callable[[], list[bytes]], Callable[[list[bytes]], None], int] | None:
+    """zipnn 0.5.4 per tensor on ``new ^ base`` (its delta method; the XOR inside the timing), or
+    on ``new`` alone with no base (its dense path, the yardstick of its delta's speed):
     (compress, check-decompress of its blobs, raw bytes), or None without zipnn."""
     zipnn = peers.get("zipnn")
     if not zipnn.available():
         return None
-    pairs = []
+    triples = []
     for name, t in new.items():
         a = t.contiguous().reshape(-1).view(torch.uint8).numpy()
-        b = base[name].contiguous().reshape(-1).view(torch.uint8).numpy()
+        b = None if base is None else base[name].contiguous().reshape(-1).view(torch.uint8).numpy()
         dtype = "bfloat16" if t.dtype == torch.bfloat16 else str(t.dtype).removeprefix("torch.")
-        pairs.append((a, b, dtype))
+        triples.append((a, b, dtype))
 
     def compress() -> list[bytes]:
-        return [zipnn.compress(np.bitwise_xor(a, b), threads=threads, dtype=dt, scratch=True)
-                for a, b, dt in pairs]
+        return [zipnn.compress(a.copy() if b is None else np.bitwise_xor(a, b), threads=threads,
+                               dtype=dt, scratch=True) for a, b, dt in triples]
 
     def decompress(blobs: list[bytes]) -> None:
-        for blob, (a, b, dt) in zip(blobs, pairs):
-            out = np.bitwise_xor(zipnn.decompress(blob, a, threads=threads, dtype=dt), b)
+        for blob, (a, b, dt) in zip(blobs, triples):
+            out = zipnn.decompress(blob, a, threads=threads, dtype=dt)
+            if b is not None:
+                out = np.bitwise_xor(out, b)
             if not np.array_equal(out.view(np.uint8).reshape(-1), a):
-                raise SystemExit("zipnn: XOR delta did not decode exactly")
+                raise SystemExit("zipnn: its blob did not decode exactly")
 
-    return compress, decompress, sum(a.size for a, _, _ in pairs)
+    return compress, decompress, sum(a.size for a, _, _ in triples)
 
 
 def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
@@ -168,8 +173,10 @@ def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
         "ckptzip dense": lambda: ckptzip.dumps(new, threads=threads),
         "ckptzip delta": lambda: ckptzip.dumps(new, base=base, threads=threads),
     }
-    zipnn = zipnn_xor(new, base, threads) if with_zipnn else None
-    if zipnn is not None:
+    zipnn = zipnn_runs(new, base, threads) if with_zipnn else None
+    zipnn_dense = zipnn_runs(new, None, threads) if with_zipnn else None
+    if zipnn is not None and zipnn_dense is not None:
+        compress["zipnn dense"] = zipnn_dense[0]
         compress["zipnn xor-delta"] = zipnn[0]
     packed = interleaved_best(repeat, compress)
     dense_blob, delta_blob = packed["ckptzip dense"][1], packed["ckptzip delta"][1]
@@ -177,8 +184,9 @@ def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
         "ckptzip dense": lambda: ckptzip.loads(dense_blob, threads=threads),
         "ckptzip delta": lambda: ckptzip.loads(delta_blob, base=base, threads=threads),
     }
-    if zipnn is not None:
-        zipnn_blobs = packed["zipnn xor-delta"][1]
+    if zipnn is not None and zipnn_dense is not None:
+        zipnn_dense_blobs, zipnn_blobs = packed["zipnn dense"][1], packed["zipnn xor-delta"][1]
+        decompress["zipnn dense"] = lambda: zipnn_dense[1](zipnn_dense_blobs)
         decompress["zipnn xor-delta"] = lambda: zipnn[1](zipnn_blobs)
     unpacked = interleaved_best(repeat, decompress)
     rows = []
@@ -187,11 +195,11 @@ def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
         assert_exact(new, ckptzip.loads(blob, base=with_base), f"{tool} {data}")
         rows.append(Row(data, g, threads, tool, raw, len(blob), raw / packed[tool][0] / 1e6,
                         raw / unpacked[tool][0] / 1e6, picks(blob, raw)))
-    if zipnn is not None:
-        stored = sum(len(b) for b in packed["zipnn xor-delta"][1])
-        rows.append(Row(data, g, threads, "zipnn xor-delta", zipnn[2], stored,
-                        zipnn[2] / packed["zipnn xor-delta"][0] / 1e6,
-                        zipnn[2] / unpacked["zipnn xor-delta"][0] / 1e6))
+    for tool, runs in (("zipnn dense", zipnn_dense), ("zipnn xor-delta", zipnn)):
+        if runs is not None:
+            stored = sum(len(b) for b in packed[tool][1])
+            rows.append(Row(data, g, threads, tool, runs[2], stored, runs[2] / packed[tool][0] / 1e6,
+                            runs[2] / unpacked[tool][0] / 1e6))
     return rows
 
 
@@ -269,10 +277,12 @@ def markdown(rows: list[Row]) -> str:
     index = {(r.data, r.interval, r.threads, r.tool): r for r in rows}
     for r in rows:
         zipnn = index.get((r.data, r.interval, r.threads, "zipnn xor-delta"))
-        dense = index.get((r.data, r.interval, r.threads, "ckptzip dense"))
+        # each delta against its own tool's dense path
+        own_dense = {"ckptzip delta": "ckptzip dense", "zipnn xor-delta": "zipnn dense"}
+        dense = index.get((r.data, r.interval, r.threads, own_dense.get(r.tool, "")))
         vs_zipnn = f"{r.ratio / zipnn.ratio:.2f}x" if zipnn and r.tool == "ckptzip delta" else ""
         vs_dense = ""
-        if dense and r.tool == "ckptzip delta":
+        if dense:
             vs_dense = (f"{r.compress_mbps / dense.compress_mbps:.2f} / "
                         f"{r.decompress_mbps / dense.decompress_mbps:.2f}")
         lines.append(f"| {r.data} | {r.interval} | {r.threads} | {r.tool} | {r.ratio:.3f} | {vs_zipnn} | "
