@@ -48,6 +48,24 @@ def residual_like(n: int, k: int, seed: int, escape_rate: float = 0.05) -> tuple
     return words.astype(np.dtype(f"<u{k}")).tobytes(), ctx.tobytes()
 
 
+def window_edges(n: int, span: int, k: int, seed: int = 7) -> tuple[bytes, bytes]:
+    """Residual-like words whose context makes four buckets, starting at 0, 91, 100 and
+    91 + span, with elements at the values next to those starts and at the extremes.  The AVX2
+    bucket index looks the starts up in a window of 31 values from the first start's neighbour
+    below, and span 30 is the widest it takes (31 falls back to compare passes; both must give
+    the same buckets).  A bucket closes on its large value (docs/STREAMS.md, the bucket rule)."""
+    rng = np.random.default_rng(seed)
+    large = [90, 95, 90 + span, 91 + span]  # the last value of buckets 0-2, the first of 3
+    small = [0, 4, 91, 92, 100, 92 + span, 255]  # 91 and 100 open buckets 1 and 2
+    ctx = np.repeat(np.array(large, np.uint8), -(-n // len(large)))[:n]
+    ctx[rng.choice(n, 40 * len(small), replace=False)] = np.repeat(np.array(small, np.uint8), 40)
+    top = np.minimum(rng.geometric(0.02 + (ctx % 7) * 0.03), 254).astype(np.uint64)
+    words = top << np.uint64(8 * k - 16)
+    if k > 2:
+        words |= rng.integers(0, 1 << (8 * k - 16), n, dtype=np.uint64)
+    return words.astype(np.dtype(f"<u{k}")).tobytes(), ctx.tobytes()
+
+
 def header_end(enc: bytes) -> int:
     """Position after a format-4 header: format, n varint, elem_size, B varint, B - 1 starts."""
     pos = 1
@@ -198,10 +216,12 @@ import numpy as np
 sys.path[:0] = {paths!r}
 from ckptzip import _native as N
 from tests.test_ctx_format3 import bf16_delta, fp32_delta
-from tests.test_ctx_format4 import residual_like
+from tests.test_ctx_format4 import residual_like, window_edges
 h = hashlib.sha256()
 cases = [(*bf16_delta(70_001, 0, 2e-4), 2), (*fp32_delta(40_000, 3), 4),
-         (*residual_like(20_000, 2, 5, 0.2), 2), (*residual_like(9_999, 8, 6), 8)]
+         (*residual_like(20_000, 2, 5, 0.2), 2), (*residual_like(9_999, 8, 6), 8),
+         (*window_edges(65_536, 30, 2), 2), (*window_edges(65_536, 31, 4), 4),
+         (*window_edges(65_539, 31, 2), 2)]
 for data, ctx, k in cases:
     for r in (0, 1):
         enc = N.encode_planes_ctx(data, ctx, k, r)
@@ -223,7 +243,8 @@ print(h.hexdigest())
 
 def test_every_kernel_level_writes_and_reads_the_same_streams() -> None:
     """CKZ_CPU caps the kernels (baseline SSE2, AVX2, AVX-512 without VBMI2, everything): the
-    escapes' byte compress and expand, the halves and the tables agree byte for byte."""
+    escapes' byte compress and expand, the word kernels, the bucket index, the halves and the
+    tables agree byte for byte."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [os.path.join(root, "src"), root]
     digests = set()

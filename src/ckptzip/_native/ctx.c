@@ -232,6 +232,34 @@ CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lu
     }
     return i;
 }
+
+/* AVX2, when the bucket starts first[1..B) lie within 31 values: d = min(ctx - (first[1] - 1),
+ * 31), saturating at 0, then bk = win[d] by two 16-entry byte shuffles and a blend on d >= 16.
+ * Every ctx below first[1] gives d = 0 and every ctx from first[1] + 30 up gives d = 31, whose
+ * entries are bucket 0 and bucket B - 1.  32 bytes a step; returns the elements done. */
+__attribute__((target("avx2"))) static size_t window_index_v3(const uint8_t *ctx, size_t n,
+                                                               const uint8_t *first, unsigned B,
+                                                               uint8_t *bk) {
+    uint8_t win[32];
+    for (unsigned d = 0, b = 0; d < 32; d++) {
+        unsigned v = first[1] - 1u + d;
+        while (b + 1 < B && v >= first[b + 1]) b++;
+        win[d] = (uint8_t)b;
+    }
+    const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)win));
+    const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(win + 16)));
+    const __m256i start = _mm256_set1_epi8((char)(first[1] - 1)), top = _mm256_set1_epi8(31);
+    const __m256i fifteen = _mm256_set1_epi8(15);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(ctx + i));
+        __m256i d = _mm256_min_epu8(_mm256_subs_epu8(x, start), top);
+        __m256i v = _mm256_blendv_epi8(_mm256_shuffle_epi8(lo, d), _mm256_shuffle_epi8(hi, d),
+                                       _mm256_cmpgt_epi8(d, fifteen));
+        _mm256_storeu_si256((__m256i *)(bk + i), v);
+    }
+    return i;
+}
 #endif
 
 /* The context histogram: exponent bytes, which ckz_huf_count counts by window compares. */
@@ -280,6 +308,11 @@ static void bucket_index(const uint8_t *ctx, size_t n, const uint8_t *first, uns
         }
         size_t done = lut_index_v4(ctx, n, lut, bk);
         for (size_t i = done; i < n; i++) bk[i] = lut[ctx[i]];
+        return;
+    }
+    if (ckz_cpu_v3 && B > 2 && first[B - 1] - first[1] <= 30) {
+        size_t done = window_index_v3(ctx, n, first, B, bk);
+        bucket_index_passes(ctx + done, n - done, first, B, bk + done);
         return;
     }
 #endif
