@@ -271,9 +271,26 @@ def core(quick: bool, repeat: int) -> str:
     return "\n".join(lines)
 
 
+def pays_below(delta_mbps: float, delta_ratio: float, dense_mbps: float, dense_ratio: float,
+               ) -> str:
+    """The storage bandwidth (MB/s of stored bytes) below which a delta save (or load) ends
+    before the dense one, coding and I/O overlapped (each takes the longer of the two).
+
+    Per raw MB the dense one takes max(1 / dense_mbps, 1 / (dense_ratio W)) and the delta one
+    max(1 / delta_mbps, 1 / (delta_ratio W)). When the delta codes slower but stores less, the
+    two meet where the delta is bound by its coder and the dense one by storage:
+    W = delta_mbps / dense_ratio."""
+    if delta_ratio <= dense_ratio:
+        return "never"
+    if delta_mbps >= dense_mbps:
+        return "always"
+    return f"{delta_mbps / dense_ratio:.0f}"
+
+
 def markdown(rows: list[Row]) -> str:
     lines = ["| data | interval | threads | tool | ratio | vs zipnn xor | compress MB/s "
-             "| decompress MB/s | speed vs dense (c / d) | bytes coded as |", "|" + "---|" * 10]
+             "| decompress MB/s | speed vs dense (c / d) | delta ends first below (write / read "
+             "MB/s) | bytes coded as |", "|" + "---|" * 11]
     index = {(r.data, r.interval, r.threads, r.tool): r for r in rows}
     for r in rows:
         zipnn = index.get((r.data, r.interval, r.threads, "zipnn xor-delta"))
@@ -281,12 +298,15 @@ def markdown(rows: list[Row]) -> str:
         own_dense = {"ckptzip delta": "ckptzip dense", "zipnn xor-delta": "zipnn dense"}
         dense = index.get((r.data, r.interval, r.threads, own_dense.get(r.tool, "")))
         vs_zipnn = f"{r.ratio / zipnn.ratio:.2f}x" if zipnn and r.tool == "ckptzip delta" else ""
-        vs_dense = ""
+        vs_dense = pays = ""
         if dense:
             vs_dense = (f"{r.compress_mbps / dense.compress_mbps:.2f} / "
                         f"{r.decompress_mbps / dense.decompress_mbps:.2f}")
+            pays = (f"{pays_below(r.compress_mbps, r.ratio, dense.compress_mbps, dense.ratio)} / "
+                    f"{pays_below(r.decompress_mbps, r.ratio, dense.decompress_mbps, dense.ratio)}")
         lines.append(f"| {r.data} | {r.interval} | {r.threads} | {r.tool} | {r.ratio:.3f} | {vs_zipnn} | "
-                     f"{r.compress_mbps:.0f} | {r.decompress_mbps:.0f} | {vs_dense} | {r.picks} |")
+                     f"{r.compress_mbps:.0f} | {r.decompress_mbps:.0f} | {vs_dense} | {pays} | "
+                     f"{r.picks} |")
     return "\n".join(lines)
 
 
