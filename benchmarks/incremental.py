@@ -227,42 +227,61 @@ def flat_weights(state: Any, dtype: torch.dtype) -> np.ndarray:
 
 def core_row(label: str, interval: int, new: np.ndarray, base: np.ndarray, width: int,
              repeat: int) -> str:
-    """One row of :func:`core`: both chunk coders on the same chunks, timings interleaved."""
+    """One row of :func:`core`: the chunk coders on the same chunks, timings interleaved. Beside
+    dense and the delta the trials pick, the difference and the XOR each in plain byte planes
+    and the dense entropy coder: what the delta would cost and give with the dense coder."""
     chunk = DEFAULT_CHUNK_BYTES
-    dense = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
-    delta = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
+    pipelines = {
+        "dense": Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),)),
+        "delta": Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width)),
+        "diff": Pipeline(residual=Residual("float-diff", width), serializer=BytePlanes(width, 0),
+                         compressors=(Entropy(),)),
+        "xor": Pipeline(residual=Residual("xor", width), serializer=BytePlanes(width, 1),
+                        compressors=(Entropy(),)),
+    }
     spans = [(start, min(start + chunk, len(new))) for start in range(0, len(new), chunk)]
-    out = np.empty(len(new), np.uint8)
-    coded = interleaved_best(repeat, {
-        "dense": lambda: [dense.encode_chunk(new[a:b]) for a, b in spans],
-        "delta": lambda: [delta.encode_chunk(new[a:b], base[a:b]) for a, b in spans],
-    })
-    dense_chunks, delta_chunks = coded["dense"][1], coded["delta"][1]
-    decoded = interleaved_best(repeat, {
-        "dense": lambda: [dense.decode_chunk(c, out[a:b]) for c, (a, b) in zip(dense_chunks, spans)],
-        "delta": lambda: [delta.decode_chunk(c, out[a:b], base[a:b])
-                          for c, (a, b) in zip(delta_chunks, spans)],
-    })
-    if not np.array_equal(out, new):
-        raise SystemExit(f"core {label}: the delta chunks did not decode bit-exactly")
+    outs = {k: np.empty(len(new), np.uint8) for k in pipelines}
+
+    def encoder(p: Pipeline) -> Callable[[], list[bytes]]:
+        if p.residual is None:
+            return lambda: [p.encode_chunk(new[a:b]) for a, b in spans]
+        return lambda: [p.encode_chunk(new[a:b], base[a:b]) for a, b in spans]
+
+    coded = interleaved_best(repeat, {k: encoder(p) for k, p in pipelines.items()})
+
+    def decoder(p: Pipeline, chunks: list[bytes], out: np.ndarray) -> Callable[[], None]:
+        def run() -> None:
+            for c, (a, b) in zip(chunks, spans):
+                p.decode_chunk(c, out[a:b], base[a:b] if p.residual is not None else None)
+        return run
+
+    decoded = interleaved_best(repeat, {k: decoder(p, coded[k][1], outs[k])
+                                        for k, p in pipelines.items()})
+    for k, out in outs.items():
+        if not np.array_equal(out, new):
+            raise SystemExit(f"core {label}: the {k} chunks did not decode bit-exactly")
     c = {k: len(new) / coded[k][0] / 1e6 for k in coded}
     d = {k: len(new) / decoded[k][0] / 1e6 for k in decoded}
-    size = {k: sum(len(chunk) for chunk in coded[k][1]) for k in coded}
+    ratio = {k: len(new) / sum(len(chunk) for chunk in coded[k][1]) for k in coded}
+    plain = " | ".join(f"{ratio[k]:.3f}, {c[k] / c['dense']:.2f} / {d[k] / d['dense']:.2f}"
+                       for k in ("diff", "xor"))
     return (f"| {label} | {interval} | {c['dense']:.0f} / {d['dense']:.0f} | "
             f"{c['delta']:.0f} / {d['delta']:.0f} | {c['delta'] / c['dense']:.2f} / "
-            f"{d['delta'] / d['dense']:.2f} | {len(new) / size['dense']:.3f} / "
-            f"{len(new) / size['delta']:.3f} |")
+            f"{d['delta'] / d['dense']:.2f} | {ratio['dense']:.3f} / {ratio['delta']:.3f} | "
+            f"{plain} |")
 
 
 def core(quick: bool, repeat: int) -> str:
     """The chunk coders alone on one thread: the weights' bytes in the policy's chunks, coded dense
     (byte planes and the entropy coder) and against the base (the bucketed float difference the
-    delta trials pick for weights). What a save or load adds to these (planning, trials,
-    checksums, assembly) is the difference to the main table."""
+    delta trials pick for weights; also the difference and the XOR in plain planes). What a save
+    or load adds to these (planning, trials, checksums, assembly) is the difference to the main
+    table."""
     states = training_states(quick)
     steps = sorted(states)
     lines = ["| weights | interval | dense c / d MB/s | delta c / d MB/s | delta / dense (c / d) "
-             "| ratio dense / delta |", "|" + "---|" * 6]
+             "| ratio dense / delta | difference in plain planes: ratio, c / d vs dense "
+             "| XOR in plain planes: ratio, c / d vs dense |", "|" + "---|" * 8]
     for step in steps[1:]:
         for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             width = torch.empty((), dtype=dtype).element_size()
