@@ -2,13 +2,15 @@
 
 Build-level changes (a kernel, a table policy) move the delta coder by a few percent, and the
 speed of a shared VM drifts by more than that between runs. This runs the two builds in turns,
-process after process, on the same chunks (the weights of benchmarks/incremental.py at intervals
-10 and 200, fp32 and bf16, in the policy's 256 KiB chunks) and keeps each build's best encode and
-decode speed per row. It also says whether the two builds wrote the same streams.
+process after process, on the same chunks (the weights of benchmarks/incremental.py at its
+shortest and longest interval, 10 and 200 steps, fp32 and bf16, in the policy's 256 KiB chunks)
+and keeps each build's best encode and decode speed per row. It also says whether the two builds
+wrote the same streams.
 
     git worktree add /tmp/old REV
     (cd /tmp/old && python setup.py build_ext --inplace -q)
     python benchmarks/ab_builds.py /tmp/old/src src [--rounds 5]
+    python benchmarks/ab_builds.py src src --quick --rounds 1   # tiny model: a smoke test
 
 Each path is a directory holding an importable, built ``ckptzip`` (a checkout's ``src``).
 """
@@ -27,21 +29,21 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-ROWS = (("fp32", 10), ("fp32", 200), ("bf16", 10), ("bf16", 200))
 
 
-def chunk_sets() -> dict[str, np.ndarray]:
-    """The weights' bytes at the base step and 10 and 200 steps on, cached as one .npz."""
+def chunk_sets(quick: bool) -> dict[str, np.ndarray]:
+    """The weights' bytes at the base step (``fp32_0``, ``bf16_0``) and at each interval on
+    (``fp32_10``...), cached as one .npz."""
     from ckptzip.demo.datasets import default_cache_dir
 
-    cache = default_cache_dir() / "ab-builds-weights.npz"
+    cache = default_cache_dir() / f"ab-builds-weights{'-tiny' if quick else ''}.npz"
     if not cache.exists():
         import torch
 
         sys.path.insert(0, str(HERE))
         import incremental
 
-        states = incremental.training_states(False)
+        states = incremental.training_states(quick)
         steps = sorted(states)
         arrays = {}
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
@@ -56,14 +58,20 @@ def chunk_sets() -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def child(repeat: int) -> None:
+def rows(data: dict[str, np.ndarray]) -> list[tuple[str, int]]:
+    """(dtype, interval) of the rows: the shortest and the longest interval, fp32 then bf16."""
+    intervals = sorted(int(k.split("_")[1]) for k in data if k.startswith("fp32_") and k != "fp32_0")
+    return [(name, g) for name in ("fp32", "bf16") for g in (intervals[0], intervals[-1])]
+
+
+def child(repeat: int, quick: bool) -> None:
     """One round in this process's build: a JSON line per row."""
     from ckptzip.codecs import ContextPlanes, Residual
     from ckptzip.pipeline import Pipeline
     from ckptzip.policy import DEFAULT_CHUNK_BYTES
 
-    data = chunk_sets()
-    for name, interval in ROWS:
+    data = chunk_sets(quick)
+    for name, interval in rows(data):
         width = 4 if name == "fp32" else 2
         new, base = data[f"{name}_{interval}"], data[f"{name}_0"]
         delta = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
@@ -95,14 +103,15 @@ def main() -> None:
     parser.add_argument("b", nargs="?", help="directory with build B's ckptzip (e.g. src)")
     parser.add_argument("--rounds", type=int, default=5, help="A-then-B rounds (default 5)")
     parser.add_argument("--repeat", type=int, default=2, help="runs per round, best kept")
+    parser.add_argument("--quick", action="store_true", help="tiny model, short run (smoke test)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.repeat)
+        child(args.repeat, args.quick)
         return
     if not args.a or not args.b:
         parser.error("give the two builds' directories")
-    chunk_sets()  # make the cache once, outside the timed rounds
+    table = rows(chunk_sets(args.quick))  # the cache made once, outside the timed rounds
     best: dict[tuple[str, str], dict[str, float]] = {}
     streams: dict[tuple[str, str], str] = {}
     for _ in range(args.rounds):
@@ -110,7 +119,8 @@ def main() -> None:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(path).resolve()),
                                                                str(HERE)]))
             run = subprocess.run([sys.executable, __file__, "--child", "--repeat",
-                                  str(args.repeat)], env=env, capture_output=True, text=True)
+                                  str(args.repeat)] + (["--quick"] if args.quick else []),
+                                 env=env, capture_output=True, text=True)
             if run.returncode:
                 raise SystemExit(f"build {build} ({path}) failed:\n{run.stderr}")
             for line in run.stdout.splitlines():
@@ -123,7 +133,7 @@ def main() -> None:
     print(f"A = {args.a}, B = {args.b}; best of {args.rounds} rounds x {args.repeat}, MB/s")
     print("| row | encode A -> B | decode A -> B | bytes A -> B | streams |")
     print("|---|---|---|---|---|")
-    for name, interval in ROWS:
+    for name, interval in table:
         row = f"{name} {interval}"
         a, b = best[(row, "A")], best[(row, "B")]
         same = "same" if streams[(row, "A")] == streams[(row, "B")] else "differ"

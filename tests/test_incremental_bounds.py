@@ -80,3 +80,26 @@ def test_incremental_core_quick():
     for row in rows:
         dense_ratio, delta_ratio = (float(x) for x in row[5].split(" / "))
         assert delta_ratio > dense_ratio > 1
+    for row in rows:
+        for column in (row[6], row[7]):  # the difference and the XOR in plain byte planes
+            ratio, speeds = column.split(", ")
+            assert float(ratio) > 1
+            assert all(float(x) > 0 for x in speeds.split(" / "))
+
+
+def test_ab_builds_quick():
+    """``benchmarks/ab_builds.py``: one build against itself writes the same streams and bytes
+    in every row, with speeds for both."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ab_builds.py"),
+                          str(REPO / "src"), str(REPO / "src"), "--quick", "--rounds", "1",
+                          "--repeat", "1"], check=True, timeout=300, capture_output=True,
+                         text=True).stdout
+    rows = [line.split("|")[1:-1] for line in out.splitlines()
+            if line.startswith("| fp") or line.startswith("| bf")]
+    assert [r[0].strip() for r in rows] == ["fp32 2", "fp32 10", "bf16 2", "bf16 10"]
+    for row in rows:
+        before, after = row[3].split(" -> ")
+        assert int(before) == int(after) > 0
+        assert row[4].strip() == "same"
+        for column in (row[1], row[2]):
+            assert float(column.split(" -> ")[0]) > 0
