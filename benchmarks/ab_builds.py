@@ -4,8 +4,8 @@ Build-level changes (a kernel, a table policy) move the delta coder by a few per
 speed of a shared VM drifts by more than that between runs. This runs the two builds in turns,
 process after process, on the same chunks (the weights of benchmarks/incremental.py at its
 shortest and longest interval, 10 and 200 steps, fp32 and bf16, in the policy's 256 KiB chunks)
-and keeps each build's best encode and decode speed per row. It also says whether the two builds
-wrote the same streams.
+and keeps each build's best encode and decode speed per row, with the dense coder on the shortest
+interval's weights as a yardstick. It also says whether the two builds wrote the same streams.
 
     git worktree add /tmp/old REV
     (cd /tmp/old && python setup.py build_ext --inplace -q)
@@ -59,22 +59,33 @@ def chunk_sets(quick: bool) -> dict[str, np.ndarray]:
 
 
 def rows(data: dict[str, np.ndarray]) -> list[tuple[str, int]]:
-    """(dtype, interval) of the rows: the shortest and the longest interval, fp32 then bf16."""
+    """(dtype, interval) of the rows: the shortest and the longest interval, fp32 then bf16; then
+    interval 0, the shortest interval's weights coded dense (no base), as a yardstick."""
     intervals = sorted(int(k.split("_")[1]) for k in data if k.startswith("fp32_") and k != "fp32_0")
-    return [(name, g) for name in ("fp32", "bf16") for g in (intervals[0], intervals[-1])]
+    return [(name, g) for name in ("fp32", "bf16") for g in (intervals[0], intervals[-1], 0)]
+
+
+def row_label(name: str, interval: int) -> str:
+    return f"{name} dense" if interval == 0 else f"{name} {interval}"
 
 
 def child(repeat: int, quick: bool) -> None:
     """One round in this process's build: a JSON line per row."""
-    from ckptzip.codecs import ContextPlanes, Residual
+    from ckptzip.codecs import BytePlanes, ContextPlanes, Entropy, Residual
     from ckptzip.pipeline import Pipeline
     from ckptzip.policy import DEFAULT_CHUNK_BYTES
 
     data = chunk_sets(quick)
-    for name, interval in rows(data):
+    table = rows(data)
+    for name, interval in table:
         width = 4 if name == "fp32" else 2
-        new, base = data[f"{name}_{interval}"], data[f"{name}_0"]
-        delta = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
+        if interval:
+            new, base = data[f"{name}_{interval}"], data[f"{name}_0"]
+            coder = Pipeline(residual=Residual("float-diff", width),
+                             serializer=ContextPlanes(width))
+        else:  # dense: the shortest interval's weights, no base
+            new, base = data[f"{name}_{table[0][1]}"], None
+            coder = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
         spans = [(a, min(a + DEFAULT_CHUNK_BYTES, len(new)))
                  for a in range(0, len(new), DEFAULT_CHUNK_BYTES)]
         out = np.empty(len(new), np.uint8)
@@ -82,16 +93,17 @@ def child(repeat: int, quick: bool) -> None:
         chunks: list[bytes] = []
         for _ in range(repeat):
             started = time.perf_counter()
-            chunks = [delta.encode_chunk(new[a:b], base[a:b]) for a, b in spans]
+            chunks = [coder.encode_chunk(new[a:b], None if base is None else base[a:b])
+                      for a, b in spans]
             enc = min(enc, time.perf_counter() - started)
             started = time.perf_counter()
             for c, (a, b) in zip(chunks, spans):
-                delta.decode_chunk(c, out[a:b], base[a:b])
+                coder.decode_chunk(c, out[a:b], None if base is None else base[a:b])
             dec = min(dec, time.perf_counter() - started)
         if not np.array_equal(out, new):
-            raise SystemExit(f"{name} {interval}: the chunks did not decode bit-exactly")
+            raise SystemExit(f"{row_label(name, interval)}: the chunks did not decode bit-exactly")
         digest = hashlib.sha256(b"".join(chunks)).hexdigest()[:16]
-        print(json.dumps({"row": f"{name} {interval}", "encode": len(new) / enc / 1e6,
+        print(json.dumps({"row": row_label(name, interval), "encode": len(new) / enc / 1e6,
                           "decode": len(new) / dec / 1e6, "bytes": sum(map(len, chunks)),
                           "digest": digest}))
 
@@ -134,7 +146,7 @@ def main() -> None:
     print("| row | encode A -> B | decode A -> B | bytes A -> B | streams |")
     print("|---|---|---|---|---|")
     for name, interval in table:
-        row = f"{name} {interval}"
+        row = row_label(name, interval)
         a, b = best[(row, "A")], best[(row, "B")]
         same = "same" if streams[(row, "A")] == streams[(row, "B")] else "differ"
         print(f"| {row} | {a['encode']:.0f} -> {b['encode']:.0f} ({b['encode'] / a['encode']:.2f}x)"

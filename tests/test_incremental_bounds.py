@@ -96,7 +96,8 @@ def test_ab_builds_quick():
                          text=True).stdout
     rows = [line.split("|")[1:-1] for line in out.splitlines()
             if line.startswith("| fp") or line.startswith("| bf")]
-    assert [r[0].strip() for r in rows] == ["fp32 2", "fp32 10", "bf16 2", "bf16 10"]
+    assert [r[0].strip() for r in rows] == ["fp32 2", "fp32 10", "fp32 dense", "bf16 2",
+                                            "bf16 10", "bf16 dense"]
     for row in rows:
         before, after = row[3].split(" -> ")
         assert int(before) == int(after) > 0
