@@ -281,14 +281,14 @@ CKZ_INLINE int rans32_scalar(const uint32_t *T, const uint8_t *tab, unsigned shi
     return 0;
 }
 
-/* The vector encoders' entries of one table: fc[s] = f | c << 12 and inv[s] = 1.0 / f (f = 1
- * for unused symbols, which never occur). */
-static void enc_fill(const uint16_t freq[256], uint32_t fc[256], double inv[256]) {
+/* The vector encoders' entries of one table: fc[s] = f | c << 12 and (inv not NULL: the
+ * AVX-512 encoder's) inv[s] = 1.0 / f (f = 1 for unused symbols, which never occur). */
+static void enc_fill(const uint16_t freq[256], uint32_t fc[256], double *inv) {
     uint32_t cum = 0;
     for (unsigned s = 0; s < 256; s++) {
         uint32_t f = freq[s] ? freq[s] : 1;
         fc[s] = f | cum << 12;
-        inv[s] = 1.0 / f;
+        if (inv) inv[s] = 1.0 / f;
         cum += freq[s];
     }
 }
@@ -397,14 +397,12 @@ rans32_avx2_tab(const uint32_t *T, const uint8_t *tab, unsigned shift, uint32_t 
 }
 
 /* One AVX2 encoder step for 8 lanes (symbols sym[0..8), tables tab[0..8) or none), the inverse
- * of rans32_step8.  fc[e] = f | c << 12 and inv[e] = 1.0 / f for entry e = table * 256 + symbol
+ * of rans32_step8.  fc[e] = f | c << 12 for entry e = table * 256 + symbol
  * (f = 1 for unused symbols, which never occur).  Flush the lanes with x >= f << 20 (= x_max),
  * their low words stored in lane order just below *p (16-byte store at *p - 16: scratch keeps
- * that slack), then x = (x / f) << 12 + x % f + c.  The quotient comes from doubles: after the
- * flush x < f 2^20, so x / f < 2^20 and x * fl(1/f) is within 2^-32 of it; adding 2^-24 before
- * truncating gives floor(x / f) exactly, since a non-integer x / f is at least 1/f > 2^-12 below
- * the next integer. */
-AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, const double *inv, __m256i x,
+ * that slack), then x = (x / f) << 12 + x % f + c.  The quotient is a double division (on Zen 3
+ * cheaper than gathering 1/f, as the AVX-512 encoder does); see below why it is exact. */
+AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, __m256i x,
                                 const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
     __m256i s = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sym)),
                                 table_offsets(tab, _mm_cvtsi32_si128(8)));
@@ -422,14 +420,15 @@ AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, const double *inv, __m256i x
     _mm_storeu_si128((__m128i *)(*p - 16), _mm256_castsi256_si128(w));
     *p -= 2 * (size_t)__builtin_popcount(mask);
     x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), flush);
-    const __m256d two31 = _mm256_set1_pd(2147483648.0), eps = _mm256_set1_pd(0x1p-24);
+    const __m256d two31 = _mm256_set1_pd(2147483648.0);
     __m256i xs = _mm256_xor_si256(x, _mm256_set1_epi32((int)0x80000000u)); /* signed convert */
     __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
     __m256d hi = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
-    lo = _mm256_add_pd(_mm256_mul_pd(lo, _mm256_i32gather_pd(inv, _mm256_castsi256_si128(s), 8)),
-                       eps);
-    hi = _mm256_add_pd(
-        _mm256_mul_pd(hi, _mm256_i32gather_pd(inv, _mm256_extracti128_si256(s, 1), 8)), eps);
+    /* x / f, correctly rounded: after the flush x < f 2^20, so x / f < 2^20; a non-integer
+     * quotient lies at least 1/f > 2^-12 below the next integer, far beyond the rounding error
+     * (< 2^-32), and an integer one is exact, so truncation gives floor(x / f) */
+    lo = _mm256_div_pd(lo, _mm256_cvtepi32_pd(_mm256_castsi256_si128(f)));
+    hi = _mm256_div_pd(hi, _mm256_cvtepi32_pd(_mm256_extracti128_si256(f, 1)));
     __m256i q = _mm256_set_m128i(_mm256_cvttpd_epi32(hi), _mm256_cvttpd_epi32(lo));
     __m256i r = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f)); /* q < 2^20, f < 2^12 */
     return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, PROB_BITS), r), c);
@@ -437,18 +436,18 @@ AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, const double *inv, __m256i x
 
 /* Whole rounds [0, rounds) backwards (the encoder's order), the states in x; returns the new p. */
 AVX2_INLINE uint8_t *rans32_encode_avx2_impl(const uint8_t *src, const uint8_t *tab,
-                                             size_t rounds, const uint32_t *fc,
-                                             const double *inv, uint32_t x[LANES], uint8_t *p) {
+                                             size_t rounds, const uint32_t *fc, uint32_t x[LANES],
+                                             uint8_t *p) {
     __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
             x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
             x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
             x3 = _mm256_loadu_si256((const __m256i *)(x + 24));
     for (size_t r = rounds; r-- > 0;) {
         const uint8_t *s = src + r * LANES, *t = tab ? tab + r * LANES : NULL;
-        x3 = rans32_put8(fc, inv, x3, s + 24, t ? t + 24 : NULL, &p);
-        x2 = rans32_put8(fc, inv, x2, s + 16, t ? t + 16 : NULL, &p);
-        x1 = rans32_put8(fc, inv, x1, s + 8, t ? t + 8 : NULL, &p);
-        x0 = rans32_put8(fc, inv, x0, s, t, &p);
+        x3 = rans32_put8(fc, x3, s + 24, t ? t + 24 : NULL, &p);
+        x2 = rans32_put8(fc, x2, s + 16, t ? t + 16 : NULL, &p);
+        x1 = rans32_put8(fc, x1, s + 8, t ? t + 8 : NULL, &p);
+        x0 = rans32_put8(fc, x0, s, t, &p);
     }
     _mm256_storeu_si256((__m256i *)x, x0);
     _mm256_storeu_si256((__m256i *)(x + 8), x1);
@@ -457,7 +456,7 @@ AVX2_INLINE uint8_t *rans32_encode_avx2_impl(const uint8_t *src, const uint8_t *
     return p;
 }
 
-/* Encoder tables of the vector path for one table (see rans32_put8). */
+/* The AVX-512 encoder's tables for one table (see rans32_put16). */
 typedef struct {
     uint32_t fc[256];
     double inv[256];
@@ -466,15 +465,15 @@ typedef struct {
 __attribute__((target("avx2"))) static uint8_t *
 rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                    uint32_t x[LANES], uint8_t *p) {
-    enc_vec_table t;
-    enc_fill(freq, t.fc, t.inv);
-    return rans32_encode_avx2_impl(src, NULL, rounds, t.fc, t.inv, x, p);
+    uint32_t fc[256];
+    enc_fill(freq, fc, NULL);
+    return rans32_encode_avx2_impl(src, NULL, rounds, fc, x, p);
 }
 
 __attribute__((target("avx2"))) static uint8_t *
 rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, const uint32_t *fc,
-                       const double *inv, uint32_t x[LANES], uint8_t *p) {
-    return rans32_encode_avx2_impl(src, tab, rounds, fc, inv, x, p);
+                       uint32_t x[LANES], uint8_t *p) {
+    return rans32_encode_avx2_impl(src, tab, rounds, fc, x, p);
 }
 
 /* AVX-512 (F, BW, VL): 16 lanes a step, so a round of 32 symbols is two steps and the chain of
@@ -754,12 +753,12 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
 int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
                           const uint16_t (*freq)[256], unsigned tables, uint8_t *scratch,
                           const uint8_t **start, size_t *size) {
-    /* fc and inv of every (table, symbol) entry, as in rans32_put8 */
+    /* fc of every (table, symbol) entry, and inv for the AVX-512 encoder (rans32_put16) */
     uint32_t *fc = malloc((size_t)tables * 256 * (sizeof *fc + sizeof(double)));
     if (!fc) return -1;
     double *inv = (double *)(fc + (size_t)tables * 256); /* tables * 256 is even: aligned */
     for (unsigned t = 0; t < tables; t++)
-        enc_fill(freq[t], fc + (size_t)t * 256, inv + (size_t)t * 256);
+        enc_fill(freq[t], fc + (size_t)t * 256, ckz_cpu_v4 ? inv + (size_t)t * 256 : NULL);
     uint32_t x[LANES];
     for (unsigned l = 0; l < LANES; l++) x[l] = L;
     uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
@@ -780,7 +779,7 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
 #ifdef CKZ_HAVE_AVX2_RANS
     if (stop)
         p = ckz_cpu_v4 ? rans32_encode_v4_tab(src, tab, rounds, fc, inv, x, p)
-                       : rans32_encode_avx2_tab(src, tab, rounds, fc, inv, x, p);
+                       : rans32_encode_avx2_tab(src, tab, rounds, fc, x, p);
 #endif
     free(fc);
     put_states(x, p, end, start, size);
