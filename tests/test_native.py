@@ -112,6 +112,15 @@ def test_byte_histogram_is_exact_on_exponent_like_bytes(n: int, lo: int) -> None
     assert sum(map(sum, counts)) == n
 
 
+@pytest.mark.parametrize("value", [0, 128, 255])
+def test_byte_histogram_is_exact_on_one_repeated_byte(value: int) -> None:
+    """One value throughout: a vector counter's byte accumulators take a hit in every lane at
+    every step, so they must be summed before 256 steps (a wrap would lose 256 per lane)."""
+    data = np.full(1_000_003, value, np.uint8)
+    data[[5, 500_000, 999_999]] = (value + 100) % 256
+    assert [list(row) for row in N.byte_histogram(data)] == _quarter_counts(data)
+
+
 @pytest.mark.parametrize("n", [0, 1, 63, 4095, 70_000])
 def test_byte_histogram_is_exact_on_spread_bytes(n: int) -> None:
     data = np.random.default_rng(n).integers(0, 256, n).astype(np.uint8)
