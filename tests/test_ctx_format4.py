@@ -146,6 +146,36 @@ def test_escape_values_past_16_bits_are_refused() -> None:
             N.decode_planes_ctx(stream4(n, 4, b"", wide), bytes(n), bytearray(4 * n), 4, 0)
 
 
+def test_one_escape_past_16_bits_is_refused_anywhere() -> None:
+    """One escape value too large among many that fit (255 + 0xff00 = 0xffff), early (the
+    vector kernels' steps) or last (the one-by-one tail): refused wherever it falls."""
+    n = 200
+    for k in (2, 4):
+        for pos in (0, 37, 100, n - 1):
+            lo = bytearray(n)
+            lo[pos] = 1  # 255 + 0xff01 passes 16 bits
+            planes = bytes([CONST, 0]) * (k - 2) + bytes([CONST, 255, RAW]) + bytes(lo)
+            planes += bytes([RAW]) + bytes([255]) * n
+            with pytest.raises(ValueError, match="escape value exceeds"):
+                N.decode_planes_ctx(stream4(n, k, b"", planes), bytes(n), bytearray(k * n), k, 0)
+
+
+def test_chunks_that_nearly_all_escape() -> None:
+    """Every element, or all but a few, escapes: the encoder's vector steps stop packing escapes
+    before its planes' end and the chunk goes to format 3; it round-trips."""
+    rng = np.random.default_rng(11)
+    for k in (2, 4):
+        for n in (64, 1000, 5003):
+            words = rng.integers(255, 65536, n).astype(np.uint32)
+            words[rng.permutation(n)[:5]] = 3
+            if k == 2:
+                data = words.astype(np.uint16).tobytes()
+            else:
+                data = ((words << 16) | rng.integers(0, 65536, n).astype(np.uint32)).tobytes()
+            enc = roundtrip(data, bytes(n), k, 0)
+            assert enc[0] == FORMAT3
+
+
 def test_stored_fields_are_checked() -> None:
     n = 5000
     ctx = bytes(n)

@@ -3,6 +3,7 @@ table) and `incremental.py --quick` (its tables, and `--core`)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,31 @@ def test_ab_builds_quick():
         assert row[4].strip() == "same"
         for column in (row[1], row[2]):
             assert float(column.split(" -> ")[0]) > 0
+
+
+def test_profile_chunks_quick():
+    """``benchmarks/profile_chunks.py``: the loop's speed for a delta row and the dense one, an
+    interval the data lacks refused by name; under perf (where installed) a table of functions
+    whose times per element add up to at most the loop's."""
+    script = str(REPO / "benchmarks" / "profile_chunks.py")
+    for row, op in ((["bf16", "10"], "decode"), (["fp32", "0"], "encode")):
+        out = subprocess.run([sys.executable, script, *row, "--op", op, "--quick", "--seconds",
+                              "0.2"], check=True, timeout=170, capture_output=True, text=True)
+        head = out.stdout.strip().splitlines()[0]
+        assert head.startswith(f"{row[0]} {row[1]} {op}: ") and "ns per element" in head
+        assert float(head.split(": ")[1].split()[0]) > 0
+    bad = subprocess.run([sys.executable, script, "bf16", "7", "--quick"], timeout=170,
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "no bf16 weights 7 steps on" in bad.stderr
+    if shutil.which("perf") is None:
+        return
+    out = subprocess.run([sys.executable, script, "bf16", "10", "--quick", "--seconds", "1",
+                          "--perf"], timeout=170, capture_output=True, text=True)
+    if out.returncode and "perf record failed" in out.stderr:  # no perf_event access here
+        return
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    loop_ns = float(lines[0].split(", ")[1].split()[0])
+    rows = [line.split("|")[1:-1] for line in lines[3:]]
+    assert rows and all(len(r) == 3 for r in rows)
+    assert sum(float(r[2]) for r in rows) <= loop_ns * 1.001

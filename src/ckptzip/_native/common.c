@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include "crc32c.h"
+#include "ctx.h"
 #include "rans.h"
 
 #include <stdarg.h>
@@ -41,4 +42,5 @@ void ckz_init(void) {
     ckz_cpu_init();
     ckz_crc32c_init();
     ckz_rans_init();
+    ckz_ctx_init();
 }

@@ -1062,9 +1062,21 @@ VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_
     return i;
 }
 
+/* Byte shuffles that move the escapes of 8 elements between their lanes and the escape planes
+ * (filled once by ckz_ctx_init).  For an 8-bit mask of the lanes that escape, with e_j lane j's
+ * 16-bit escape value and r_j its rank among the escaping lanes:
+ *   esc_pack[mask]:   8 words e_j (16 bytes) -> bytes r_j = e_j's low byte, 8 + r_j = its high
+ *                     byte, in lane order (the next low and high bytes of the planes);
+ *   esc_unpack[mask]: the next 8 low bytes | the next 8 high bytes -> word j = e_j, 0 in the
+ *                     lanes that do not escape. */
+static uint8_t esc_pack[256][16], esc_unpack[256][16];
+
 /* The AVX2 forms of take_words2_v4 and take_words4_v4, 32 words a step: the symbols by
  * saturating packs (which interleave 128-bit lanes, undone by one dword permute), the escapes
- * (3-12% of the elements on the GPT's deltas) one by one from the step's escape mask. */
+ * (3-12% of the elements on the GPT's deltas) packed 8 lanes at a time by byte shuffles
+ * (esc_pack), each group storing 8 bytes to each plane of which the escapes keep theirs.  The
+ * planes hold n bytes each, so the stores stay inside while m + 32 <= n; past that (a chunk that
+ * nearly all escapes) the step's escapes go one by one. */
 #define V3_FN __attribute__((target("avx2,bmi,popcnt"))) static
 CKZ_INLINE void take_step_escapes(const uint8_t *src, unsigned width, size_t i, uint32_t mask,
                                   uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
@@ -1076,10 +1088,21 @@ CKZ_INLINE void take_step_escapes(const uint8_t *src, unsigned width, size_t i, 
     }
 }
 
+/* Group g's escapes (mask bits 8g .. 8g + 7) from e, its 8 words' values t - ESCAPE (any value in
+ * the lanes that do not escape), to the planes at *m. */
+#define PACK_GROUP(e, mask, g)                                                                 \
+    do {                                                                                       \
+        unsigned bits_ = (mask) >> (8 * (g)) & 0xff;                                           \
+        __m128i b_ = _mm_shuffle_epi8((e), _mm_loadu_si128((const __m128i *)esc_pack[bits_])); \
+        _mm_storel_epi64((__m128i *)(esc_lo + k), b_);                                         \
+        _mm_storel_epi64((__m128i *)(esc_hi + k), _mm_unpackhi_epi64(b_, b_));                 \
+        k += (size_t)__builtin_popcount(bits_);                                                \
+    } while (0)
+
 V3_FN size_t take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
                             uint8_t *esc_hi, size_t *m) {
     const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
-    size_t i = 0;
+    size_t i = 0, k = *m;
     for (; i + 32 <= n; i += 32) {
         __m256i w0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
         __m256i w1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
@@ -1087,18 +1110,28 @@ V3_FN size_t take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t 
         v = _mm256_permute4x64_epi64(v, 0xd8); /* qwords 0, 2, 1, 3: the words' order */
         _mm256_storeu_si256((__m256i *)(sym + i), v);
         uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, all));
-        if (esc) take_step_escapes(src, 2, i, esc, esc_lo, esc_hi, m);
+        if (k + 32 > n) { /* else branch-free: whether a step escapes is hard to predict */
+            take_step_escapes(src, 2, i, esc, esc_lo, esc_hi, &k);
+            continue;
+        }
+        __m256i e0 = _mm256_sub_epi16(w0, cap), e1 = _mm256_sub_epi16(w1, cap);
+        PACK_GROUP(_mm256_castsi256_si128(e0), esc, 0);
+        PACK_GROUP(_mm256_extracti128_si256(e0, 1), esc, 1);
+        PACK_GROUP(_mm256_castsi256_si128(e1), esc, 2);
+        PACK_GROUP(_mm256_extracti128_si256(e1, 1), esc, 3);
     }
+    *m = k;
     return i;
 }
 
 V3_FN size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
                             uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
     const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
+    const __m256i cap32 = _mm256_set1_epi32(ESCAPE);
     const __m256i low16 = _mm256_set1_epi32(0xffff), low8 = _mm256_set1_epi16(0xff);
     /* after two packs, dword k of 128-bit lane h holds elements 8k + 4h .. 8k + 4h + 3 */
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    size_t i = 0;
+    size_t i = 0, k = *m;
     for (; i + 32 <= n; i += 32) {
         __m256i w[4], lo[2], top[2];
         for (unsigned q = 0; q < 4; q++)
@@ -1118,11 +1151,41 @@ V3_FN size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *
         _mm256_storeu_si256((__m256i *)(p1 + i), _mm256_permutevar8x32_epi32(b1, order));
         _mm256_storeu_si256((__m256i *)(sym + i), v);
         uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, all));
-        if (esc) take_step_escapes(src, 4, i, esc, esc_lo, esc_hi, m);
+        if (k + 32 > n) { /* else branch-free: whether a step escapes is hard to predict */
+            take_step_escapes(src, 4, i, esc, esc_lo, esc_hi, &k);
+            continue;
+        }
+        for (unsigned q = 0; q < 4; q++) {
+            /* t - ESCAPE of elements 8q .. 8q + 7 as words (an escape's fits 16 bits; the
+             * others saturate and are not kept) */
+            __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(w[q], 16), cap32);
+            __m128i e16 = _mm_packus_epi32(_mm256_castsi256_si128(e),
+                                           _mm256_extracti128_si256(e, 1));
+            PACK_GROUP(e16, esc, q);
+        }
     }
+    *m = k;
     return i;
 }
+#undef PACK_GROUP
 #endif
+
+void ckz_ctx_init(void) {
+#ifdef CTX_HAVE_AVX2
+    for (unsigned mask = 0; mask < 256; mask++) {
+        memset(esc_pack[mask], 0x80, 16);
+        memset(esc_unpack[mask], 0x80, 16);
+        for (unsigned j = 0, r = 0; j < 8; j++)
+            if (mask >> j & 1) {
+                esc_pack[mask][r] = (uint8_t)(2 * j);
+                esc_pack[mask][8 + r] = (uint8_t)(2 * j + 1);
+                esc_unpack[mask][2 * j] = (uint8_t)r;
+                esc_unpack[mask][2 * j + 1] = (uint8_t)(8 + r);
+                r++;
+            }
+    }
+#endif
+}
 
 static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
                          uint8_t *esc_hi) {
@@ -1625,8 +1688,11 @@ VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_
 
 /* The AVX2 forms of restore_words2_v4 and restore_words4_v4, 32 words a step: the symbols
  * widened as if none escaped (byte unpacks interleave 128-bit lanes, put back by lane
- * permutes), then the step's escapes patched into the words' top 16 bits one by one (their
- * count is the number of ESCAPE symbols, which sized the escape planes read). */
+ * permutes), then e = t - ESCAPE added to the words' top 16 bits at the escapes (a symbol
+ * ESCAPE widens to t = ESCAPE): 8 lanes at a time, 8 bytes loaded from each escape plane and
+ * placed by a byte shuffle (esc_unpack).  Those loads stay inside the planes while m + 32 <= mt,
+ * the escapes counted; past that the step's escapes are patched in one by one.  *over gets a bit
+ * when a t passes 16 bits. */
 CKZ_INLINE void patch_step_escapes(uint32_t mask, unsigned width, const uint8_t *esc_lo,
                                    const uint8_t *esc_hi, size_t *m, unsigned *over,
                                    uint8_t *dst) {
@@ -1639,27 +1705,58 @@ CKZ_INLINE void patch_step_escapes(uint32_t mask, unsigned width, const uint8_t 
     }
 }
 
+/* Group g's escape values (mask bits 8g .. 8g + 7) as 8 words, 0 where a lane does not escape;
+ * moves k past them and ORs into big the values above 0xffff - ESCAPE (nonzero after the
+ * saturating subtraction). */
+#define UNPACK_GROUP(mask, g)                                                                  \
+    __extension__({                                                                            \
+        unsigned bits_ = (mask) >> (8 * (g)) & 0xff;                                           \
+        __m128i b_ = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(esc_lo + k)),       \
+                                        _mm_loadl_epi64((const __m128i *)(esc_hi + k)));      \
+        __m128i e_ = _mm_shuffle_epi8(b_, _mm_loadu_si128((const __m128i *)esc_unpack[bits_])); \
+        big = _mm_or_si128(big, _mm_subs_epu16(e_, limit));                                    \
+        k += (size_t)__builtin_popcount(bits_);                                                \
+        e_;                                                                                    \
+    })
+
 V3_FN size_t restore_words2_v3(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
-                               const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *dst) {
+                               const uint8_t *esc_hi, size_t mt, size_t *m, unsigned *over,
+                               uint8_t *dst) {
     const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
-    size_t i = 0;
+    const __m128i limit = _mm_set1_epi16((short)(0xffff - ESCAPE));
+    __m128i big = _mm_setzero_si128();
+    size_t i = 0, k = *m;
+    unsigned ov = 0;
     for (; i + 32 <= n; i += 32) {
         __m256i s = _mm256_loadu_si256((const __m256i *)(sym + i));
         /* words 0-7 | 16-23 and 8-15 | 24-31 */
         __m256i a = _mm256_unpacklo_epi8(s, zero), b = _mm256_unpackhi_epi8(s, zero);
-        _mm256_storeu_si256((__m256i *)(dst + 2 * i), _mm256_permute2x128_si256(a, b, 0x20));
-        _mm256_storeu_si256((__m256i *)(dst + 2 * i + 32), _mm256_permute2x128_si256(a, b, 0x31));
+        __m256i w0 = _mm256_permute2x128_si256(a, b, 0x20), w1 = _mm256_permute2x128_si256(a, b, 0x31);
         uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(s, all));
-        if (esc) patch_step_escapes(esc, 2, esc_lo, esc_hi, m, over, dst + 2 * i);
+        if (k + 32 <= mt) { /* branch-free: whether a step escapes is hard to predict */
+            __m128i e0 = UNPACK_GROUP(esc, 0), e1 = UNPACK_GROUP(esc, 1);
+            __m128i e2 = UNPACK_GROUP(esc, 2), e3 = UNPACK_GROUP(esc, 3);
+            w0 = _mm256_add_epi16(w0, _mm256_set_m128i(e1, e0));
+            w1 = _mm256_add_epi16(w1, _mm256_set_m128i(e3, e2));
+            esc = 0;
+        }
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i), w0);
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i + 32), w1);
+        if (esc) patch_step_escapes(esc, 2, esc_lo, esc_hi, &k, &ov, dst + 2 * i);
     }
+    *m = k;
+    *over |= ov | !_mm_testz_si128(big, big);
     return i;
 }
 
 V3_FN size_t restore_words4_v3(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
-                               size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                               size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi, size_t mt,
                                size_t *m, unsigned *over, uint8_t *dst) {
     const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
-    size_t i = 0;
+    const __m128i limit = _mm_set1_epi16((short)(0xffff - ESCAPE));
+    __m128i big = _mm_setzero_si128();
+    size_t i = 0, k = *m;
+    unsigned ov = 0;
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(p0 + i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(p1 + i));
@@ -1672,16 +1769,28 @@ V3_FN size_t restore_words4_v3(const uint8_t *p0, const uint8_t *p1, const uint8
         __m256i w1 = _mm256_unpackhi_epi16(low_lo, top_lo);
         __m256i w2 = _mm256_unpacklo_epi16(low_hi, top_hi);
         __m256i w3 = _mm256_unpackhi_epi16(low_hi, top_hi);
-        uint8_t *d = dst + 4 * i;
-        _mm256_storeu_si256((__m256i *)d, _mm256_permute2x128_si256(w0, w1, 0x20));
-        _mm256_storeu_si256((__m256i *)(d + 32), _mm256_permute2x128_si256(w2, w3, 0x20));
-        _mm256_storeu_si256((__m256i *)(d + 64), _mm256_permute2x128_si256(w0, w1, 0x31));
-        _mm256_storeu_si256((__m256i *)(d + 96), _mm256_permute2x128_si256(w2, w3, 0x31));
+        /* words 0-7, 8-15, 16-23, 24-31 */
+        __m256i d[4] = {_mm256_permute2x128_si256(w0, w1, 0x20),
+                        _mm256_permute2x128_si256(w2, w3, 0x20),
+                        _mm256_permute2x128_si256(w0, w1, 0x31),
+                        _mm256_permute2x128_si256(w2, w3, 0x31)};
         uint32_t esc = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(s, all));
-        if (esc) patch_step_escapes(esc, 4, esc_lo, esc_hi, m, over, d);
+        if (k + 32 <= mt) { /* branch-free: whether a step escapes is hard to predict */
+            for (unsigned q = 0; q < 4; q++) {
+                __m128i e = UNPACK_GROUP(esc, q);
+                d[q] = _mm256_add_epi32(d[q], _mm256_slli_epi32(_mm256_cvtepu16_epi32(e), 16));
+            }
+            esc = 0;
+        }
+        uint8_t *out = dst + 4 * i;
+        for (unsigned q = 0; q < 4; q++) _mm256_storeu_si256((__m256i *)(out + 32 * q), d[q]);
+        if (esc) patch_step_escapes(esc, 4, esc_lo, esc_hi, &k, &ov, out);
     }
+    *m = k;
+    *over |= ov | !_mm_testz_si128(big, big);
     return i;
 }
+#undef UNPACK_GROUP
 #endif
 
 /* Format 4's top two planes: lo, hi (n bytes each, scratch) receive the bytes of sym[i] for a
@@ -1716,7 +1825,7 @@ static int restore_top(const uint8_t *sym, size_t n, const uint8_t *esc_lo, cons
  * block by block, with the residual of `kind` inverted behind while the block is in L1 (base not
  * NULL); no planes merged.  -1 as restore_top. */
 static int restore_words(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym, size_t n,
-                         unsigned width, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                         unsigned width, const uint8_t *esc_lo, const uint8_t *esc_hi, size_t mt,
                          uint8_t *dst, const uint8_t *base, int kind) {
     size_t m = 0;
     unsigned over = 0;
@@ -1729,10 +1838,10 @@ static int restore_words(const uint8_t *p0, const uint8_t *p1, const uint8_t *sy
                             : restore_words4_v4(p0 + i, p1 + i, sym + i, end - i, esc_lo,
                                                 esc_hi, &m, &over, dst + 4 * i);
         else if (ckz_cpu_v3)
-            i += width == 2 ? restore_words2_v3(sym + i, end - i, esc_lo, esc_hi, &m, &over,
+            i += width == 2 ? restore_words2_v3(sym + i, end - i, esc_lo, esc_hi, mt, &m, &over,
                                                 dst + 2 * i)
                             : restore_words4_v3(p0 + i, p1 + i, sym + i, end - i, esc_lo,
-                                                esc_hi, &m, &over, dst + 4 * i);
+                                                esc_hi, mt, &m, &over, dst + 4 * i);
 #endif
 #if defined(__x86_64__) && defined(__SSE2__)
         for (; width == 2 && i + 16 <= end; i += 16) {
@@ -1819,7 +1928,7 @@ static int decode_format34(const ctx_header *h, const uint8_t *end, const uint8_
         uint8_t *lo = planes + (elem_size - 2) * n, *hi = lo + n;
         int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && ckz_cpu_v3));
         if (fused ? restore_words(plane_at[0], plane_at[1], sym, n, elem_size, esc_at[0],
-                                  esc_at[1], dst, base, kind)
+                                  esc_at[1], m, dst, base, kind)
                   : restore_top(sym, n, esc_at[0], esc_at[1], lo, hi)) {
             ckz_fail(err, "format 4: an escape value exceeds %u", 0xffff - ESCAPE);
             goto done;

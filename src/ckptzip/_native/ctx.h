@@ -51,6 +51,9 @@ static inline int ckz_ctx_elem_ok(unsigned elem_size) {
 void ckz_context_bytes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
                        uint8_t *ctx);
 
+/* Fills the escape kernels' shuffle tables; once, before any coding (ckz_init calls it). */
+void ckz_ctx_init(void);
+
 /* Largest stream ckz_encode_planes_ctx produces for n elements. */
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size);
 
