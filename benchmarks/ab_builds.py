@@ -25,8 +25,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ckptzip.pipeline import Pipeline
 
 HERE = Path(__file__).resolve().parent
 
@@ -69,25 +73,35 @@ def row_label(name: str, interval: int) -> str:
     return f"{name} dense" if interval == 0 else f"{name} {interval}"
 
 
-def child(repeat: int, quick: bool) -> None:
-    """One round in this process's build: a JSON line per row."""
+def row_coder(data: dict[str, np.ndarray], name: str,
+              interval: int) -> tuple[Pipeline, np.ndarray, np.ndarray | None]:
+    """A row's pipeline, new bytes and base bytes: the bucketed float difference against the
+    base's weights, or for interval 0 the dense pipeline on the shortest interval's weights (base
+    None)."""
     from ckptzip.codecs import BytePlanes, ContextPlanes, Entropy, Residual
     from ckptzip.pipeline import Pipeline
+
+    width = 4 if name == "fp32" else 2
+    if interval:
+        coder = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
+        return coder, data[f"{name}_{interval}"], data[f"{name}_0"]
+    coder = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
+    return coder, data[f"{name}_{rows(data)[0][1]}"], None
+
+
+def chunk_spans(size: int) -> list[tuple[int, int]]:
+    """[start, end) of each chunk of a row's bytes, in the policy's chunk size."""
     from ckptzip.policy import DEFAULT_CHUNK_BYTES
 
+    return [(a, min(a + DEFAULT_CHUNK_BYTES, size)) for a in range(0, size, DEFAULT_CHUNK_BYTES)]
+
+
+def child(repeat: int, quick: bool) -> None:
+    """One round in this process's build: a JSON line per row."""
     data = chunk_sets(quick)
-    table = rows(data)
-    for name, interval in table:
-        width = 4 if name == "fp32" else 2
-        if interval:
-            new, base = data[f"{name}_{interval}"], data[f"{name}_0"]
-            coder = Pipeline(residual=Residual("float-diff", width),
-                             serializer=ContextPlanes(width))
-        else:  # dense: the shortest interval's weights, no base
-            new, base = data[f"{name}_{table[0][1]}"], None
-            coder = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
-        spans = [(a, min(a + DEFAULT_CHUNK_BYTES, len(new)))
-                 for a in range(0, len(new), DEFAULT_CHUNK_BYTES)]
+    for name, interval in rows(data):
+        coder, new, base = row_coder(data, name, interval)
+        spans = chunk_spans(len(new))
         out = np.empty(len(new), np.uint8)
         enc = dec = float("inf")
         chunks: list[bytes] = []

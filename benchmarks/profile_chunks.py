@@ -37,37 +37,21 @@ import ab_builds  # noqa: E402  (beside this script)
 
 #: A perf report line: "  45.85%  [.] rans32_avx2_tab".
 REPORT_LINE = re.compile(r"^\s*([0-9.]+)%\s+\[(.)\]\s+(\S+)")
-
-
-def coder_and_data(name: str, interval: int, quick: bool):
-    """The row's pipeline, its new bytes and its base bytes (None: dense)."""
-    from ckptzip.codecs import BytePlanes, ContextPlanes, Entropy, Residual
-    from ckptzip.pipeline import Pipeline
-
-    data = ab_builds.chunk_sets(quick)
-    width = 4 if name == "fp32" else 2
-    if interval:
-        key = f"{name}_{interval}"
-        if key not in data:
-            intervals = sorted(int(k.split("_")[1]) for k in data if k.startswith(f"{name}_"))
-            raise SystemExit(f"no {name} weights {interval} steps on; have {intervals[1:]}")
-        coder = Pipeline(residual=Residual("float-diff", width), serializer=ContextPlanes(width))
-        return coder, data[key], data[f"{name}_0"]
-    shortest = ab_builds.rows(data)[0][1]
-    coder = Pipeline(serializer=BytePlanes(width, 1), compressors=(Entropy(),))
-    return coder, data[f"{name}_{shortest}"], None
+#: Bytes per element of each row's dtype.
+WIDTH = {"fp32": 4, "bf16": 2}
 
 
 def run_loop(name: str, interval: int, op: str, seconds: float, quick: bool,
              control: str | None) -> tuple[int, float]:
     """Codes the row's chunks until ``seconds`` have passed; returns (elements, seconds)."""
-    from ckptzip.policy import DEFAULT_CHUNK_BYTES
-
-    coder, new, base = coder_and_data(name, interval, quick)
-    width = 4 if name == "fp32" else 2
-    spans = [(a, min(a + DEFAULT_CHUNK_BYTES, len(new)))
-             for a in range(0, len(new), DEFAULT_CHUNK_BYTES)]
-    chunks = [coder.encode_chunk(new[a:b], None if base is None else base[a:b]) for a, b in spans]
+    data = ab_builds.chunk_sets(quick)
+    if interval and f"{name}_{interval}" not in data:
+        intervals = sorted(int(k.split("_")[1]) for k in data if k.startswith(f"{name}_"))
+        raise SystemExit(f"no {name} weights {interval} steps on; have {intervals[1:]}")
+    coder, new, base = ab_builds.row_coder(data, name, interval)
+    spans = ab_builds.chunk_spans(len(new))
+    bases = [None if base is None else base[a:b] for a, b in spans]
+    chunks = [coder.encode_chunk(new[a:b], ab) for (a, b), ab in zip(spans, bases)]
     out = np.empty(len(new), np.uint8)
     fifo = open(control, "w") if control else None  # noqa: SIM115  (held across the loop)
     if fifo:
@@ -76,11 +60,11 @@ def run_loop(name: str, interval: int, op: str, seconds: float, quick: bool,
     started, passes = time.perf_counter(), 0
     while passes == 0 or time.perf_counter() - started < seconds:
         if op == "encode":
-            for a, b in spans:
-                coder.encode_chunk(new[a:b], None if base is None else base[a:b])
+            for (a, b), ab in zip(spans, bases):
+                coder.encode_chunk(new[a:b], ab)
         else:
-            for c, (a, b) in zip(chunks, spans):
-                coder.decode_chunk(c, out[a:b], None if base is None else base[a:b])
+            for c, (a, b), ab in zip(chunks, spans, bases):
+                coder.decode_chunk(c, out[a:b], ab)
         passes += 1
     elapsed = time.perf_counter() - started
     if fifo:
@@ -88,13 +72,13 @@ def run_loop(name: str, interval: int, op: str, seconds: float, quick: bool,
         fifo.close()
     if op == "decode" and not np.array_equal(out, new):
         raise SystemExit(f"{name} {interval}: the chunks did not decode bit-exactly")
-    return passes * len(new) // width, elapsed
+    return passes * len(new) // WIDTH[name], elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dtype", choices=("fp32", "bf16"))
+    parser.add_argument("dtype", choices=tuple(WIDTH))
     parser.add_argument("interval", type=int, help="steps after the base; 0: dense, no base")
     parser.add_argument("--op", choices=("encode", "decode"), default="decode")
     parser.add_argument("--seconds", type=float, default=10.0, help="loop length (default 10)")
@@ -106,7 +90,7 @@ def main() -> None:
     if not args.perf:
         elements, elapsed = run_loop(args.dtype, args.interval, args.op, args.seconds,
                                      args.quick, args.control)
-        width = 4 if args.dtype == "fp32" else 2
+        width = WIDTH[args.dtype]
         print(f"{args.dtype} {args.interval} {args.op}: {elements * width / elapsed / 1e6:.0f} "
               f"MB/s, {elapsed / elements * 1e9:.3f} ns per element")
         return
