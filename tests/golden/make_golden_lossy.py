@@ -1,0 +1,63 @@
+"""Write the golden lossy files: a keyframe and one delta per lossy mode, and the bits each delta
+decodes to (run once per change of what a lossy file may hold).
+
+    python tests/golden/make_golden_lossy.py
+
+Never regenerate a committed file: they pin what old writers stored. ``v1.0-adaptive-mark.ckz``
+was written before the adaptive mode dropped its ``mark`` stage (a faint known noise on the
+weights); this ckptzip must still decode it to exactly ``v1.0-adaptive-mark.expected.safetensors``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent / "lossy"
+
+
+def golden_chain() -> tuple[dict[str, object], dict[str, object]]:
+    """Two consecutive training states of a tiny model with AdamW moments, fully determined by
+    integer arithmetic."""
+    ramp = torch.arange(0, 64 * 48, dtype=torch.int64).double()
+    weight = (torch.sin(ramp * 0.37) * 0.05).float().reshape(64, 48)
+    update = (torch.cos(ramp * 0.11) * 1e-3).float().reshape(64, 48)
+    bias = (torch.sin(ramp[:48] * 0.5) * 0.01).float()
+
+    def state(step: int, w: torch.Tensor) -> dict[str, object]:
+        m = update * (0.9 + 0.01 * step)
+        v = update * update * (1.5 + 0.1 * step) + 1e-10
+        return {
+            "model": {"layer.weight": w, "layer.bias": bias},
+            "optimizer": {
+                "state": {0: {"step": torch.tensor(float(step)), "exp_avg": m, "exp_avg_sq": v}},
+                "param_groups": [{"lr": 1e-3, "params": [0]}],
+            },
+        }
+
+    return state(10, weight), state(20, weight + update * 3)
+
+
+def main(mode: str) -> None:
+    import ckptzip
+
+    first, second = golden_chain()
+    HERE.mkdir(exist_ok=True)
+    base = HERE / f"v1.0-{mode}-base.ckz"
+    delta = HERE / f"v1.0-{mode}.ckz"
+    ckptzip.save(first, base, threads=1)
+    ckptzip.save(second, delta, mode=mode.split("-")[0], base=base, threads=1)
+    decoded = ckptzip.load(delta)
+    tensors = {"layer.weight": decoded["model"]["layer.weight"],
+               "exp_avg": decoded["optimizer"]["state"][0]["exp_avg"],
+               "exp_avg_sq": decoded["optimizer"]["state"][0]["exp_avg_sq"]}
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(HERE / f"v1.0-{mode}.expected.safetensors"))
+    print(f"wrote {delta} ({delta.stat().st_size} bytes) and its expected decode")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "adaptive-mark")
