@@ -24,6 +24,7 @@ def save(
     metadata: dict[str, Any] | None = None,
     keyframe_every: int | None = None,
     progress: bool = False,
+    resumed: bool = False,
     **mode_options: Any,
 ) -> SaveReport:
     """Compress ``state`` (any nesting of dicts, lists and tuples of tensors, arrays, numbers,
@@ -35,6 +36,13 @@ def save(
     already heads a chain of K-1 deltas, this checkpoint is written standalone instead.
     ``threads=None`` uses every core. ``metadata`` is a JSON-able dict stored in the header.
     Other keyword arguments are options of the mode (``chunk_bytes`` for ``lossless``).
+
+    ``resumed=True`` says that the training which made ``state`` went on from ``base`` *as
+    loaded* (it resumed from the decoded checkpoint), not from the true state the base was saved
+    from. Lossy modes then know that the difference from the base is all training's update. The
+    default, False, is the safe answer when unsure: it can only make a lossy checkpoint larger
+    than needed, never its error grow along a chain. :class:`ckptzip.CheckpointManager` passes
+    it for you (it knows when ``restore()`` ran).
     """
     target = os.fspath(path)
     if isinstance(state, Prepared):  # planned by ckptzip.writer.prepare, which opened its base
@@ -53,7 +61,7 @@ def save(
             report = encode_state(
                 state, FileSink(handle), mode=mode, threads=threads, metadata=metadata,
                 path=target, progress=progress, base=opened, base_location=location,
-                keyframe_every=keyframe_every, mode_options=mode_options,
+                keyframe_every=keyframe_every, mode_options=mode_options, resumed=resumed,
             )
     finally:
         if opened is not None:
@@ -86,6 +94,7 @@ def dumps(
     threads: int | None = None,
     metadata: dict[str, Any] | None = None,
     keyframe_every: int | None = None,
+    resumed: bool = False,
     **mode_options: Any,
 ) -> bytes:
     """Like :func:`save`, into bytes. ``base`` may also be the previous in-memory state (or the
@@ -94,7 +103,7 @@ def dumps(
     sink = MemorySink()
     try:
         encode_state(state, sink, mode=mode, threads=threads, metadata=metadata, base=opened,
-                     keyframe_every=keyframe_every, mode_options=mode_options)
+                     keyframe_every=keyframe_every, mode_options=mode_options, resumed=resumed)
     finally:
         if opened is not None:
             opened.close()

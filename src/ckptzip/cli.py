@@ -23,7 +23,7 @@ from typing import Any
 
 from . import __version__
 from .chain import base_exists, open_base, relative_location, resolve_relative
-from .container import factor_leaves
+from .container import added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET
 from .reader import CheckpointFile
@@ -325,13 +325,13 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
                 }
                 for leaf in ckpt.leaves
             ]
-            factors = factor_leaves(ckpt.leaves)  # parts of tensors, not of the state
-            raw_total = sum(r["raw_bytes"] for i, r in enumerate(rows) if i not in factors)
+            added = added_leaves(ckpt.leaves)  # parts of tensors, not of the state
+            raw_total = sum(r["raw_bytes"] for i, r in enumerate(rows) if i not in added)
             summary: dict[str, Any] = {
                 "path": src, "format": raw.get("version"), "creator": raw.get("creator"),
                 "mode": raw.get("mode"), "id": raw.get("id"), "metadata": raw.get("metadata"),
                 "source": (raw.get("source") or {}).get("kind"),
-                "tensors": len(rows) - len(factors), "factor_leaves": len(factors),
+                "tensors": len(rows) - len(added), "added_leaves": len(added),
                 "raw_bytes": raw_total, "file_bytes": ckpt.source.size,
                 "ratio": raw_total / ckpt.source.size if ckpt.source.size else None,
                 "chain_depth": ckpt.chain_depth, "chain": chain_of(ckpt),
@@ -356,8 +356,8 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
                   f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}{error}")
         total_ratio = f"{summary['ratio']:.3f}" if summary["ratio"] else "-"
         counted = f"{summary['tensors']} tensors"
-        if summary["factor_leaves"]:
-            counted += f" (+{summary['factor_leaves']} low-rank factors)"
+        if summary["added_leaves"]:
+            counted += f" (+{summary['added_leaves']} added: low-rank factors, change masks)"
         print(f"{'total':<{width}}  {counted:<52} {raw_total:>12,} "
               f"{summary['file_bytes']:>12,} {total_ratio:>7}")
     return 0

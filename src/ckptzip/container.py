@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, NoReturn
 
 from . import _native
-from .codecs import LowRank
 from .dtypes import DType, from_name
 from .errors import CorruptError, FormatError, TruncatedError, UnsupportedError, VersionError
 from .pipeline import Pipeline
@@ -234,7 +233,7 @@ def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
         _parse_leaf(i, e, names[i], data_length, source, pipelines, chunk)
         for i, e in enumerate(entries)
     )
-    leaves = _name_factors(leaves)
+    leaves = _name_added(leaves)
     _check_references(leaves, source)
     if not isinstance(raw.get("metadata", {}), dict):
         raise FormatError(f"{source}: header metadata must be an object")
@@ -243,11 +242,12 @@ def parse_header(header_bytes: bytes, data_length: int, source: str) -> Header:
 
 def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
     """Leaves that transforms read name other leaves that read none themselves (so there are
-    no chains and no cycles). A tensor stored at a sibling's support names a sibling of its shape
-    and expands at most :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array;
-    low-rank factors are ``rows x r`` and ``columns x r`` matrices of the tensor with ``r`` at
-    most its smaller side (:meth:`LowRank.fits`), so their product costs no more than the
-    tensor's size times that side, whatever a file declares."""
+    no chains and no cycles), of the dtypes and shapes each transform needs
+    (:meth:`~ckptzip.codecs.TensorToTensor.sibling_problem`: low-rank factors are ``rows x r``
+    and ``columns x r`` matrices with ``r`` at most the smaller side, so their product costs no
+    more than the tensor's size times that side, whatever a file declares; a change mask holds a
+    bit per element). A tensor stored at a sibling's support names a sibling of its shape and
+    expands at most :data:`MAX_TRANSFORM_EXPANSION` times that sibling's stored array."""
     for leaf in leaves:
         where = f"{source}: tensor {leaf.name!r}"
         for j in leaf.pipeline.references:
@@ -256,9 +256,11 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
             if leaves[j].pipeline.references:
                 raise FormatError(f"{where}: its transforms read {leaves[j].name!r}, which reads "
                                   f"other leaves itself")
-        lowrank = leaf.pipeline.lowrank
-        if lowrank is not None:
-            _check_factors(leaf, leaves[lowrank.u].shape, leaves[lowrank.v].shape, where)
+        for stage in leaf.pipeline.transforms:
+            siblings = {j: (leaves[j].dtype.name, leaves[j].shape) for j in stage.references}
+            problem = stage.sibling_problem(leaf.shape, siblings) if siblings else None
+            if problem is not None:
+                raise FormatError(f"{where}: {problem}")
         support = leaf.pipeline.support
         if support is None:
             continue
@@ -273,29 +275,21 @@ def _check_references(leaves: tuple[LeafInfo, ...], source: str) -> None:
                               f"{leaf.array_nbytes + sibling.array_nbytes}")
 
 
-def _check_factors(leaf: LeafInfo, u: tuple[int, ...], v: tuple[int, ...], where: str) -> None:
-    if not LowRank.fits(leaf.shape, u, v):
-        rows, columns = LowRank.sides(leaf.shape)
-        raise FormatError(f"{where}: low-rank factors {list(u)} and {list(v)} are not matrices "
-                          f"of a rank <= {min(rows, columns)} for a {rows} x {columns} tensor")
+def added_leaves(leaves: tuple[LeafInfo, ...]) -> set[int]:
+    """Indices of the leaves a writer added as parts of other tensors (low-rank factors, change
+    masks), which the state does not hold."""
+    return {j for leaf in leaves for stage in leaf.pipeline.transforms
+            for j in stage.added_leaves(leaf.name)}
 
 
-def factor_leaves(leaves: tuple[LeafInfo, ...]) -> set[int]:
-    """Indices of the leaves that low-rank stages read: parts of other tensors, not of the
-    state."""
-    return {j for leaf in leaves if (lowrank := leaf.pipeline.lowrank) is not None
-            for j in lowrank.references}
-
-
-def _name_factors(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
-    """Low-rank factor leaves, which the tree does not reference, named after their tensor
-    (``<name>:lowrank.u`` and ``.v``) instead of ``<unreferenced i>``."""
+def _name_added(leaves: tuple[LeafInfo, ...]) -> tuple[LeafInfo, ...]:
+    """Added leaves, which the tree does not reference, named after their tensor
+    (``<name>:lowrank.u``, ``<name>:changed``) instead of ``<unreferenced i>``."""
     names: dict[int, str] = {}
     for leaf in leaves:
-        lowrank = leaf.pipeline.lowrank
-        if lowrank is not None:
-            names.setdefault(lowrank.u, f"{leaf.name}:lowrank.u")
-            names.setdefault(lowrank.v, f"{leaf.name}:lowrank.v")
+        for stage in leaf.pipeline.transforms:
+            for j, name in stage.added_leaves(leaf.name).items():
+                names.setdefault(j, name)
     return tuple(replace(leaf, name=names[leaf.index])
                  if leaf.index in names and leaf.name.startswith("<unreferenced") else leaf
                  for leaf in leaves)

@@ -187,6 +187,9 @@ class CheckpointManager:
         self._pending_lock = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
+        #: The step restore() last returned, until the next save: that save's state was trained
+        #: from its decoded values (what lossy modes need to know, see ckptzip.save's resumed).
+        self._restored: int | None = None
         self._remove_stale_temp_files()
 
     # -- the directory lock ---------------------------------------------------------------
@@ -222,24 +225,32 @@ class CheckpointManager:
                                 f"({exc.strerror or exc}); remove it by hand") from exc
 
     # -- public API -----------------------------------------------------------------------
-    def save(self, step: int, state: Any) -> None:
-        """Checkpoint ``state`` as ``step``; returns once it is safe to change ``state``."""
+    def save(self, step: int, state: Any, *, resumed: bool | None = None) -> None:
+        """Checkpoint ``state`` as ``step``; returns once it is safe to change ``state``.
+
+        ``resumed``: whether the training that made ``state`` went on from its base checkpoint
+        as decoded (see :func:`ckptzip.save`). By default the manager tells: True for the first
+        save after :meth:`restore` when it is coded against the restored step, else False."""
         self._check()
         if type(step) is not int or step < 0:
             raise ConfigError(f"step must be a non-negative int, not {step!r}")
+        if resumed is not None and not isinstance(resumed, bool):
+            raise ConfigError(f"resumed must be True, False or None, not {resumed!r}")
+        restored, self._restored = self._restored, None
+        resumed_from = restored if resumed is None else (-1 if resumed else None)
         self._slots.acquire()  # back-pressure: wait while max_pending saves are under way
         if not self.async_save:
             try:
-                self._write(step, state)
+                self._write(step, state, resumed_from)
             finally:
                 self._slots.release()
             return
         try:
             self._raise_pending_error()
             flat = flatten(state)
-            copy = (self._device_copy(step, state, flat) if self._on_device(flat[1])
+            copy = (self._device_copy(step, state, flat, resumed_from) if self._on_device(flat[1])
                     else snapshot(state, flat))
-            future = self._executor.submit(self._write_in_background, step, copy)
+            future = self._executor.submit(self._write_in_background, step, copy, resumed_from)
         except BaseException:
             self._slots.release()
             raise
@@ -268,7 +279,9 @@ class CheckpointManager:
             chain = self._chain_paths(path)
             self._reading.update(chain)
         try:
-            return load(path, map_location=map_location, threads=self.threads)
+            state = load(path, map_location=map_location, threads=self.threads)
+            self._restored = step
+            return state
         finally:
             with self._headers_lock:
                 self._reading.subtract(chain)
@@ -338,6 +351,11 @@ class CheckpointManager:
             earlier = [s for s in self._restorable() if s < step]
         return self._path(earlier[-1]) if earlier else None
 
+    def _resumed(self, base: str | None, resumed_from: int | None) -> bool:
+        """Whether a save against ``base`` was trained from that base as decoded: the caller
+        said so (``resumed_from`` -1), or it is the step restore() returned."""
+        return resumed_from == -1 or (resumed_from is not None and base == self._path(resumed_from))
+
     def _on_device(self, leaves: list[Leaf]) -> bool:
         """Whether an async save of these leaves should transform them on their accelerator
         before the copy to the host: a lossy mode (whose transforms are torch ops) and a tensor
@@ -346,7 +364,8 @@ class CheckpointManager:
             return False
         return any(leaf.tensor.device.type != "cpu" for leaf in leaves)
 
-    def _device_copy(self, step: int, state: Any, flat: tuple[Any, list[Leaf]]) -> Any:
+    def _device_copy(self, step: int, state: Any, flat: tuple[Any, list[Leaf]],
+                     resumed_from: int | None) -> Any:
         """What an async save of accelerator tensors hands to the background: a copy on the
         device (fast; the transforms then run there in the background, on their own stream), or,
         when the device has no room for one, the transformed state made here and now."""
@@ -354,16 +373,17 @@ class CheckpointManager:
             return device_snapshot(state, flat)
         except torch.cuda.OutOfMemoryError:
             self.wait()  # the delta's base must be on disk first
-            return self._prepare_on_device(step, state)
+            return self._prepare_on_device(step, state, resumed_from)
 
-    def _prepare_on_device(self, step: int, state: Any) -> Prepared:
+    def _prepare_on_device(self, step: int, state: Any, resumed_from: int | None) -> Prepared:
         """Run the lossy transforms where the tensors are, then copy to the host only what will
         be stored (codes and untransformed leaves): less to copy and to hold than the state."""
         path = self._base_for(step)
         base = open_base(path, threads=self.threads) if path is not None else None
         try:
             prepared = prepare(state, mode=self.mode, base=base,
-                               keyframe_every=self.keyframe_every, mode_options=self.mode_options)
+                               keyframe_every=self.keyframe_every, mode_options=self.mode_options,
+                               resumed=self._resumed(path, resumed_from))
             host = prepared.to_host()
         except BaseException:
             if base is not None:
@@ -373,12 +393,13 @@ class CheckpointManager:
             base.close()
         return host
 
-    def _write(self, step: int, state: Any) -> SaveReport:
+    def _write(self, step: int, state: Any, resumed_from: int | None = None) -> SaveReport:
         """Compress ``state`` as ``step`` against the newest earlier restorable step (unless it is
-        prepared, and so planned against its base already), then prune."""
+        prepared, and so planned against its base already), then prune. ``resumed_from``: the
+        step the state was trained from as decoded (-1: its base, whichever), or None."""
         if isinstance(state, DeviceSnapshot):
             with state.background():
-                prepared = self._prepare_on_device(step, state.state)
+                prepared = self._prepare_on_device(step, state.state, resumed_from)
             state.state = None  # free the device copy before the write
             state = prepared
         # a synchronous save of accelerator tensors needs no branch: save() runs the lossy
@@ -386,19 +407,20 @@ class CheckpointManager:
         if isinstance(state, Prepared):
             report = save(state, self._path(step), threads=self.threads, metadata={"step": step})
         else:
+            base = self._base_for(step)
             report = save(
-                state, self._path(step), mode=self.mode, base=self._base_for(step),
-                threads=self.threads, metadata={"step": step},
-                keyframe_every=self.keyframe_every, **self.mode_options,
+                state, self._path(step), mode=self.mode, base=base,
+                threads=self.threads, metadata={"step": step}, keyframe_every=self.keyframe_every,
+                resumed=self._resumed(base, resumed_from), **self.mode_options,
             )
         if self.keep_last is not None:
             self._prune(self.keep_last)
         return report
 
-    def _write_in_background(self, step: int, state: Any) -> SaveReport:
+    def _write_in_background(self, step: int, state: Any, resumed_from: int | None) -> SaveReport:
         """:meth:`_write` on the background thread; a failure is kept for the next call."""
         try:
-            return self._write(step, state)
+            return self._write(step, state, resumed_from)
         except Exception as exc:
             error = Error(f"{self.directory}: saving step {step} in the background failed: {exc}")
             error.__cause__ = exc

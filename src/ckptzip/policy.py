@@ -36,6 +36,15 @@ class Encoded:
     added: Leaf | None = None
 
 
+@dataclass(frozen=True)
+class Exact:
+    """A tensor a lossy policy leaves bit-exact: the writer codes it losslessly (against the
+    base where that is smaller). ``unchanged``: it equals the base's decoded tensor (frozen
+    weights, buffers, a step at learning rate 0), which the header then says."""
+
+    unchanged: bool = False
+
+
 #: ``progress(planned, total)``: ``planned`` more raw bytes of ``total`` are planned.
 Planned = Callable[[int, int], None]
 
@@ -44,11 +53,14 @@ class Policy(Protocol):
     mode: str
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
-                   progress: Planned | None = None) -> dict[int, Encoded]:
+                   progress: Planned | None = None, *,
+                   resumed: bool = False) -> dict[int, Encoded | Exact]:
         """Transform whichever tensors the mode treats jointly (weights with their moments),
-        by leaf index; every other leaf is coded on its own with :meth:`pipeline_for`. Plans at
-        indices ``len(leaves)``, ``len(leaves) + 1``, ... add leaves (their ``added``).
-        ``progress`` hears of the raw bytes planned as the work goes (a progress bar)."""
+        by leaf index, or mark them :class:`Exact`; every other leaf is coded on its own with
+        :meth:`pipeline_for`. Plans at indices ``len(leaves)``, ``len(leaves) + 1``, ... add
+        leaves (their ``added``). ``progress`` hears of the raw bytes planned as the work goes
+        (a progress bar). ``resumed``: training went on from ``base`` as decoded (it resumed
+        from a load of it), not from the true state the base was saved from."""
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         """The pipeline of a tensor coded on its own."""
@@ -72,7 +84,8 @@ class LosslessPolicy:
         self._deltas: dict[tuple[int, int, bool], list[Pipeline]] = {}
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
-                   progress: Planned | None = None) -> dict[int, Encoded]:
+                   progress: Planned | None = None, *,
+                   resumed: bool = False) -> dict[int, Encoded | Exact]:
         return {}
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:

@@ -25,7 +25,7 @@ from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, s
 from .errors import ConfigError
 from .parallel import executor, gc_paused, ordered_map, resolve_threads, task_bytes
 from .pipeline import Pipeline
-from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
+from .policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, Policy, policy_for
 from .progress import Progress
 from .tree import Leaf, flatten, host_copies, tensor_bytes
 
@@ -81,12 +81,13 @@ _Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chun
 
 def _tasks(
     leaves: list[Leaf], policy: Policy, base: Base | None, encoded: dict[int, _LeafPlan],
-    plans: list[_LeafPlan], size_limit: int,
+    plans: list[_LeafPlan], size_limit: int, exact: dict[int, Exact] | None = None,
 ) -> Iterator[_Task]:
     """Chunks in file order, grouped into tasks of about ``size_limit`` raw bytes (the last chunk
     crosses it). Each leaf is planned (and its bytes materialized on the host) only when its turn
     comes; its base's bytes are decoded at most PREFETCH_BYTES ahead and released once its chunks
-    are scheduled, so a save never holds a second full copy of the state or of the base."""
+    are scheduled, so a save never holds a second full copy of the state or of the base.
+    ``exact``: leaves the policy left bit-exact, by index."""
     task: _Task = []
     size = 0
     ahead = 0  # leaves before this one have had their base tensors fetched
@@ -99,7 +100,7 @@ def _tasks(
             raw = tensor_bytes(plan.array)
         else:
             raw = leaf.host_bytes()
-            plan = _plan_leaf(leaf, raw, policy, base)
+            plan = _plan_leaf(leaf, raw, policy, base, (exact or {}).get(index))
         plans.append(plan)
         if base is not None:
             base.release(leaf.name)
@@ -184,8 +185,10 @@ def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | No
     array = encoding.array
     width = encoding.pipeline.serializer.segments() if encoding.pipeline.serializer else 1
     chunk_bytes = max(width, policy.chunk_bytes(leaf) // width * width)
-    extra = {"encoded": {"dtype": dtypes.from_torch(array.dtype, leaf.name).name,
-                         "shape": list(array.shape)}, **encoding.extra}
+    extra = dict(encoding.extra)
+    if encoding.pipeline.transforms:  # else the stored array is the leaf itself (a change mask)
+        extra["encoded"] = {"dtype": dtypes.from_torch(array.dtype, leaf.name).name,
+                            "shape": list(array.shape)}
     if encoding.uses_base:
         if base is None:
             raise ConfigError(f"{leaf.name}: the {policy.mode} policy coded it against a missing base")
@@ -205,17 +208,24 @@ TRIAL_BYTES = 64 << 10
 TRIAL_MARGIN = 0.05
 
 
-def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None) -> _LeafPlan:
+def _plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
+               exact: Exact | None = None) -> _LeafPlan:
     """Pick the leaf's pipeline. Against a base, size a sample from the middle of the tensor with
     each candidate representation (dense included) and keep the smallest. The trials only size
     the streams (:meth:`Pipeline.encoded_size`, exact); when the sample is the whole tensor, the
-    winner's stream is coded once and kept as the tensor's only chunk."""
+    winner's stream is coded once and kept as the tensor's only chunk. A tensor the policy found
+    unchanged (``exact``) is coded against the base with its first delta pipeline, untried (a
+    difference of zeros, a few bytes a chunk), and its header entry says so."""
     chunk_bytes = policy.chunk_bytes(leaf)
     dense = policy.pipeline_for(leaf)
     if base is None or leaf.nbytes == 0 or not _has_base_tensor(leaf, base):
         return _LeafPlan(leaf, dense, chunk_bytes, [])
     base_raw = base.raw(leaf.name)
-    candidates = [dense, *policy.delta_candidates(leaf)]
+    deltas = policy.delta_candidates(leaf)
+    if exact is not None and exact.unchanged and deltas:
+        extra = {"base": {"name": leaf.name, "crc": _native.crc32c(base_raw)}, "unchanged": True}
+        return _LeafPlan(leaf, deltas[0], chunk_bytes, [], base_raw=base_raw, extra=extra)
+    candidates = [dense, *deltas]
     width = leaf.dtype.plane_layout[0]
     for trial_bytes in (QUICK_TRIAL_BYTES, TRIAL_BYTES):
         size = min(len(raw), max(width, trial_bytes // width * width))
@@ -271,6 +281,8 @@ class Prepared:
     #: Leaves the mode added after the state's own (low-rank factors): stored, but not part of
     #: the state, so not counted in its raw size.
     added: int = 0
+    #: Leaves the mode left bit-exact (coded losslessly), by index.
+    exact: dict[int, Exact] = field(default_factory=dict)
 
     def to_host(self) -> Prepared:
         """A copy whose arrays all live in fresh host memory (see :func:`host_copies`), so the
@@ -300,11 +312,13 @@ def prepare(
     keyframe_every: int | None = None,
     mode_options: dict[str, Any] | None = None,
     progress: bool = False,
+    resumed: bool = False,
 ) -> Prepared:
     """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
     ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
     so the base's bytes need not stay cached until the write. ``progress``: a bar on a terminal
-    while the transforms run (minutes for a large state on a CPU)."""
+    while the transforms run (minutes for a large state on a CPU). ``resumed``: the training
+    that made ``state`` went on from ``base`` as decoded (see :func:`ckptzip.save`)."""
     policy = policy_for(mode, **(mode_options or {}))
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
@@ -316,9 +330,12 @@ def prepare(
         bar.total = max(total, 1)
         bar.update(size)
 
-    plans = policy.plan_state(leaves, base, planned)
+    plans = policy.plan_state(leaves, base, planned, resumed=resumed)
     bar.close()
+    exact = {index: plan for index, plan in plans.items() if isinstance(plan, Exact)}
     for index, encoding in sorted(plans.items(), key=lambda p: p[0]):
+        if isinstance(encoding, Exact):
+            continue
         if index >= n_state:  # a leaf the mode adds, which the tree does not reference
             if index != len(leaves) or encoding.added is None:
                 raise ConfigError(f"the {mode} policy planned leaf {index} of {len(leaves)} "
@@ -327,7 +344,7 @@ def prepare(
         encoded[index] = _encoded_plan(leaves[index], encoding, policy, base)
         if base is not None:
             base.release(leaves[index].name)
-    return Prepared(tree, leaves, mode, base, encoded, policy, len(leaves) - n_state)
+    return Prepared(tree, leaves, mode, base, encoded, policy, len(leaves) - n_state, exact)
 
 
 def _header_json(header: dict[str, Any]) -> bytes:
@@ -654,6 +671,7 @@ def encode_state(
     base_location: str | None = None,
     keyframe_every: int | None = None,
     mode_options: dict[str, Any] | None = None,
+    resumed: bool = False,
 ) -> SaveReport:
     """Compress ``state`` into ``sink``; the caller owns where the bytes end up.
 
@@ -669,7 +687,7 @@ def encode_state(
     # a Prepared state was planned already: its mode, base and policy hold
     prepared = state if isinstance(state, Prepared) else prepare(
         state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options,
-        progress=progress)
+        progress=progress, resumed=resumed)
     mode, base, policy = prepared.mode, prepared.base, prepared.policy
     tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header: dict[str, Any] = {
@@ -689,7 +707,8 @@ def encode_state(
     bar = Progress(raw_total, "compress", enabled=progress)
 
     plans: list[_LeafPlan] = []
-    tasks = _tasks(leaves, policy, base, encoded, plans, task_bytes(raw_total, n_threads))
+    tasks = _tasks(leaves, policy, base, encoded, plans, task_bytes(raw_total, n_threads),
+                   prepared.exact)
     for segments in ordered_map(functools.partial(_encode_task, plans), tasks, n_threads):
         for stored, entries in segments:
             position = sink.position

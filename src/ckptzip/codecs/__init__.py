@@ -20,6 +20,7 @@ from .mark import Mark
 from .residual import Residual
 from .sparse import Sparse
 from .support import Support
+from .zeros import ExactZeros
 
 __all__ = [
     "BytePlanes",
@@ -28,6 +29,7 @@ __all__ = [
     "ContextPlanes",
     "Dither",
     "Entropy",
+    "ExactZeros",
     "KMeans",
     "LossyResidual",
     "LowRank",

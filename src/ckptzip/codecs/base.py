@@ -95,6 +95,18 @@ class TensorToTensor(Codec):
         """Indices of the sibling leaves this transform needs decoded first (none by default)."""
         return ()
 
+    def added_leaves(self, name: str) -> dict[int, str]:
+        """The sibling leaves that are parts of this tensor ``name`` (a writer added them; the
+        state does not hold them), with the names a reader gives them; none by default."""
+        return {}
+
+    def sibling_problem(self, shape: tuple[int, ...],
+                        siblings: dict[int, tuple[str, tuple[int, ...]]]) -> str | None:
+        """Why the sibling leaves a header declares (``(dtype name, shape)`` by index, for each
+        of :attr:`references`) cannot serve a tensor of ``shape``, or None when they can: the
+        header parser asks before any data is read."""
+        return None
+
     @abstractmethod
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 

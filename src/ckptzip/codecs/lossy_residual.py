@@ -3,7 +3,8 @@
 Lossy modes code a tensor as ``new - base`` in floating point (fp32, or fp64 for fp64 tensors),
 where ``base`` is the *decoded* base checkpoint, so that the errors of a chain do not add up
 (closed loop, as in ExCP). Later stages prune and quantize the difference; decoding adds it back
-to the base and casts to the tensor's dtype.
+to the base and casts to the tensor's dtype, and keeps the base's bits wherever the decoded
+difference is zero, so that an element training did not move comes back exactly.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class LossyResidual(TensorToTensor):
         return tensor.to(self.compute_dtype) - base
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        base = self._base(tensor.shape, context).to(tensor.device, self.compute_dtype)
+        """The base plus the difference, and the base's own bits where the difference is zero
+        (``-0.0 + 0.0`` would give ``+0.0``): an element the update left alone decodes exactly."""
+        exact = self._base(tensor.shape, context).to(tensor.device)
         assert self.dtype.torch_dtype is not None
-        return (base + tensor.to(self.compute_dtype)).to(self.dtype.torch_dtype)
+        exact = exact.to(self.dtype.torch_dtype)
+        delta = tensor.to(self.compute_dtype)
+        moved = (exact.to(self.compute_dtype) + delta).to(self.dtype.torch_dtype)
+        return torch.where(delta == 0, exact, moved)

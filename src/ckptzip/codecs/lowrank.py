@@ -48,6 +48,18 @@ class LowRank(TensorToTensor):
     def references(self) -> tuple[int, ...]:
         return (self.u, self.v)
 
+    def added_leaves(self, name: str) -> dict[int, str]:
+        return {self.u: f"{name}:lowrank.u", self.v: f"{name}:lowrank.v"}
+
+    def sibling_problem(self, shape: tuple[int, ...],
+                        siblings: dict[int, tuple[str, tuple[int, ...]]]) -> str | None:
+        u, v = siblings[self.u][1], siblings[self.v][1]
+        if self.fits(shape, u, v):
+            return None
+        rows, columns = self.sides(shape)
+        return (f"low-rank factors {list(u)} and {list(v)} are not matrices of a rank <= "
+                f"{min(rows, columns)} for a {rows} x {columns} tensor")
+
     def product(self, shape: torch.Size | tuple[int, ...], context: TransformContext,
                 dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """``U V^T`` as a tensor of ``shape``; ValueError when the factors do not fit it."""

@@ -1,16 +1,15 @@
 """Tensor to tensor: a faint, known, zero-mean noise added on decoding (a lossy weight's mark).
 
+**Decode only, for files written before ckptzip 0.2**: the adaptive mode no longer writes it.
 Decoding adds ``amount * w * step``, with ``w`` uniform in (-1/2, 1/2), drawn from the seed by the
 dither's hash (:func:`~ckptzip.codecs.dither.offsets` of ``seed ^ MARK_KEY``), so independent of
 the data, of the rounding and of a dither. Encoding leaves the tensor as it is: the mark is not
-coded, it is part of the reconstruction's error, ``amount**2 * step**2 / 12`` per element (1.6% of
-a dither's error at the adaptive mode's 1/8).
+coded, it is part of the reconstruction's error, ``amount**2 * step**2 / 12`` per element.
 
-What it is for: an update made by training that went on from the *true* state carries the
-reconstruction's error, mark included, so its least-squares slope on ``w * step`` is
-``-amount``; training that resumed from the reconstruction never saw ``w``, and its update's slope
-is 0. The next save measures that slope and takes its error budget relative to the update training
-actually made (:mod:`ckptzip.modes.carried`).
+It was deliberate noise on every weight, there only so that the next save could guess from its
+update whether training resumed from the reconstruction; that is now stated instead
+(``ckptzip.save(..., resumed=)``, which :class:`ckptzip.CheckpointManager` passes). The golden
+file ``tests/golden/lossy/v1.0-adaptive-mark.ckz`` pins its decoding.
 """
 
 from __future__ import annotations

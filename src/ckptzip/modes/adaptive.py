@@ -1,13 +1,16 @@
 """``mode="adaptive"``: ckptzip's own lossy policy, the smallest checkpoint within an error budget.
 
-Per tensor and per checkpoint:
+Per tensor and per checkpoint, against the base as decoded (closed loop):
 
-* weights: the update against the base's reconstruction (closed loop) is rounded *without bias*
-  (stochastically, or with a subtractive dither where that is cheaper; marked) to the coarsest
-  uniform grid whose expected error is within the budget, relative to the update training made
-  since the base (:mod:`.carried` tells whether the update also carries the base's error), after
-  subtracting a quantized low-rank product where the rank search finds that cheaper
-  (:mod:`.factoring`; the factors are leaves of their own, read by the ``lowrank`` stage);
+* a tensor equal to the base's decoded tensor is stored as unchanged, bit-exact
+  (:class:`~ckptzip.modes.common.JointPolicy`);
+* weights: the update is rounded *without bias* (stochastically, or with a subtractive dither
+  where that is cheaper) to the coarsest uniform grid whose expected error is within the budget,
+  relative to the update training made since the base, after subtracting a quantized low-rank
+  product where the rank search finds that cheaper (:mod:`.factoring`; the factors are leaves
+  of their own, read by the ``lowrank`` stage). Elements whose update is exactly zero decode
+  exactly (an added mask of the changed elements, read by the ``zeros`` stage). Whether the
+  update also carries the base's own error is stated by the caller (``resumed``), not guessed;
 * ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
   within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
   ``|m^ - m| / |m|``;
@@ -16,50 +19,79 @@ Per tensor and per checkpoint:
   an intact ``exp_avg_sq`` would shrink the element's next steps tenfold); stored only at that
   support, quantized in the log domain with the fewest centroids that keep the relative error of
   ``sqrt(v)``, by which Adam divides, within budget.
+
+Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
+tensor whose bound no candidate keeps is stored bit-exact.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ..chain import Base
-from ..codecs import Dither, KMeans, LowRank, Mark, Support, TensorToTensor, TransformContext
+from ..codecs import Dither, ExactZeros, KMeans, LowRank, Support, TensorToTensor, TransformContext
 from ..codecs.kmeans import Fit, lloyd_sorted, sample_sorted
+from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
 from ..errors import ConfigError
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
-from .carried import MARK, base_error_energy, base_mark, carried_fraction
-from .common import GroupValues, JointPolicy, decode, finish
-from .factoring import Rounding, factor_update, grid, roundings
+from .common import GroupValues, JointPolicy, coded, decode, finish, finished, honoured
+from .factoring import BOUND_SIGMAS, Rounding, factor_update, grid, roundings
 from .pairing import MOMENTS
 from .quantize import CODEBOOKS, fitted
 
 STATES = ("weight", *MOMENTS)
-#: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md). The
-#: weights' is the expected error of unbiased rounding, which training absorbs even at the size
-#: of the update; the moments' are errors of deterministic pruning and quantization.
-DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 0.8, "exp_avg_sq": 0.8}
+#: The default budget: relative errors that resumed training does not notice (docs/LOSSY.md),
+#: each a bound on the error a reader decodes. The weights' is relative to the update training
+#: made since the base: unbiased rounding, which training absorbs even at the size of the
+#: update. ``exp_avg``'s is relative to the moment, after its codebook is rescaled to keep the
+#: projection: its least-squares fit is then held to 1.33 / sqrt(1 + 1.33^2) = 0.8. That of
+#: ``exp_avg_sq`` bounds the RMS relative error of ``sqrt(v)`` where it is kept.
+DEFAULT_BUDGET = {"weight": 1.5, "exp_avg": 1.33, "exp_avg_sq": 0.8}
 #: The weight budget must stay below this. The budget is relative to the update training made
 #: since the base, estimated as ``|r|^2 - |e|^2`` when the update against the decoded base ``r``
-#: carries the base's error ``e`` (:mod:`.carried`), but never below :data:`UPDATE_FLOOR` of
-#: ``|r|^2``: a tensor that training left alone is then re-rounded at ``b^2 * UPDATE_FLOOR`` of
-#: the base's error energy, which must stay below 1 for its error to die out along a chain.
+#: carries the base's error ``e`` (training went on from the true state), but never below
+#: :data:`UPDATE_FLOOR` of ``|r|^2``: a tensor that training left alone is then re-rounded at
+#: ``b^2 * UPDATE_FLOOR`` of the base's error energy, which must stay below 1 for its error to
+#: die out along a chain.
 MAX_WEIGHT_BUDGET = 2.0
 UPDATE_FLOOR = 0.2
 #: The weight budget against a base in memory, whose own error (if it is a reconstruction) no
 #: record tells: below 1, a chain's error stays bounded whatever the base carried, at
 #: ``b / sqrt(1 - b^2)`` of an update (1.33 at 0.8).
 UNRECORDED_BASE_BUDGET = 0.8
+#: Fractions of the budget that successive tries aim the expected error at, when a rounding's
+#: or a fit's decoded error missed the bound (both see a sample or an expectation, not the
+#: whole); after the last, the tensor is stored another way, or bit-exact.
+RETRY_BUDGETS = (1.0, 0.9, 0.75, 0.5)
 #: States whose codebook is rescaled to keep the reconstruction's projection onto the original
 #: (docs/LOSSY.md: it halves the loss gap that pruned momentum causes). Weights are rounded
 #: without bias instead (:mod:`.factoring`), unless their budget is too tight for a grid.
 DEBIASED = ("weight", "exp_avg")
+
+
+#: An update rounded for the ``kmeans`` stage: the values it stores, that stage, the rounding and
+#: the stages before it (a dither).
+RoundedUpdate = tuple[torch.Tensor, KMeans, Rounding, tuple[TensorToTensor, ...]]
+
+
+def base_error_energy(base: Base, name: str) -> float:
+    """``|e|^2`` of the base's ``name``: the squared error its header records (``mse`` times the
+    element count), 0 where it records none (an exact tensor)."""
+    stored = base.stored(name)
+    if stored is None:
+        return 0.0
+    record = stored.extra.get("error")
+    mse = record.get("mse") if isinstance(record, dict) else None
+    if not isinstance(mse, (int, float)) or not (math.isfinite(mse) and mse > 0):
+        return 0.0
+    return float(mse) * math.prod(stored.shape)
 
 
 def decoded_nonzero(encoded: Encoded) -> torch.Tensor:
@@ -86,8 +118,9 @@ class AdaptivePolicy(JointPolicy):
 
     def __init__(self, error_budget: float | Mapping[str, float] | None = None,
                  pairing: Mapping[str, int] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-        super().__init__(pairing, chunk_bytes)
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
+                 keep_exact: Sequence[str] = ()) -> None:
+        super().__init__(pairing, chunk_bytes, scope, keep_exact)
         self.budget = dict(DEFAULT_BUDGET)
         if isinstance(error_budget, Mapping):
             unknown = set(error_budget) - set(STATES)
@@ -96,31 +129,24 @@ class AdaptivePolicy(JointPolicy):
             self.budget.update(error_budget)
         elif error_budget is not None:
             self.budget = dict.fromkeys(STATES, error_budget)
-        if not all(isinstance(b, (int, float)) and b >= 0 for b in self.budget.values()):
-            raise ConfigError(f"adaptive: error budgets must be numbers >= 0, not {error_budget!r}")
+        if not all(type(b) in (int, float) and math.isfinite(b) and b >= 0
+                   for b in self.budget.values()):
+            raise ConfigError(f"adaptive: error budgets must be finite numbers >= 0, not "
+                              f"{error_budget!r}")
         if self.budget["weight"] >= MAX_WEIGHT_BUDGET:
             raise ConfigError(
                 f"adaptive: a weight budget of {self.budget['weight']} (>= {MAX_WEIGHT_BUDGET}) "
                 f"lets a chain's error grow at every checkpoint where training left a tensor "
                 f"alone; give less (default {DEFAULT_BUDGET['weight']})")
-        #: How much of their base's error this checkpoint's weight updates carry (:meth:`survey`).
-        self.carried = 1.0
 
-    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
-        """Whether training went on from the true state (the updates carry the base's error) or
-        resumed from the base's reconstruction: one answer for the whole checkpoint."""
-        def updates() -> Iterator[tuple[torch.Tensor, Mark]]:
-            # one at a time: not every weight's update held at once
-            for values in groups:
-                if values.weight is None or values.w is None or values.w_base is None:
-                    continue
-                mark = base_mark(base, values.weight.name)
-                if mark is not None:
-                    yield values.w - values.w_base, mark
+    @property
+    def carried(self) -> float:
+        """How much of their base's error this checkpoint's weight updates carry: none when
+        training resumed from the base as decoded, all when it went on from the true state."""
+        return 0.0 if self.resumed else 1.0
 
-        self.carried = carried_fraction(updates())
-
-    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
+    def plan_group(self, leaves: list[Leaf], values: GroupValues,
+                   base: Base) -> dict[int, Encoded | Exact]:
         group, plans = values.group, {}
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
@@ -129,23 +155,32 @@ class AdaptivePolicy(JointPolicy):
         kept = None
         if group.exp_avg is not None and values.m is not None:
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
-                                                  float(values.m.pow(2).sum()), "exp_avg")
-            kept = decoded_nonzero(plans[group.exp_avg])
+                                                  float(values.m.double().pow(2).sum()), "exp_avg")
+        if group.exp_avg is not None and group.exp_avg in plans:
+            m_plan = plans[group.exp_avg]
+            kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
+                    else leaves[group.exp_avg].tensor.detach() != 0)  # exact: its own non-zeros
         if group.exp_avg_sq is not None and values.v is not None:
             v_leaf = leaves[group.exp_avg_sq]
             if kept is not None and kept.shape == values.v.shape:  # stored at exp_avg's support
                 assert group.exp_avg is not None
-                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept, group.exp_avg)
+                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept.to(values.v.device),
+                                                              group.exp_avg)
             else:
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0)
         return plans
 
     def _weight(self, index: int, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor,
-                base: Base) -> dict[int, Encoded]:
+                base: Base) -> dict[int, Encoded | Exact]:
         """The weight's update, rounded without bias within its budget (:mod:`.factoring`),
         after the product of two added factor leaves where that is cheaper
-        (:class:`~ckptzip.codecs.LowRank`); pruned and quantized like a moment where the budget
-        is too tight for a grid a uint8 code addresses."""
+        (:class:`~ckptzip.codecs.LowRank`), with the elements it left alone kept exact (an added
+        change mask, :class:`~ckptzip.codecs.ExactZeros`); pruned and quantized like a moment
+        where the budget is too tight for a grid a uint8 code addresses; bit-exact where
+        neither keeps the bound (a budget of 0, or a tensor too small for its error to average
+        out). The bound, ``budget * sqrt(scale_sq)``, is checked on what a reader decodes; a
+        rounding that misses it (unbiased rounding bounds the *expected* error) is drawn again
+        on a finer grid."""
         budget = self.budget["weight"]
         if base.stored(leaf.name) is None:
             budget = min(budget, UNRECORDED_BASE_BUDGET)
@@ -154,63 +189,119 @@ class AdaptivePolicy(JointPolicy):
         inherited = self.carried * base_error_energy(base, leaf.name)
         if inherited > 0:  # the budget is relative to the update, not to the base's error
             scale_sq = max(energy - inherited, UPDATE_FLOOR * energy)
-        factored = factor_update(delta, scale_sq, budget, MARK)
-        rounded = self._rounded(leaf, delta if factored is None else factored.residual, scale_sq,
-                               budget)
-        if rounded is None and factored is not None:
-            factored, rounded = None, self._rounded(leaf, delta, scale_sq, budget)
-        if rounded is None:
-            return {index: self._quantize(leaf, delta, scale_sq, "weight", residual=True,
-                                          base=w_base, budget=budget)}
-        values, quantizer, rounding, stages = rounded
+        bound = budget * math.sqrt(scale_sq)
+        if not bound > 0:
+            return {index: Exact()}
+        changed = delta != 0
+        partial = not bool(changed.all())
+        for attempt, tighter in enumerate(RETRY_BUDGETS):
+            plans = self._rounded_weight(index, leaf, delta, changed if partial else None, w_base,
+                                         scale_sq, budget * tighter, bound, attempt)
+            if plans is not None:
+                self.add_leaf(len(plans) - 1)  # the added leaves' indices are taken now
+                plans[index].extra["error"].update(budget=budget)
+                if inherited > 0:
+                    plans[index].extra["error"]["carried"] = float(f"{inherited / max(energy, 1e-300):.3g}")
+                return dict(plans)
+        quantized = self._quantize(leaf, delta, scale_sq, "weight", residual=True, base=w_base,
+                                   budget=budget)
+        return {index: quantized}
+
+    def _rounded_weight(self, index: int, leaf: Leaf, delta: torch.Tensor,
+                        changed: torch.Tensor | None, w_base: torch.Tensor, scale_sq: float,
+                        target: float, bound: float, attempt: int) -> dict[int, Encoded] | None:
+        """One try of :meth:`_weight`: the plans (the weight's, and its added leaves' at the
+        next free indices, not yet taken) when the decoded error keeps ``bound``, else None.
+        ``changed``: where the update is non-zero, when it is zero somewhere."""
+        first = self.next_leaf()
+        zeros = None
         plans: dict[int, Encoded] = {}
+        if changed is not None:
+            packed = pack_changed(changed)
+            zeros = (ExactZeros(first), packed)
+            mask = Leaf(f"{leaf.name}:changed", (*leaf.path, ":changed"), from_name("uint8"),
+                        (packed.numel(),), packed)
+            plans[first] = Encoded(coded((), packed), packed, added=mask)
+            first += 1
+            delta = delta.masked_fill(~changed, 0)
+        active = None if changed is None else int(changed.sum())
+        factored = factor_update(delta, scale_sq, target)
+        residual = delta if factored is None else factored.residual
+        if factored is not None and changed is not None:
+            residual = residual.masked_fill(~changed, 0)  # decoded as zero whatever is stored
+        seed = zlib.crc32(f"{leaf.name}:{scale_sq:.6e}:{attempt}".encode()) if attempt else (
+            zlib.crc32(f"{leaf.name}:{scale_sq:.6e}".encode()))
+        rounded = self._rounded(leaf, residual, scale_sq, target, seed, active)
+        if rounded is None and factored is not None:
+            factored = None
+            rounded = self._rounded(leaf, delta, scale_sq, target, seed, active)
+        if rounded is None:
+            return None
+        values, quantizer, rounding, stages = rounded
         lowrank = None
         if factored is not None:
-            stage = LowRank(self.add_leaf(), self.add_leaf())
-            lowrank = (stage, {stage.u: factored.u.decoded, stage.v: factored.v.decoded})
-            for j, which, factor in ((stage.u, "u", factored.u), (stage.v, "v", factored.v)):
+            factors = LowRank(first, first + 1)
+            lowrank = (factors, {factors.u: factored.u.decoded, factors.v: factored.v.decoded})
+            for j, which, factor in ((factors.u, "u", factored.u), (factors.v, "v", factored.v)):
                 added = Leaf(f"{leaf.name}:lowrank.{which}", (*leaf.path, f":lowrank.{which}"),
                              from_name("float32"), tuple(factor.decoded.shape), factor.decoded)
                 plans[j] = finish(added, factor.pruned, factor.quantizer, codes=factor.codes)
                 plans[j].added = added
                 del plans[j].extra["error"]  # the weight's record covers its factors
         plans[index] = finish(leaf, values, quantizer, residual=True, base=w_base,
-                              lowrank=lowrank, rounding=stages)
+                              lowrank=lowrank, zeros=zeros, rounding=stages, bound=bound)
+        if not honoured(plans[index]):
+            return None
+        finished(plans[index])
         plans[index].extra["error"].update(
-            budget=budget, quantizer="dithered" if rounding.dithered else "stochastic",
+            quantizer="dithered" if rounding.dithered else "stochastic",
             step=float(f"{rounding.step:.4g}"),
             rank=0 if factored is None else factored.rank)
-        if inherited > 0:
-            plans[index].extra["error"]["carried"] = float(f"{inherited / max(energy, 1e-300):.3g}")
         return plans
 
-    def _rounded(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, budget: float,
-                 ) -> tuple[torch.Tensor, KMeans, Rounding, tuple[TensorToTensor, ...]] | None:
+    def _rounded(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, budget: float, seed: int,
+                 active: int | None) -> RoundedUpdate | None:
         """``array`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), the
-        cheaper of stochastically and with a dither (:func:`.factoring.roundings`), and marked
-        (:mod:`.carried`): the values the ``kmeans`` stage stores (dither included), that stage,
-        the rounding, and the mark and dither stages; None when no grid fits a uint8 code. The
-        draws are seeded by the tensor's name and update, so a save is reproducible and
-        consecutive checkpoints draw afresh. The update's energy enters with 7 significant
-        digits: its last bits depend on the order of the sum, which differs between devices."""
-        seed = zlib.crc32(f"{leaf.name}:{scale_sq:.6e}".encode())
+        cheaper of stochastically and with a dither (:func:`.factoring.roundings`): the values
+        the ``kmeans`` stage stores (dither included), that stage, the rounding, and the dither
+        stage if any; None when no grid fits a uint8 code. The draws are seeded by the tensor's
+        name and update, so a save is reproducible and consecutive checkpoints draw afresh. The
+        update's energy enters with 7 significant digits: its last bits depend on the order of
+        the sum, which differs between devices. ``active``: the elements an
+        :class:`~ckptzip.codecs.ExactZeros` mask leaves to be coded (all by default)."""
         best = None
-        for rounding in roundings(array, scale_sq, budget, seed, MARK):
+        for rounding in roundings(array, scale_sq, budget, seed, active, BOUND_SIGMAS):
             quantizer = grid(rounding.levels, rounding.step, leaf.dtype.name)
             if quantizer is not None and (best is None or rounding.bits < best[2].bits):
-                stages: tuple[TensorToTensor, ...] = (Mark(seed, rounding.step, MARK),)
-                if rounding.dithered:
-                    stages = (*stages, Dither(seed, rounding.step))
+                stages: tuple[TensorToTensor, ...] = (
+                    (Dither(seed, rounding.step),) if rounding.dithered else ())
                 best = ((rounding.levels.double() * rounding.step).to(array.dtype), quantizer,
                         rounding, stages)
         return best
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
                   residual: bool = False, base: torch.Tensor | None = None,
-                  budget: float | None = None) -> Encoded:
-        """Prune and quantize within ``budget``, by default the state's."""
+                  budget: float | None = None) -> Encoded | Exact:
+        """Prune and quantize within ``budget`` (by default the state's) of ``sqrt(scale_sq)``,
+        checked on the decoded tensor; bit-exact when no candidate keeps it. A debiased
+        codebook is rescaled after the fit, which grows a least-squares error ``e`` to
+        ``e / sqrt(1 - e**2)`` (relative): the fit aims at ``budget / sqrt(1 + budget**2)``."""
         budget = self.budget[state] if budget is None else budget
-        choice, quantizer, pruned = fitted(array, scale_sq, budget, leaf.dtype.name)
+        bound = budget * math.sqrt(scale_sq)
+        if not bound > 0:
+            return Exact()
+        aim = budget / math.sqrt(1 + budget * budget) if state in DEBIASED else budget
+        for tighter in RETRY_BUDGETS:
+            encoded = self._fit(leaf, array, scale_sq, state, aim * tighter, residual, base, bound)
+            if honoured(encoded):
+                finished(encoded)
+                encoded.extra["error"]["budget"] = budget
+                return encoded
+        return Exact()
+
+    def _fit(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, aim: float,
+             residual: bool, base: torch.Tensor | None, bound: float) -> Encoded:
+        choice, quantizer, pruned = fitted(array, scale_sq, aim, leaf.dtype.name)
         least_squares, codes = None, None
         if state in DEBIASED and bool((pruned != 0).any()):
             # least-squares levels shrink the reconstruction: its projection onto the original
@@ -224,36 +315,39 @@ class AdaptivePolicy(JointPolicy):
             least_squares = math.sqrt(float((rebuilt - original).pow(2).sum()) / max(scale_sq, 1e-300))
             if projection > 0:
                 quantizer.scale_table(float(original.pow(2).sum()) / projection)
-        encoded = finish(leaf, pruned, quantizer, residual=residual, base=base, codes=codes)
-        encoded.extra["error"]["budget"] = budget
+        encoded = finish(leaf, pruned, quantizer, residual=residual, base=base, codes=codes,
+                         bound=bound)
         encoded.extra["error"]["quantizer"] = "uniform" if choice.step > 0 else "kmeans"
         if least_squares is not None:
             encoded.extra["error"]["rel_ls"] = float(f"{least_squares:.4g}")
         return encoded
 
     def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
-                       sibling: int | None = None) -> Encoded:
+                       sibling: int | None = None) -> Encoded | Exact:
         """``exp_avg_sq`` where ``exp_avg`` is kept, zero elsewhere (both moments restart there,
         as ExCP's joint mask makes them), quantized in the log domain with the fewest centroids
-        that keep ``sqrt(v)`` within the budget. With ``sibling`` (the leaf index of
-        ``exp_avg``, whose decoded non-zeros are ``kept``), only the values there are stored: the
-        mask is not paid for twice."""
+        that keep ``sqrt(v)`` within the budget, checked on every stored value (the search
+        looks at a sample); bit-exact when 255 centroids do not. With ``sibling`` (the leaf
+        index of ``exp_avg``, whose decoded non-zeros are ``kept``), only the values there are
+        stored: the mask is not paid for twice."""
         budget = self.budget["exp_avg_sq"]
         array = v * kept
-        logs = sample_sorted(array[array > 0].double().log())
-        k = CODEBOOKS[-1]
-        for size in (1, *CODEBOOKS):  # one centroid: the mask alone, where v varies little
-            if sqrt_error(logs, lloyd_sorted(logs, size)) <= budget:
-                k = size
-                break
-        quantizer = KMeans(k, leaf.dtype.name, "log")
-        if sibling is None:
-            encoded = finish(leaf, array, quantizer)
-        else:
-            encoded = finish(leaf, array, quantizer, support=(Support(sibling), kept))
+        positive = array > 0
+        logs = sample_sorted(array[positive].double().log())
+        sizes = [size for size in (1, *CODEBOOKS)  # one centroid: the mask alone, where v varies little
+                 if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget]
         context = TransformContext(leaf.name, support=kept)
-        decoded = decode(encoded.pipeline.transforms, encoded.array, context)
-        ratio = (decoded.double()[array > 0] / array.double()[array > 0]).sqrt() - 1
-        error = float(ratio.pow(2).mean().sqrt()) if ratio.numel() else 0.0
-        encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)
-        return encoded
+        for size in sizes:
+            quantizer = KMeans(size, leaf.dtype.name, "log")
+            if sibling is None:
+                encoded = finish(leaf, array, quantizer)
+            else:
+                encoded = finish(leaf, array, quantizer, support=(Support(sibling), kept))
+            decoded = decode(encoded.pipeline.transforms, encoded.array, context)
+            ratio = (decoded.double()[positive] / array.double()[positive]).sqrt() - 1
+            error = float(ratio.pow(2).mean().sqrt()) if ratio.numel() else 0.0
+            if error <= budget and honoured(encoded):
+                finished(encoded)
+                encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)
+                return encoded
+        return Exact()

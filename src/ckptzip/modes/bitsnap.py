@@ -18,7 +18,7 @@ tensor's role.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..chain import Base, FileBase
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
 from .common import (
     GroupValues,
@@ -38,6 +38,8 @@ from .common import (
     delta_error,
     error_record,
     finish,
+    finished,
+    no_worse,
     role_of,
 )
 
@@ -68,20 +70,24 @@ class BitsnapPolicy(JointPolicy):
 
     def __init__(self, density: float = 0.05, moment_bits: int = 8,
                  pairing: Mapping[str, int] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-        if not 0 < density <= 1 or type(moment_bits) is not int or not 1 <= moment_bits <= 8:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
+                 keep_exact: Sequence[str] = ()) -> None:
+        if (type(density) not in (int, float) or not 0 < density <= 1
+                or type(moment_bits) is not int or not 1 <= moment_bits <= 8):
             raise ConfigError(f"bitsnap: need 0 < density <= 1 and moment_bits in 1..8, not "
                               f"{density!r}, {moment_bits!r}")
-        super().__init__(pairing, chunk_bytes)
+        super().__init__(pairing, chunk_bytes, scope, keep_exact)
         self.density, self.centroids = density, 2**moment_bits - 1
         self.stage: Stage | None = None
 
     def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         self.stage = measure_stage(leaves, groups, base)
 
-    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
+    def plan_group(self, leaves: list[Leaf], values: GroupValues,
+                   base: Base) -> dict[int, Encoded | Exact]:
         assert self.stage is not None
-        group, plans = values.group, {}
+        group = values.group
+        plans: dict[int, Encoded | Exact] = {}
         if values.weight is not None and values.w is not None and values.w_base is not None:
             assert group.weight is not None
             plans[group.weight] = self._sparsify(values.weight, values.w, values.w_base)
@@ -89,10 +95,12 @@ class BitsnapPolicy(JointPolicy):
                                       (group.exp_avg_sq, values.v, "log")):
             if index is not None and moment is not None:
                 quantizer = KMeans(self.centroids, leaves[index].dtype.name, domain, "fp16")
-                plans[index] = finish(leaves[index], moment, quantizer)
+                plans[index] = finished(finish(leaves[index], moment, quantizer))
         return plans
 
-    def _sparsify(self, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor) -> Encoded:
+    def _sparsify(self, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor) -> Encoded | Exact:
+        """Keep the largest elements of the update (its error is at most what storing none of
+        it leaves, :data:`~.common.NO_WORSE`; a plan that misses that is stored bit-exact)."""
         assert self.stage is not None
         delta = (w - w_base).reshape(-1)
         role = role_of(leaf.name, len(leaf.shape))
@@ -115,12 +123,13 @@ class BitsnapPolicy(JointPolicy):
         context = TransformContext(leaf.name, w_base)
         array = sparse.encode(delta.reshape(leaf.shape), context)
         decoded = decode(stages, array, context)
+        bound = no_worse(leaf.dtype.itemsize) * float((leaf.tensor.double() - w_base.double()).norm())
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean()),
-                                  rel_delta=delta_error(leaf.tensor, decoded, w_base)),
+                                  rel_delta=delta_error(leaf.tensor, decoded, w_base), bound=bound),
             "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
         }
-        return Encoded(coded(stages, array), array, extra, uses_base=True)
+        return finished(Encoded(coded(stages, array), array, extra, uses_base=True))
 
 
 def _rounded(fields: dict[str, Any]) -> dict[str, Any]:

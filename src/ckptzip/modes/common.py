@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..chain import Base
 from ..codecs import (
     BytePlanes,
     Entropy,
+    ExactZeros,
     KMeans,
     LossyResidual,
     LowRank,
@@ -21,14 +25,44 @@ from ..codecs import (
     TransformContext,
 )
 from ..dtypes import from_torch
+from ..errors import ConfigError
 from ..pipeline import Pipeline
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded, LosslessPolicy, Planned
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf
-from .pairing import Group, group_state
+from .pairing import Group, group_state, lossy_candidate, optimizer_state_key
+
+#: What a lossy mode codes lossy (``scope=``): every float tensor of at least 16 elements outside
+#: the optimizer's state plus Adam's moments (weights, buffers, EMA copies), or only the weights
+#: the optimizer's Adam moments pair with, and those moments.
+SCOPES = ("floats", "optimized")
+#: Each lossy tensor's header records a ``bound`` on its error that the encoder checked against
+#: what a reader decodes. Where a mode promises nothing tighter, the bound is that coding never
+#: does worse than storing nothing (the update not stored, or the moment zero), up to the
+#: rounding of the tensor's own dtype on decoding: a value rounded to the nearest representable
+#: one is at most twice as far from the true one as the value before rounding.
+NO_WORSE = {4: 1 + 2**-9, 8: 1 + 2**-9}
+NO_WORSE_NARROW = 2 + 2**-8
 
 
 class NonFiniteWarning(UserWarning):
     """A weight or moment held NaN or infinite values, so a lossy mode stored it bit-exact."""
+
+
+class UnhandledStateWarning(UserWarning):
+    """Optimizer states a lossy mode does not know (not Adam's moments) stay lossless."""
+
+
+def no_worse(dtype_size: int) -> float:
+    """:data:`NO_WORSE`'s factor for a tensor of elements of ``dtype_size`` bytes."""
+    return NO_WORSE.get(dtype_size, NO_WORSE_NARROW)
+
+
+def round_up(value: float) -> float:
+    """``value`` to 4 significant digits, rounded up (a bound stays a bound in the header)."""
+    rounded = float(f"{value:.4g}")
+    if rounded >= value or not math.isfinite(value):
+        return rounded
+    return float(f"{math.nextafter(rounded + 10 ** (math.floor(math.log10(value)) - 3), math.inf):.4g}")
 
 
 @dataclass
@@ -53,15 +87,36 @@ def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
     return Pipeline(transforms=stages, serializer=serializer, compressors=(Entropy(),))
 
 
-def error_record(original: torch.Tensor, decoded: torch.Tensor, **more: float) -> dict[str, float]:
-    """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``."""
+def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float | None = None,
+                 **more: float) -> dict[str, float]:
+    """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
+    with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
+    up) and a ``within`` flag: whether the achieved error, unrounded, kept it."""
     diff = (decoded.double() - original.double()).reshape(-1)
     norm = float(original.double().norm())
     error = float(diff.norm())
     record = {"mse": float(diff.pow(2).mean()) if diff.numel() else 0.0,
               "rel": error / norm if norm else float(error > 0)}
     record.update(more)
-    return {k: float(f"{v:.4g}") for k, v in record.items()}
+    rounded = {k: float(f"{v:.4g}") for k, v in record.items()}
+    if bound is not None:
+        rounded["bound"] = round_up(bound / norm) if norm else float(bound > 0)
+        rounded["within"] = float(error <= bound)
+    return rounded
+
+
+def honoured(encoded: Encoded) -> bool:
+    """Whether a plan's decoded error keeps the bound its record states (plans without one do)."""
+    record = encoded.extra.get("error", {})
+    return bool(record.get("within", 1.0))
+
+
+def finished(encoded: Encoded) -> Encoded | Exact:
+    """``encoded`` once it keeps its bound, else the tensor bit-exact; the record's ``within``
+    flag is the encoder's own, and the header leaves it out."""
+    record = encoded.extra.get("error", {})
+    within = record.pop("within", 1.0)
+    return encoded if within else Exact()
 
 
 def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor) -> float:
@@ -100,22 +155,40 @@ def role_of(name: str, ndim: int) -> str:
 class JointPolicy(LosslessPolicy):
     """A lossy mode: each group of a weight and its moments is planned together against the base.
 
-    The first checkpoint of a chain (no base) stays lossless: a keyframe.
+    The first checkpoint of a chain (no base) stays lossless: a keyframe. A tensor equal to the
+    base's decoded tensor stays bit-exact (:class:`~ckptzip.policy.Exact`), and so does each
+    plan whose decoded error would break the bound its record states.
+
+    ``scope`` picks what is coded lossy (:data:`SCOPES`); ``keep_exact`` lists glob patterns of
+    tensor names (``model.ema.*``) kept bit-exact whatever the scope.
     """
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
+                 keep_exact: Sequence[str] = ()) -> None:
         super().__init__(chunk_bytes)
+        if scope not in SCOPES:
+            raise ConfigError(f"{self.mode}: scope must be one of {SCOPES}, not {scope!r}")
+        if isinstance(keep_exact, str) or not all(isinstance(p, str) for p in keep_exact):
+            raise ConfigError(f"{self.mode}: keep_exact must be a list of glob patterns of tensor "
+                              f"names (such as 'model.ema.*'), not {keep_exact!r}")
         self.pairing = pairing
+        self.scope = scope
+        self.keep_exact = tuple(keep_exact)
+        #: Whether this checkpoint's training went on from the base as decoded (plan_state).
+        self.resumed = False
         self._next_leaf = 0
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
-                   progress: Planned | None = None) -> dict[int, Encoded]:
+                   progress: Planned | None = None, *,
+                   resumed: bool = False) -> dict[int, Encoded | Exact]:
         if base is None:
             return {}
-        plans: dict[int, Encoded] = {}
+        plans: dict[int, Encoded | Exact] = {}
+        self.resumed = resumed
         self._next_leaf = len(leaves)
-        groups = self.groups(leaves, base)
+        self._warn_unhandled(leaves)
+        groups = self.groups(leaves, base, plans)
         self.survey(leaves, groups, base)
         sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
                      if i is not None) for v in groups]
@@ -129,31 +202,78 @@ class JointPolicy(LosslessPolicy):
         """Look at every group before any is planned (what holds for the whole checkpoint);
         nothing by default."""
 
-    def add_leaf(self) -> int:
-        """The index of a leaf the plan adds to the file (after the state's own and those
-        added before it)."""
+    def add_leaf(self, count: int = 1) -> int:
+        """The index of the first of ``count`` leaves the plan adds to the file (after the
+        state's own and those added before)."""
         index = self._next_leaf
-        self._next_leaf += 1
+        self._next_leaf += count
         return index
 
-    def groups(self, leaves: list[Leaf], base: Base) -> list[GroupValues]:
-        """Each weight group's values, but for groups with NaN or infinite values (here or in
-        the base), which are left to the writer to code on their own, bit-exact, with a
-        :class:`NonFiniteWarning`."""
+    def next_leaf(self) -> int:
+        """The index :meth:`add_leaf` will give next, without taking it (a trial plan)."""
+        return self._next_leaf
+
+    def _warn_unhandled(self, leaves: list[Leaf]) -> None:
+        """Warn, naming them, of per-parameter optimizer states the mode does not know (an SGD
+        momentum buffer, Adafactor's factored moments): they stay lossless."""
+        unknown: dict[str, list[str]] = {}
+        for leaf in leaves:
+            key = optimizer_state_key(leaf)
+            if key is not None and key not in ("exp_avg", "exp_avg_sq") and lossy_candidate(leaf):
+                unknown.setdefault(key, []).append(leaf.name)
+        if unknown:
+            listed = "; ".join(f"{key} ({len(names)}: {', '.join(names[:2])}"
+                               f"{', ...' if len(names) > 2 else ''})" for key, names in unknown.items())
+            warnings.warn(f"ckptzip mode {self.mode!r} knows Adam's exp_avg and exp_avg_sq only; "
+                          f"these optimizer states stay lossless: {listed}",
+                          UnhandledStateWarning, stacklevel=5)
+
+    def groups(self, leaves: list[Leaf], base: Base,
+               plans: dict[int, Encoded | Exact]) -> list[GroupValues]:
+        """Each weight group's values, without the tensors kept bit-exact, which go to ``plans``
+        as :class:`~ckptzip.policy.Exact`: those equal to the base's decoded tensor, those the
+        scope or ``keep_exact`` leaves out, and groups with NaN or infinite values (here or in
+        the base), with a :class:`NonFiniteWarning`."""
         finite = []
         for group in group_state(leaves, self.pairing, self.mode):
+            if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
+                continue  # a weight no Adam moment pairs with: outside the scope, lossless
+            for role in ("weight", "exp_avg", "exp_avg_sq"):
+                index = getattr(group, role)
+                if index is not None and any(fnmatch.fnmatchcase(leaves[index].name, pattern)
+                                             for pattern in self.keep_exact):
+                    setattr(group, role, None)
             values = self._values(leaves, group, base)
             tensors = (values.w, values.w_base, values.m, values.v)
-            if all(bool(torch.isfinite(t).all()) for t in tensors if t is not None):
-                finite.append(values)
+            if not all(bool(torch.isfinite(t).all()) for t in tensors if t is not None):
+                names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
+                                                           group.exp_avg_sq) if i is not None)
+                warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
+                              f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
                 continue
-            names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
-                                                       group.exp_avg_sq) if i is not None)
-            warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
-                          f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
+            self._keep_unchanged(leaves, values, base, plans)
+            finite.append(values)
         return finite
 
-    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
+    @staticmethod
+    def _keep_unchanged(leaves: list[Leaf], values: GroupValues, base: Base,
+                        plans: dict[int, Encoded | Exact]) -> None:
+        """Take out of ``values`` each tensor equal to the base's decoded tensor of its name,
+        which goes to ``plans`` as unchanged (a weight whose update is zero everywhere, only a
+        zero's sign apart, is kept exact too)."""
+        group = values.group
+        if values.w is not None and values.w_base is not None and bool((values.w == values.w_base).all()):
+            assert group.weight is not None
+            plans[group.weight] = Exact(unchanged=_same_bits(leaves[group.weight], base))
+            values.weight = values.w = values.w_base = None
+        for role, attr in (("exp_avg", "m"), ("exp_avg_sq", "v")):
+            index = getattr(group, role)
+            if index is not None and getattr(values, attr) is not None and _same_bits(leaves[index], base):
+                plans[index] = Exact(unchanged=True)
+                setattr(values, attr, None)
+
+    def plan_group(self, leaves: list[Leaf], values: GroupValues,
+                   base: Base) -> dict[int, Encoded | Exact]:
         raise NotImplementedError
 
     @staticmethod
@@ -173,12 +293,24 @@ class JointPolicy(LosslessPolicy):
                            get(group.exp_avg), get(group.exp_avg_sq))
 
 
+def _same_bits(leaf: Leaf, base: Base) -> bool:
+    """Whether ``leaf`` holds exactly the bits of the base's decoded tensor of its name."""
+    found = base.tensor(leaf.name)
+    if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
+        return False
+    same = bool(np.array_equal(leaf.host_bytes(), base.raw(leaf.name)))
+    if not same:
+        base.release(leaf.name)  # not needed again: the writer codes this tensor on its own
+    return same
+
+
 def finish(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
     lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
-    rounding: tuple[TensorToTensor, ...] = (), **more: float,
+    zeros: tuple[ExactZeros, torch.Tensor] | None = None,
+    rounding: tuple[TensorToTensor, ...] = (), bound: float | None = None, **more: float,
 ) -> Encoded:
     """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
@@ -186,12 +318,18 @@ def finish(
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
     ``array``, where the caller fixed them (a codebook rescaled after assigning them).
     ``lowrank``: the stage and its decoded factors by leaf index, when ``array`` is already
-    what is left after their product. ``rounding``: the stages of an unbiased rounding before
-    the quantizer (a :class:`~ckptzip.codecs.Mark`, a :class:`~ckptzip.codecs.Dither` whose
-    shift ``array`` already holds)."""
+    what is left after their product. ``zeros``: the stage and the packed change mask of an
+    update whose unchanged elements decode exactly. ``rounding``: the stages of an unbiased
+    rounding before the quantizer (a :class:`~ckptzip.codecs.Dither` whose shift ``array``
+    already holds). ``bound``: the absolute L2 error the mode promises; by default, no worse than
+    storing nothing (:data:`NO_WORSE`: the update, or the tensor, left out)."""
     stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
+    siblings = {**({} if lowrank is None else lowrank[1]),
+                **({} if zeros is None else {zeros[0].leaf: zeros[1]})}
     context = TransformContext(leaf.name, base, None if support is None else support[1],
-                               None if lowrank is None else lowrank[1])
+                               siblings or None)
+    if zeros is not None:
+        stages = (*stages, zeros[0])
     if lowrank is not None:
         stages = (*stages, lowrank[0])
     stages = (*stages, *rounding)
@@ -205,7 +343,10 @@ def finish(
     reference = leaf.tensor if original is None else original
     kept = int((array != 0).sum())
     more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
+    if bound is None:
+        left_out = reference.double() - (base.double() if residual and base is not None else 0)
+        bound = no_worse(leaf.dtype.itemsize) * float(left_out.norm())
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
-    return Encoded(coded(stages, array), array, {"error": error_record(reference, decoded, **more)},
-                   uses_base=residual)
+    record = error_record(reference, decoded, bound=bound, **more)
+    return Encoded(coded(stages, array), array, {"error": record}, uses_base=residual)

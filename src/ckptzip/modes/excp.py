@@ -17,16 +17,16 @@ without their weight are pruned on their own criterion alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from ..chain import Base
 from ..codecs import KMeans
 from ..errors import ConfigError
-from ..policy import DEFAULT_CHUNK_BYTES, Encoded
+from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, finish
+from .common import GroupValues, JointPolicy, finish, finished
 
 #: ExCP's cap on the weight-pruning multiplier.
 MAX_STRENGTH = 2.5
@@ -37,15 +37,19 @@ class ExcpPolicy(JointPolicy):
 
     def __init__(self, alpha: float = 5e-5, beta: float = 2.0, bits: int = 4,
                  pairing: Mapping[str, int] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-        if not alpha > 0 or not beta >= 0 or type(bits) is not int or not 1 <= bits <= 8:
-            raise ConfigError(f"excp: need alpha > 0, beta >= 0 and bits in 1..8, not "
-                              f"{alpha!r}, {beta!r}, {bits!r}")
-        super().__init__(pairing, chunk_bytes)
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
+                 keep_exact: Sequence[str] = ()) -> None:
+        if (type(alpha) not in (int, float) or not 0 < alpha < float("inf")
+                or type(beta) not in (int, float) or not 0 <= beta < float("inf")
+                or type(bits) is not int or not 1 <= bits <= 8):
+            raise ConfigError(f"excp: need alpha > 0, beta >= 0 (finite numbers) and bits in "
+                              f"1..8, not {alpha!r}, {beta!r}, {bits!r}")
+        super().__init__(pairing, chunk_bytes, scope, keep_exact)
         self.alpha, self.beta, self.centroids = alpha, beta, 2**bits - 1
 
-    def plan_group(self, leaves: list[Leaf], values: GroupValues, base: Base) -> dict[int, Encoded]:
-        plans: dict[int, Encoded] = {}
+    def plan_group(self, leaves: list[Leaf], values: GroupValues,
+                   base: Base) -> dict[int, Encoded | Exact]:
+        plans: dict[int, Encoded | Exact] = {}
         kept: torch.Tensor | None = None
         group = values.group
         if values.weight is not None and values.w is not None and values.w_base is not None:
@@ -67,9 +71,11 @@ class ExcpPolicy(JointPolicy):
         return plans
 
     def _store(self, leaf: Leaf, array: torch.Tensor, *, residual: bool = False,
-               base: torch.Tensor | None = None) -> Encoded:
+               base: torch.Tensor | None = None) -> Encoded | Exact:
         """Quantize; with no more non-zeros than centroids, each value is its own fp32 centroid,
-        which stores the tensor as is."""
+        which stores the tensor as is. The error is bounded by that of storing nothing (the
+        update or the moment left out): pruning drops elements, and a centroid is its cluster's
+        mean; a plan that misses the bound is stored bit-exact."""
         exact = int((array != 0).sum()) <= self.centroids
         quantizer = KMeans(self.centroids, leaf.dtype.name, "linear", "fp32" if exact else "fp16")
-        return finish(leaf, array, quantizer, residual=residual, base=base)
+        return finished(finish(leaf, array, quantizer, residual=residual, base=base))

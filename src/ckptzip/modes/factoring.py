@@ -55,9 +55,13 @@ EXACT_SVD_SIDE = 1024
 MAX_LEVEL = 127
 #: The randomized SVD's seed (large matrices): a save does not depend on torch's random state.
 SVD_SEED = 0x2545F491
+#: Standard deviations of the realized squared error that a grid for a hard bound keeps below the
+#: budget: unbiased rounding bounds the *expected* error, and the realized one is a sum of
+#: independent terms, whose spread is large where few elements carry the error (a sparse update
+#: rounded stochastically on a coarse grid). At 3 a rounding misses about once in 700 tries.
+BOUND_SIGMAS = 3.0
 #: Stochastic rounding draws from the dither's hash of ``seed ^ STOCHASTIC_SEED_KEY``: a key of
-#: its own, so that the draws are independent of the dither's (``seed``) and of the mark's
-#: (``seed ^ MARK_KEY``), which the next save correlates its update with.
+#: its own, so that the draws are independent of the dither's (``seed``).
 STOCHASTIC_SEED_KEY = 0x9E3779B9
 
 
@@ -70,39 +74,40 @@ def _sample(values: torch.Tensor, limit: int = ESTIMATE_SAMPLES) -> tuple[torch.
 
 
 def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
-                  mark: float = 0.0) -> float:
-    """The coarsest grid step whose unbiased rounding of ``values``, with a
-    :class:`~ckptzip.codecs.Mark` of ``mark``, has an expected squared error within
-    ``budget**2 * scale_sq`` (0 when the budget is 0).
+                  sigmas: float = 0.0) -> float:
+    """The coarsest grid step whose unbiased rounding of ``values`` has an expected squared
+    error within ``budget**2 * scale_sq``, plus ``sigmas`` standard deviations of it; 0 when no
+    grid will do (a budget of 0) or none is needed (every value is 0, which any grid keeps
+    exactly).
 
-    A value at fraction ``f`` between two levels rounds up with probability ``f``: its expected
-    squared error is ``step**2 * f * (1 - f)``, summed over the values (bisected on a sample);
-    the mark adds ``mark**2 * step**2 / 12`` to each.
+    A value at fraction ``f`` between two levels rounds up with probability ``f``: its squared
+    error is ``step**2 (1 - f)**2`` then, else ``step**2 f**2``, with mean ``step**2 f (1 - f)``
+    and variance ``step**4 f (1 - f) (1 - 2 f)**2``, summed over the values (bisected on a
+    sample).
     """
     sample, fraction = _sample(values)
     magnitudes = sample.float().abs()
     top = float(magnitudes.max()) if magnitudes.numel() else 0.0
-    if not top > 0:
-        return 1.0
     target = budget * budget * scale_sq * fraction
-    if not target > 0:
-        return 0.0  # no error allowed: no grid will do
-    marked = mark * mark / 12 * magnitudes.numel()  # the mark's error, per step squared
+    if not (top > 0 and target > 0):
+        return 0.0
 
     def error(step: float) -> float:
-        f = torch.frac(magnitudes / step)
-        return (float((f * (1 - f)).sum()) + marked) * step * step
+        f = torch.frac(magnitudes / step).double()
+        spread = f * (1 - f)
+        deviation = math.sqrt(float((spread * (1 - 2 * f).pow(2)).sum()) * fraction) * step * step
+        return float(spread.sum()) * step * step + sigmas * deviation
 
-    # a step above every value rounds each |x| to 0 or step: the error is step sum|x| - sum x^2
-    # (plus the mark's): the root of a quadratic in the step
+    # a step above every value rounds each |x| to 0 or step: the mean error is step sum|x| -
+    # sum x^2, the root of a quadratic in the step (without the spread's term: checked below)
     absolute = float(magnitudes.double().sum())
     squares = float(magnitudes.double().pow(2).sum())
-    beyond = 2 * (target + squares) / (absolute + math.sqrt(absolute**2 + 4 * marked * (target + squares)))
-    if beyond >= top:
+    beyond = (target + squares) / absolute
+    if beyond >= top and (not sigmas or error(beyond) <= target):
         return beyond
 
     # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
-    fine, coarse = min(math.sqrt(target / (magnitudes.numel() / 4 + marked)), top), top
+    fine, coarse = min(math.sqrt(target / (magnitudes.numel() / 4)), top), top
     for _ in range(32):
         if coarse <= fine * (1 + 1e-6):
             break
@@ -127,14 +132,16 @@ def unbiased_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tenso
 
 
 def dithered_step(values: torch.Tensor, scale_sq: float, budget: float,
-                  mark: float = 0.0) -> float:
-    """The grid step whose subtractive dither (:class:`~ckptzip.codecs.Dither`), with a
-    :class:`~ckptzip.codecs.Mark` of ``mark``, has an expected squared error of
-    ``budget**2 * scale_sq``: the dither's error is uniform over a step, ``step**2 / 12`` per
-    element whatever the value, and the mark adds ``mark**2`` of that (0 when the budget or the
-    update is 0)."""
-    count = values.numel()
-    return math.sqrt(12 * budget * budget * scale_sq / (count * (1 + mark * mark))) if count else 0.0
+                  active: int | None = None, sigmas: float = 0.0) -> float:
+    """The grid step whose subtractive dither (:class:`~ckptzip.codecs.Dither`) has an expected
+    squared error, plus ``sigmas`` standard deviations of it, of ``budget**2 * scale_sq``: the
+    dither's error is uniform over a step, of squared mean ``step**2 / 12`` and variance
+    ``step**4 / 180`` per element whatever the value (0 when the budget or the update is 0).
+    ``active``: how many of the elements are coded (the others decode exactly, through an
+    :class:`~ckptzip.codecs.ExactZeros` mask); all by default."""
+    count = values.numel() if active is None else active
+    per_step_sq = count / 12 + sigmas * math.sqrt(count / 180)
+    return math.sqrt(budget * budget * scale_sq / per_step_sq) if count else 0.0
 
 
 def dithered_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
@@ -163,29 +170,30 @@ class Rounding:
 
 
 def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
-              mark: float = 0.0) -> list[Rounding]:
-    """``values`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), with a
-    :class:`~ckptzip.codecs.Mark` of ``mark``, both ways: stochastically and with a dither. Each has the same
-    expected error; which takes fewer bits depends on the update (a sparse one rounds cheaper
-    stochastically, its small values to 0 with an error below a dither's). Empty when no grid
-    will do (a budget of 0)."""
+              active: int | None = None, sigmas: float = 0.0) -> list[Rounding]:
+    """``values`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), both ways:
+    stochastically and with a dither. Each has the same expected error; which takes fewer bits
+    depends on the update (a sparse one rounds cheaper stochastically, its small values to 0
+    with an error below a dither's). Empty when no grid will do (a budget of 0). ``active``: as
+    in :func:`dithered_step` (a value of 0 rounds stochastically to 0 by itself). ``sigmas``:
+    grids that keep the budget by that many standard deviations of the realized error."""
     found = []
-    step = unbiased_step(values, scale_sq, budget, mark)
+    step = unbiased_step(values, scale_sq, budget, sigmas)
     if step > 0:
         found.append(Rounding(unbiased_levels(values, step, seed), step, False))
-    step = dithered_step(values, scale_sq, budget, mark)
+    step = dithered_step(values, scale_sq, budget, active, sigmas)
     if step > 0:
         found.append(Rounding(dithered_levels(values, step, seed), step, True))
     return found
 
 
 def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
-                  mark: float = 0.0, samples: int = ESTIMATE_SAMPLES) -> float:
-    """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget`` (a mark
-    of ``mark`` included), the cheaper of the two ways (32 per value when no grid will do), from
-    a sample of at most ``samples`` values."""
+                  samples: int = ESTIMATE_SAMPLES) -> float:
+    """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget``, the
+    cheaper of the two ways (32 per value when no grid will do), from a sample of at most
+    ``samples`` values."""
     sample, fraction = _sample(values, samples)
-    found = roundings(sample, scale_sq * fraction, budget, 0, mark)
+    found = roundings(sample, scale_sq * fraction, budget, 0)
     if not found:
         return 32.0 * values.numel()
     return min(rounding.bits for rounding in found) / fraction
@@ -266,11 +274,10 @@ def _canonical_signs(vectors: torch.Tensor) -> torch.Tensor:
     return vectors * torch.where(peak < 0, -1.0, 1.0).to(vectors.dtype)
 
 
-def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
-                  mark: float = 0.0) -> Factored | None:
+def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factored | None:
     """The rank whose factors plus residual (rounded without bias within ``budget`` of the
-    update, whose energy is ``scale_sq``, a mark of ``mark`` included) take the fewest estimated
-    bits, if fewer than the update rounded whole; else None."""
+    update, whose energy is ``scale_sq``) take the fewest estimated bits, if fewer than the
+    update rounded whole; else None."""
     if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
         return None
     matrix = delta.reshape(delta.shape[0], -1).double()
@@ -291,7 +298,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
             u = _factor(_fit_left(matrix, v.decoded.double()))
             context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
             residual = stage.encode(delta, context)
-            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget, mark, TRIAL_SAMPLES)
+            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget, TRIAL_SAMPLES)
                     + 2 * 8 * FACTOR_HEADER_BYTES)
             tried[rank] = Factored(rank, bits, u, v, residual)
         return tried[rank]
@@ -307,4 +314,4 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float,
     for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
         if 1 <= rank <= top and trial(rank).bits < best.bits:
             best = tried[rank]
-    return best if best.bits < unbiased_bits(delta, scale_sq, budget, mark, TRIAL_SAMPLES) else None
+    return best if best.bits < unbiased_bits(delta, scale_sq, budget, TRIAL_SAMPLES) else None

@@ -50,6 +50,15 @@ def _moment_of(leaf: Leaf) -> tuple[tuple[object, ...], int, str] | None:
     return None
 
 
+def optimizer_state_key(leaf: Leaf) -> str | None:
+    """The key of a per-parameter optimizer state (``exp_avg``, ``momentum_buffer``, ...) for a
+    leaf like ``optimizer.state.3.momentum_buffer``, else None."""
+    path = leaf.path
+    if len(path) >= 3 and path[-3] == "state" and type(path[-2]) is int and isinstance(path[-1], str):
+        return path[-1]
+    return None
+
+
 def _in_optimizer_state(leaf: Leaf) -> bool:
     """Under some optimizer's per-parameter ``state`` (moments, momentum buffers, steps)."""
     return any(a == "state" and type(b) is int for a, b in zip(leaf.path, leaf.path[1:]))
