@@ -130,7 +130,9 @@ def run_arm(arm: Arm, config: TrainConfig, steps: int, every: int, seed: int, wo
         arm.train_loss += trainer.train(train_data, every)
         state = trainer.state()
         path = workdir / f"{arm.name}-{step:05d}.ckz"
-        report = ckptzip.save(state, path, mode=arm.mode, base=previous, **arm.options)
+        # a closed-loop arm trained from the previous checkpoint as decoded: it says so
+        report = ckptzip.save(state, path, mode=arm.mode, base=previous, resumed=arm.resume,
+                              **arm.options)
         decoded = ckptzip.load(path)
         with ckptzip.open(path) as checkpoint:
             arm.weight_bytes.append(sum(
