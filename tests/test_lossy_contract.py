@@ -379,3 +379,26 @@ def test_scope_and_keep_exact_choose_what_is_lossy(tmp_path):
     kept = lossy(keep_exact=["ema.*", "model.head.*"])
     assert not any(name.startswith(("ema.", "model.head.")) for name in kept)
     assert "model.hidden.weight" in kept
+
+
+def test_command_line_takes_the_contract_options(tmp_path, capsys):
+    from ckptzip.cli import main
+
+    trainer = Trainer(SETUPS["adamw-defaults"])
+    trainer.train(1)
+    torch.save(trainer.state(), tmp_path / "a.pt")
+    trainer.train(2)
+    torch.save(trainer.state(), tmp_path / "b.pt")
+    assert main(["compress", "-q", str(tmp_path / "a.pt")]) == 0
+    assert main(["compress", "-q", "--mode", "adaptive", "--base", str(tmp_path / "a.pt.ckz"),
+                 "--resumed", "--scope", "optimized", "--keep-exact", "model.hidden.*",
+                 str(tmp_path / "b.pt")]) == 0
+    with ckptzip.open(tmp_path / "b.pt.ckz") as checkpoint:
+        lossy = {leaf.name for leaf in checkpoint.leaves if "error" in leaf.extra}
+        carried = [leaf.extra["error"].get("carried") for leaf in checkpoint.leaves
+                   if "error" in leaf.extra]
+    assert "model.embed.weight" in lossy and not any(n.startswith("model.hidden.") for n in lossy)
+    assert not any(carried)  # resumed: the update is all training's
+    assert main(["compress", "-q", "--scope", "optimized", "-o", str(tmp_path / "c.ckz"),
+                 str(tmp_path / "b.pt")]) == 1
+    assert "applies to the lossy modes" in capsys.readouterr().err

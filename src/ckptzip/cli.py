@@ -97,9 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/LOSSY.md; default: lossless)")
     p.add_argument("--error-budget", metavar="E", type=parse_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
-                        f"per state, e.g. {_BUDGET_TEXT} (the default; the weights' is the expected "
-                        "error of unbiased rounding, relative to the update training made since "
-                        "the base; below 2)")
+                        f"per state, e.g. {_BUDGET_TEXT} (the default; each bounds the error as "
+                        "decoded; the weights' is relative to the update training made since the "
+                        "base, below 2; 0 keeps a state bit-exact)")
+    p.add_argument("--resumed", action="store_true",
+                   help="lossy modes: the state was trained from B as decoded (training resumed "
+                        "from a load of it), not from the true state B was saved from; leave it "
+                        "off when unsure (a larger file, never a growing error)")
+    p.add_argument("--scope", choices=("floats", "optimized"),
+                   help="lossy modes: code every float tensor outside the optimizer's state lossy "
+                        "(floats, the default), or only the weights Adam's moments pair with")
+    p.add_argument("--keep-exact", action="append", metavar="GLOB", default=[],
+                   help="lossy modes: keep the tensors whose names match GLOB bit-exact (repeatable; "
+                        "names as `ckptzip inspect` lists them, e.g. 'model.ema.*')")
     p.add_argument("--base", metavar="B",
                    help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
                         "that needs B (found beside it) to load")
@@ -187,6 +197,16 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
         if args.mode != "adaptive":
             raise Error(f"--error-budget applies to --mode adaptive, not {args.mode}")
         mode_options["error_budget"] = args.error_budget
+    lossy_options = {"scope": args.scope, "keep_exact": args.keep_exact or None,
+                     "resumed": args.resumed or None}
+    for flag, value in lossy_options.items():
+        if value is not None and args.mode == "lossless":
+            raise Error(f"--{flag.replace('_', '-')} applies to the lossy modes (--mode excp, "
+                        f"bitsnap, adaptive), not lossless")
+    if args.scope is not None:
+        mode_options["scope"] = args.scope
+    if args.keep_exact:
+        mode_options["keep_exact"] = args.keep_exact
     for src in args.sources:
         if src.endswith(SUFFIX):
             raise Error(f"{src}: already a .ckz; nothing to do")
@@ -200,6 +220,7 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
                     progress=args.quiet == 0, source=loaded.source, base=base,
                     base_location=relative_location(args.base, out) if args.base else None,
                     keyframe_every=args.keyframe_every, mode_options=mode_options,
+                    resumed=args.resumed,
                 )
         finally:
             if base is not None:
