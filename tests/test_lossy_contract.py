@@ -115,7 +115,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
             self.step += 1
-        return float(loss)
+        return float(loss.detach())
 
     def state(self) -> dict[str, object]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
