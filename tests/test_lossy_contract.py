@@ -402,3 +402,58 @@ def test_command_line_takes_the_contract_options(tmp_path, capsys):
     assert main(["compress", "-q", "--scope", "optimized", "-o", str(tmp_path / "c.ckz"),
                  str(tmp_path / "b.pt")]) == 1
     assert "applies to the lossy modes" in capsys.readouterr().err
+
+
+def test_fidelity_guard_rewrites_what_it_must_and_only_that(tmp_path, caplog):
+    """A guard that scores the decoded state worse than the true one beyond ``max_gap`` has the
+    checkpoint rewritten losslessly (in the background, logged, counted); one within it leaves
+    the lossy checkpoints alone."""
+    trainer = Trainer(SETUPS["adamw-defaults"])
+    batch = torch.randint(0, USED, (8, 6), generator=torch.Generator().manual_seed(9))
+    probe = Tiny()
+
+    def loss(state: dict[str, object]) -> float:  # on a copy of the model, never the live one
+        probe.load_state_dict(state["model"])  # type: ignore[arg-type]
+        with torch.no_grad():
+            logits = probe(batch[:, :-1])
+        return float(nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1)))
+
+    truths: dict[int, torch.Tensor] = {}
+
+    def distance(state: dict[str, object]) -> float:  # 0 for the true state, > 0 decoded
+        weight = state["model"]["hidden.weight"]  # type: ignore[index]
+        return float((weight - truths[len(truths) - 1]).norm())
+
+    with caplog.at_level("WARNING", logger="ckptzip"):
+        with ckptzip.CheckpointManager(tmp_path / "strict", mode="adaptive", guard=distance,
+                                       max_gap=0.0, error_budget=1.9) as manager:
+            for step in range(3):
+                trainer.train(2)
+                truths[len(truths)] = trainer.model.hidden.weight.detach().clone()
+                manager.save(step, trainer.state())
+                manager.wait()
+            true_last = flat(trainer.state())
+        assert manager.guard_rewrites == 2 and [e.step for e in manager.guard_events] == [1, 2]
+        assert all(e.rewritten and e.gap > 0 for e in manager.guard_events)
+        assert sum("rewritten losslessly" in r.message for r in caplog.records) == 2
+        decoded = flat(ckptzip.load(tmp_path / "strict" / "step-00000002.ckz"))
+        assert all(torch.equal(bits(decoded[n]), bits(v)) for n, v in true_last.items()
+                   if isinstance(v, torch.Tensor))
+        with ckptzip.open(tmp_path / "strict" / "step-00000002.ckz") as checkpoint:
+            assert checkpoint.chain_depth == 2 and checkpoint.metadata["guard"] == "rewritten lossless"
+
+    with ckptzip.CheckpointManager(tmp_path / "loose", mode="adaptive", guard=loss,
+                                   max_gap=0.5) as manager:
+        for step in range(3):
+            trainer.train(2)
+            manager.save(step, trainer.state())
+        manager.wait()
+        assert manager.guard_rewrites == 0 and len(manager.guard_events) == 2
+        assert all(abs(e.gap) < 0.5 for e in manager.guard_events)
+    with ckptzip.open(tmp_path / "loose" / "step-00000002.ckz") as checkpoint:
+        assert any("error" in leaf.extra for leaf in checkpoint.leaves)
+    for bad in ({"guard": loss, "max_gap": -1}, {"guard": 3}, {"guard": loss, "mode": "lossless"}):
+        options = {"mode": "adaptive", **bad}
+        with pytest.raises(ConfigError):
+            ckptzip.CheckpointManager(tmp_path / "bad", **options)
+    assert not (tmp_path / "bad").exists()

@@ -29,6 +29,7 @@ import torch
 from .api import load, save
 from .chain import open_base
 from .errors import ConfigError, Error
+from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .policy import policy_for
 from .reader import CheckpointFile
 from .storage import TEMP_MARKER
@@ -143,6 +144,13 @@ class CheckpointManager:
     ``keep_last=N`` deletes older checkpoints after each save, except those a kept one needs.
     A failure in the background is raised, as a :class:`ckptzip.Error` naming the step, by the
     next call. ``mode`` and ``mode_options`` go to :func:`ckptzip.save`.
+
+    ``guard=fn`` (lossy modes; :mod:`ckptzip.guard`): after each lossy delta, ``fn(state) ->
+    float`` (lower is better, e.g. a loss on a fixed batch) scores the true state and the state
+    as decoded; a checkpoint worse by more than ``max_gap`` (relative, default 0.5%) is rewritten
+    losslessly, logged, and counted in :attr:`guard_rewrites`. It runs where the write runs (in
+    the background for async saves), on a state training no longer touches: ``fn`` must not use
+    the live model (load the state into a copy).
     """
 
     def __init__(
@@ -155,8 +163,13 @@ class CheckpointManager:
         async_save: bool = True,
         max_pending: int = 1,
         threads: int | None = None,
+        guard: GuardFunction | None = None,
+        max_gap: float = 0.005,
         **mode_options: Any,
     ) -> None:
+        if guard is not None and mode == "lossless":
+            raise ConfigError("guard= checks lossy checkpoints; mode 'lossless' is exact already")
+        self.guard = None if guard is None else FidelityGuard(guard, max_gap)
         if keep_last is not None and (type(keep_last) is not int or keep_last < 1):
             raise ConfigError(f"keep_last must be a positive int or None, not {keep_last!r}")
         if type(max_pending) is not int or max_pending < 1:
@@ -287,6 +300,16 @@ class CheckpointManager:
                 self._reading.subtract(chain)
                 self._reading += Counter()  # drop the zero counts
 
+    @property
+    def guard_events(self) -> list[GuardEvent]:
+        """Every checkpoint the fidelity guard judged, in order (empty without a guard)."""
+        return [] if self.guard is None else list(self.guard.events)
+
+    @property
+    def guard_rewrites(self) -> int:
+        """How many checkpoints the fidelity guard rewrote losslessly."""
+        return 0 if self.guard is None else self.guard.rewrites
+
     def latest_step(self) -> int | None:
         """The newest step that is completely written and restorable, or None."""
         steps = self.steps()
@@ -397,25 +420,49 @@ class CheckpointManager:
         """Compress ``state`` as ``step`` against the newest earlier restorable step (unless it is
         prepared, and so planned against its base already), then prune. ``resumed_from``: the
         step the state was trained from as decoded (-1: its base, whichever), or None."""
+        true_state = None  # what the guard scores the checkpoint against
         if isinstance(state, DeviceSnapshot):
             with state.background():
                 prepared = self._prepare_on_device(step, state.state, resumed_from)
-            state.state = None  # free the device copy before the write
+            true_state = state.state if self.guard is not None else None
+            state.state = None  # free the device copy before the write (unless guarded)
             state = prepared
         # a synchronous save of accelerator tensors needs no branch: save() runs the lossy
         # transforms where the tensors are
+        path = self._path(step)
+        base = self._base_for(step)
         if isinstance(state, Prepared):
-            report = save(state, self._path(step), threads=self.threads, metadata={"step": step})
+            report = save(state, path, threads=self.threads, metadata={"step": step})
         else:
-            base = self._base_for(step)
+            true_state = state
             report = save(
-                state, self._path(step), mode=self.mode, base=base,
+                state, path, mode=self.mode, base=base,
                 threads=self.threads, metadata={"step": step}, keyframe_every=self.keyframe_every,
                 resumed=self._resumed(base, resumed_from), **self.mode_options,
             )
+        if self.guard is not None and true_state is not None:
+            report = self._guard(step, path, base, true_state, report)
         if self.keep_last is not None:
             self._prune(self.keep_last)
         return report
+
+    def _guard(self, step: int, path: str, base: str | None, true_state: Any,
+               report: SaveReport) -> SaveReport:
+        """Score a lossy checkpoint as decoded against ``true_state``; rewrite it losslessly
+        (against the same base) when the guard says so. Keyframes are lossless: not scored."""
+        assert self.guard is not None
+        with CheckpointFile.open(path, threads=self.threads) as checkpoint:
+            lossy = any("error" in leaf.extra for leaf in checkpoint.leaves)
+        if not lossy:
+            return report
+        rewritten: list[SaveReport] = []
+
+        def rewrite() -> None:
+            rewritten.append(save(true_state, path, mode="lossless", base=base, threads=self.threads,
+                                  metadata={"step": step, "guard": "rewritten lossless"}))
+
+        self.guard.check(step, true_state, load(path, threads=self.threads), rewrite)
+        return rewritten[-1] if rewritten else report
 
     def _write_in_background(self, step: int, state: Any, resumed_from: int | None) -> SaveReport:
         """:meth:`_write` on the background thread; a failure is kept for the next call."""

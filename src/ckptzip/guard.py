@@ -1,0 +1,85 @@
+"""A fidelity guard for lossy checkpoints: evaluate what was written against what was meant.
+
+No published lossy method checks its own output against the training it serves. With a guard,
+:class:`ckptzip.CheckpointManager` evaluates, after each lossy delta it writes, the state as a
+reader decodes it and the true state with a function the user chooses (a loss on a held-out
+batch, say), and when the decoded state is worse by more than ``max_gap`` (relative), it rewrites
+that checkpoint losslessly (still a delta against the same base, so the chain goes on), logs it,
+and counts it. The evaluation runs where the write runs: in the background for async saves.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, Error
+
+log = logging.getLogger("ckptzip")
+
+#: ``guard(state) -> float``: a figure of merit of a state where lower is better (a loss).
+GuardFunction = Callable[[Any], float]
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    """One checkpoint the guard judged: the step, the true and decoded figures, the relative gap,
+    and whether it was rewritten losslessly."""
+
+    step: int
+    true_value: float
+    decoded_value: float
+    gap: float
+    rewritten: bool
+
+
+@dataclass
+class FidelityGuard:
+    """``function`` evaluates a state (lower is better); a lossy checkpoint whose decoded state
+    scores worse than the true one by more than ``max_gap`` of the true one's magnitude is
+    rewritten losslessly."""
+
+    function: GuardFunction
+    max_gap: float
+    events: list[GuardEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not callable(self.function):
+            raise ConfigError(f"guard must be a function state -> float, not {self.function!r}")
+        if type(self.max_gap) not in (int, float) or not 0 <= self.max_gap < math.inf:
+            raise ConfigError(f"max_gap must be a finite number >= 0 (a relative gap such as "
+                              f"0.005), not {self.max_gap!r}")
+
+    @property
+    def rewrites(self) -> int:
+        """How many checkpoints the guard had rewritten losslessly."""
+        return sum(event.rewritten for event in self.events)
+
+    def _evaluate(self, state: Any, what: str, step: int) -> float:
+        value = self.function(state)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise Error(f"step {step}: the fidelity guard returned {value!r} for the {what} state; "
+                        f"it must return a finite number (a loss on a fixed batch)")
+        return number
+
+    def check(self, step: int, true_state: Any, decoded_state: Any,
+              rewrite: Callable[[], object]) -> GuardEvent:
+        """Judge one checkpoint; ``rewrite()`` writes it again losslessly when it fails."""
+        truth = self._evaluate(true_state, "true", step)
+        decoded = self._evaluate(decoded_state, "decoded", step)
+        gap = (decoded - truth) / max(abs(truth), 1e-30)
+        failed = gap > self.max_gap
+        if failed:
+            rewrite()
+            log.warning("ckptzip guard: step %d decoded %.6g against %.6g (gap %+.3g%% > %.3g%%); "
+                        "rewritten losslessly", step, decoded, truth, 100 * gap, 100 * self.max_gap)
+        event = GuardEvent(step, truth, decoded, gap, failed)
+        self.events.append(event)
+        return event
