@@ -7,13 +7,14 @@ configs) goes through ``Pipeline.from_config`` (so ``codec_from_config`` of ever
   ``raw`` bytes with ``Pipeline.decode_chunk``; for a residual the payload starts with the base's
   ``raw`` bytes, the stored stream follows;
 * a pipeline of whole-tensor transforms (kmeans, sparse, lossy-residual, support, lowrank,
-  dither, mark) undoes them
+  zeros, dither, mark) undoes them
   with the reader's own ``CheckpointFile._finish_leaf``, on the payload viewed as the spec's
   ``encoded`` array; for a ``support`` stage the next ``prod(shape)`` bytes are the sibling's
   support (non-zero: kept); for a ``lowrank`` stage the next bytes are its two factors, float32
   matrices of the spec's ``u_shape`` and ``v_shape`` (what the reader passes: decoded sibling
-  leaves the parser checked are matrices); the leaf's base tensor is taken from the rest of the
-  payload when it holds one.
+  leaves the parser checked are matrices); for a ``zeros`` stage the next ``ceil(prod(shape) /
+  8)`` bytes are its change mask (the parser checked that size); the leaf's base tensor is taken
+  from the rest of the payload when it holds one.
 
 The harness admits only what the container's parser guarantees (chunks of whole serializer
 elements, a base chunk as long as the chunk, an encoded array of the declared size, a tensor at
@@ -42,7 +43,7 @@ with instrumented():
     import torch
 
     import ckptzip
-    from ckptzip.codecs import LowRank
+    from ckptzip.codecs import ExactZeros, LowRank
     from ckptzip.container import MAX_TRANSFORM_EXPANSION, LeafInfo, _array_type
     from ckptzip.pipeline import Pipeline
     from ckptzip.reader import CheckpointFile
@@ -91,6 +92,13 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
         support, tail = torch.from_numpy(mask.copy()).reshape(shape), tail[sibling_nbytes:]
     siblings: dict[int, torch.Tensor] = {}
     for stage in pipeline.transforms:
+        if isinstance(stage, ExactZeros):  # its change mask: a bit per element
+            count = -(-math.prod(shape) // 8)
+            if len(tail) < count:
+                return False
+            siblings[stage.leaf] = torch.from_numpy(np.frombuffer(tail, np.uint8, count).copy())
+            tail = tail[count:]
+            continue
         if not isinstance(stage, LowRank):
             continue
         for j, key in ((stage.u, "u_shape"), (stage.v, "v_shape")):

@@ -44,6 +44,10 @@ def next_state() -> dict[str, Any]:
     g = torch.Generator().manual_seed(2)
     for name, w in state["model"].items():
         state["model"][name] = w + torch.randn(w.shape, generator=g) * 1e-3
+    for moments in state["optimizer"]["state"].values():  # moments move too (else kept exact)
+        moments["exp_avg"] = moments["exp_avg"] * 0.9 + torch.randn(moments["exp_avg"].shape,
+                                                                    generator=g) * 1e-4
+        moments["exp_avg_sq"] = moments["exp_avg_sq"] * 0.999 + 1e-9
     state["step"] = 2
     return state
 

@@ -31,7 +31,7 @@ from make_corpus import write_seeds  # noqa: E402
 import ckptzip  # noqa: E402
 from ckptzip import _native  # noqa: E402
 from ckptzip.chain import MemoryBase  # noqa: E402
-from ckptzip.codecs import LowRank  # noqa: E402
+from ckptzip.codecs import ExactZeros, LowRank  # noqa: E402
 from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
 from ckptzip.pipeline import Pipeline  # noqa: E402
 from ckptzip.reader import CheckpointFile  # noqa: E402
@@ -132,6 +132,8 @@ def leaf_seeds(blob: bytes, base: MemoryBase) -> list[bytes]:
             tail = b"" if base_raw is None else base_raw.tobytes()
             factors = b""
             for stage in p.transforms:  # low-rank factors: float32 matrices, U then V
+                if isinstance(stage, ExactZeros):  # a change mask: its packed bits
+                    factors += ckpt.read_leaves([stage.leaf])[stage.leaf].numpy().tobytes()
                 if isinstance(stage, LowRank):
                     decoded = ckpt.read_leaves([stage.u, stage.v])
                     spec["u_shape"] = list(decoded[stage.u].shape)
@@ -159,6 +161,10 @@ def codec_seeds(files: list[bytes]) -> list[bytes]:
     new = old + 1e-3 * (update + 0.01 * torch.randn(96, 64, generator=generator))
     blob = ckptzip.dumps({"w": new}, mode="adaptive", base={"w": old}, threads=1)
     seeds += leaf_seeds(blob, MemoryBase({"w": old}))
+    # a change mask: the same update with its first rows untouched (an embedding's unused rows)
+    new[:40] = old[:40]
+    blob = ckptzip.dumps({"w": new}, mode="adaptive", base={"w": old}, threads=1)
+    seeds += leaf_seeds(blob, MemoryBase({"w": old}))
     # context planes: only large tensors choose them in a file, so code two chunks directly
     rng = np.random.default_rng(4)
     for dtype, width in ((torch.float32, 4), (torch.bfloat16, 2)):
@@ -175,7 +181,8 @@ def codec_seeds(files: list[bytes]) -> list[bytes]:
 def main() -> None:
     files = container_files()
     write_seeds(HERE / "corpus" / "container", container_seeds(files))
-    write_seeds(HERE / "corpus" / "codecs", codec_seeds(files))
+    # legacy-*: inputs of stages today's writers no longer use (the mark), kept as seeds
+    write_seeds(HERE / "corpus" / "codecs", codec_seeds(files), keep_legacy=True)
 
 
 if __name__ == "__main__":

@@ -74,9 +74,9 @@ def test_manager_device_path_matches_the_host_path(tmp_path: Path, mode: str,
     calls = []
     original = CheckpointManager._prepare_on_device
 
-    def spy(self: CheckpointManager, step: int, state: Any) -> Prepared:
+    def spy(self: CheckpointManager, step: int, state: Any, resumed_from: int | None) -> Prepared:
         calls.append(step)
-        return original(self, step, state)
+        return original(self, step, state, resumed_from)
 
     monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, state: True)
     monkeypatch.setattr(CheckpointManager, "_prepare_on_device", spy)
@@ -140,9 +140,9 @@ def test_device_without_room_for_a_copy_transforms_before_returning(
     handed: list[type] = []
     original = CheckpointManager._write
 
-    def spy(self: CheckpointManager, step: int, state: Any) -> Any:
+    def spy(self: CheckpointManager, step: int, state: Any, resumed_from: int | None = None) -> Any:
         handed.append(type(state))
-        return original(self, step, state)
+        return original(self, step, state, resumed_from)
 
     monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, state: True)
     monkeypatch.setattr(manager_module, "device_snapshot", no_room)
