@@ -457,3 +457,18 @@ def test_fidelity_guard_rewrites_what_it_must_and_only_that(tmp_path, caplog):
         with pytest.raises(ConfigError):
             ckptzip.CheckpointManager(tmp_path / "bad", **options)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_pairing_that_cannot_work_is_refused_at_save_time(tmp_path):
+    """An explicit pairing that names no weight fails in the caller's save(), not in the
+    background, and leaves the directory as it was."""
+    trainer = Trainer(SETUPS["adamw-defaults"])
+    trainer.train(1)
+    with pytest.raises(ConfigError, match="pairing must map"):
+        ckptzip.CheckpointManager(tmp_path / "a", mode="excp", pairing={"x": "0"})
+    with ckptzip.CheckpointManager(tmp_path / "b", mode="adaptive",
+                                   pairing={"model.nope.weight": 0}) as manager:
+        with pytest.raises(ConfigError, match="names no float weight"):
+            manager.save(0, trainer.state())
+        assert manager.steps() == []
+    assert [p.name for p in (tmp_path / "b").iterdir() if p.suffix == ".ckz"] == []

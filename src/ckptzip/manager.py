@@ -176,7 +176,8 @@ class CheckpointManager:
             raise ConfigError(f"max_pending must be a positive int, not {max_pending!r}")
         if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
             raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
-        policy_for(mode, **mode_options)  # a bad mode or option fails here, not in the background
+        # a bad mode or option fails here, not in the background
+        self._policy = policy_for(mode, **mode_options)
         self.directory = os.path.abspath(os.fspath(directory))
         self.mode = mode
         self.mode_options = mode_options
@@ -261,6 +262,7 @@ class CheckpointManager:
         try:
             self._raise_pending_error()
             flat = flatten(state)
+            self._policy.check_state(flat[1])  # a pairing that does not fit: here, not later
             copy = (self._device_copy(step, state, flat, resumed_from) if self._on_device(flat[1])
                     else snapshot(state, flat))
             future = self._executor.submit(self._write_in_background, step, copy, resumed_from)

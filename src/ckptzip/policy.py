@@ -62,6 +62,10 @@ class Policy(Protocol):
         (a progress bar). ``resumed``: training went on from ``base`` as decoded (it resumed
         from a load of it), not from the true state the base was saved from."""
 
+    def check_state(self, leaves: list[Leaf]) -> None:
+        """Raise :class:`ConfigError` now where the mode's options cannot work with this state
+        (an explicit pairing that names no weight), before anything is planned or written."""
+
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         """The pipeline of a tensor coded on its own."""
 
@@ -87,6 +91,9 @@ class LosslessPolicy:
                    progress: Planned | None = None, *,
                    resumed: bool = False) -> dict[int, Encoded | Exact]:
         return {}
+
+    def check_state(self, leaves: list[Leaf]) -> None:
+        pass
 
     def pipeline_for(self, leaf: Leaf) -> Pipeline:
         layout = leaf.dtype.plane_layout

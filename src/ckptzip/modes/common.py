@@ -169,6 +169,10 @@ class JointPolicy(LosslessPolicy):
         super().__init__(chunk_bytes)
         if scope not in SCOPES:
             raise ConfigError(f"{self.mode}: scope must be one of {SCOPES}, not {scope!r}")
+        if pairing is not None and not (isinstance(pairing, Mapping) and all(
+                isinstance(k, str) and type(v) is int for k, v in pairing.items())):
+            raise ConfigError(f"{self.mode}: pairing must map weight names (as `ckptzip inspect` "
+                              f"lists them) to optimizer state indices, not {pairing!r:.80}")
         if isinstance(keep_exact, str) or not all(isinstance(p, str) for p in keep_exact):
             raise ConfigError(f"{self.mode}: keep_exact must be a list of glob patterns of tensor "
                               f"names (such as 'model.ema.*'), not {keep_exact!r}")
@@ -197,6 +201,12 @@ class JointPolicy(LosslessPolicy):
             if progress is not None:
                 progress(size, sum(sizes))
         return plans
+
+    def check_state(self, leaves: list[Leaf]) -> None:
+        """Raise :class:`ConfigError` now if an explicit ``pairing`` does not fit the state (a
+        caller that plans later, in the background, asks first)."""
+        if self.pairing is not None:
+            group_state(leaves, self.pairing, self.mode)
 
     def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         """Look at every group before any is planned (what holds for the whole checkpoint);
