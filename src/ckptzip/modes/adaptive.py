@@ -197,6 +197,8 @@ class AdaptivePolicy(JointPolicy):
         for attempt, tighter in enumerate(RETRY_BUDGETS):
             plans = self._rounded_weight(index, leaf, delta, changed if partial else None, w_base,
                                          scale_sq, budget * tighter, bound, attempt)
+            if plans == {}:
+                break  # no grid of uint8 codes: a finer one would not fit either
             if plans is not None:
                 self.add_leaf(len(plans) - 1)  # the added leaves' indices are taken now
                 plans[index].extra["error"].update(budget=budget)
@@ -211,8 +213,9 @@ class AdaptivePolicy(JointPolicy):
                         changed: torch.Tensor | None, w_base: torch.Tensor, scale_sq: float,
                         target: float, bound: float, attempt: int) -> dict[int, Encoded] | None:
         """One try of :meth:`_weight`: the plans (the weight's, and its added leaves' at the
-        next free indices, not yet taken) when the decoded error keeps ``bound``, else None.
-        ``changed``: where the update is non-zero, when it is zero somewhere."""
+        next free indices, not yet taken) when the decoded error keeps ``bound``; None when it
+        does not, and no plans when no grid of uint8 codes serves the budget. ``changed``: where
+        the update is non-zero, when it is zero somewhere."""
         first = self.next_leaf()
         zeros = None
         plans: dict[int, Encoded] = {}
@@ -236,7 +239,7 @@ class AdaptivePolicy(JointPolicy):
             factored = None
             rounded = self._rounded(leaf, delta, scale_sq, target, seed, active)
         if rounded is None:
-            return None
+            return {}
         values, quantizer, rounding, stages = rounded
         lowrank = None
         if factored is not None:
