@@ -1,4 +1,4 @@
-/* common.c - the error record's formatter, CPU dispatch and the core's one-time init. */
+/* common.c - the error record's formatter and the CPU level (common.h). */
 #include "common.h"
 
 #include "crc32c.h"
@@ -18,23 +18,28 @@ int ckz_fail(ckz_err *err, const char *fmt, ...) {
     return -1;
 }
 
-int ckz_cpu_v3 = 0;
-int ckz_cpu_v4 = 0;
-int ckz_cpu_vbmi2 = 0;
+int ckz_cpu_level = CKZ_LEVEL_BASELINE;
 
-/* CKZ_CPU in the environment caps the kernels picked, to test and measure the portable ones:
- * "baseline" (SSE2), "v3" (AVX2), "v4" (AVX-512 without VBMI2); anything else, or nothing, takes
- * what the CPU has.  Streams are the same whatever is picked. */
+/* The highest level, capped by CKZ_CPU (common.h), whose every feature the CPU has (and the OS
+ * enables: __builtin_cpu_supports reports AVX and AVX-512 only with their register state). */
 void ckz_cpu_init(void) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
     __builtin_cpu_init();
     const char *cap = getenv("CKZ_CPU");
-    int level = !cap ? 3 : !strcmp(cap, "baseline") ? 0 : !strcmp(cap, "v3") ? 1
-              : !strcmp(cap, "v4") ? 2 : 3;
-    ckz_cpu_v3 = level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
-    ckz_cpu_v4 = level >= 2 && ckz_cpu_v3 && __builtin_cpu_supports("avx512f") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
-    ckz_cpu_vbmi2 = level >= 3 && ckz_cpu_v4 && __builtin_cpu_supports("avx512vbmi2");
+    int max = !cap                      ? CKZ_LEVEL_VBMI2
+              : !strcmp(cap, "baseline") ? CKZ_LEVEL_BASELINE
+              : !strcmp(cap, "v2")       ? CKZ_LEVEL_V2
+              : !strcmp(cap, "v3")       ? CKZ_LEVEL_V3
+              : !strcmp(cap, "v4")       ? CKZ_LEVEL_V4
+                                         : CKZ_LEVEL_VBMI2;
+#define HAS_(f) &&__builtin_cpu_supports(f)
+    int level = CKZ_LEVEL_BASELINE;
+    if (max >= CKZ_LEVEL_V2 CKZ_FEATURES_V2(HAS_)) level = CKZ_LEVEL_V2;
+    if (max >= CKZ_LEVEL_V3 CKZ_FEATURES_V3(HAS_)) level = CKZ_LEVEL_V3;
+    if (max >= CKZ_LEVEL_V4 CKZ_FEATURES_V4(HAS_)) level = CKZ_LEVEL_V4;
+    if (max >= CKZ_LEVEL_VBMI2 CKZ_FEATURES_VBMI2(HAS_)) level = CKZ_LEVEL_VBMI2;
+#undef HAS_
+    ckz_cpu_level = level;
 #endif
 }
 

@@ -1,8 +1,10 @@
 /* common.h - shared helpers of the ckptzip native core.
  *
  * Little-endian loads and stores through memcpy (any alignment, compiles to one mov), the error
- * record every fallible entry point fills, and the CPU-dispatch macro.  Nothing here allocates or
- * holds state, so every function of the core is thread-safe once module init has run.
+ * record every fallible entry point fills, and the CPU levels with their target macros.  The
+ * ground floor of the core: it includes nothing of the core's.  Nothing here allocates or holds
+ * state but the CPU level, written once by ckz_cpu_init, so every function of the core is
+ * thread-safe once ckz_init (chunk.h) has run.
  */
 #ifndef CKZ_COMMON_H
 #define CKZ_COMMON_H
@@ -65,29 +67,69 @@ static inline void ckz_store64(uint8_t *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
-/* CPU dispatch.  The wheel targets the x86-64 baseline (SSE2); hot loops are compiled a second
- * time for "v3" CPUs (AVX2 + BMI2: 256-bit vectors, flag-free variable shifts) and picked at run
- * time.  CKZ_VERSIONED(name, params, args) defines `name` calling the always-inline `name##_impl`
- * through the best variant; ckz_cpu_v3 is written once by ckz_cpu_init (module init) and only
- * read afterwards.  Elsewhere (aarch64: NEON is baseline) there is one variant. */
-extern int ckz_cpu_v3;
-/* AVX-512 F, BW and VBMI as well (byte permutes across a whole 64-byte vector): the plane
- * kernels of 2- and 4-byte elements use it where it exists (Ice Lake and later, Zen 4). */
-extern int ckz_cpu_v4;
-/* AVX-512 VBMI2 as well (byte compress and expand): format 4's escapes (ctx.c). */
-extern int ckz_cpu_vbmi2;
+/* ---- CPU levels and the target macros ------------------------------------------------------
+ * The wheel targets the x86-64 baseline (SSE2); hot loops are compiled again for higher CPU
+ * levels and picked at run time.  One level is picked once, by ckz_cpu_init, and only read
+ * afterwards.  Each level implies every level below it and adds the features listed beside it;
+ * a kernel is compiled with its level's target (CKZ_TARGET_V3 ...) and runs only where
+ * ckz_cpu_init found every feature of that list (the same X-macro list gives the target string
+ * and the run-time check, so they cannot drift apart):
+ *
+ *   CKZ_LEVEL_BASELINE  x86-64: SSE2 (the portable loops; elsewhere, e.g. aarch64, the only one)
+ *   CKZ_LEVEL_V2        + SSE4.2 (crc32), POPCNT                                  (x86-64-v2)
+ *   CKZ_LEVEL_V3        + AVX2, BMI, BMI2                             (x86-64-v3: Haswell, Zen)
+ *   CKZ_LEVEL_V4        + AVX-512 F, BW, VL, VBMI (byte permutes across 64 bytes), FMA
+ *                                                                   (Ice Lake, Zen 4 and later)
+ *   CKZ_LEVEL_VBMI2     + AVX-512 VBMI2 (byte compress and expand), PCLMUL, VPCLMULQDQ
+ *                                                   (carry-less multiplies: CRC-32C folding)
+ *
+ * CKZ_CPU in the environment caps the level, to test and measure the lower ones: "baseline",
+ * "v2", "v3", "v4" (AVX-512 without VBMI2), "vbmi2"; anything else, or nothing, takes what the
+ * CPU has.  Streams are the same whatever is picked.  Building with -DCKZ_NO_DISPATCH compiles
+ * the baseline alone. */
+enum { CKZ_LEVEL_BASELINE, CKZ_LEVEL_V2, CKZ_LEVEL_V3, CKZ_LEVEL_V4, CKZ_LEVEL_VBMI2 };
+
+#define CKZ_FEATURES_V2(X) X("sse4.2") X("popcnt")
+#define CKZ_FEATURES_V3(X) CKZ_FEATURES_V2(X) X("avx2") X("bmi") X("bmi2")
+#define CKZ_FEATURES_V4(X)                                                                     \
+    CKZ_FEATURES_V3(X) X("avx512f") X("avx512bw") X("avx512vl") X("avx512vbmi") X("fma")
+#define CKZ_FEATURES_VBMI2(X) CKZ_FEATURES_V4(X) X("avx512vbmi2") X("pclmul") X("vpclmulqdq")
+
+/* The level ckz_cpu_init picked (CKZ_LEVEL_BASELINE until then). */
+extern int ckz_cpu_level;
+#define CKZ_CPU_AT(level) (ckz_cpu_level >= CKZ_LEVEL_##level)
+/* Picks the level (the Python module's init and the fuzz harnesses call it, by ckz_init). */
 void ckz_cpu_init(void);
-/* Everything the core needs before its first call, once: CPU dispatch, then the CRC-32C and rANS
- * tables (the Python module's init and the fuzz harnesses call it). */
+/* Everything the core needs before its first call, once (moving up to chunk.h). */
 void ckz_init(void);
 
 #define CKZ_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#define CKZ_DISPATCH 1
+/* target("sse2,<the level's features>"): sse2 (baseline) only starts the comma list */
+#define CKZ_FEATURE_STRING_(f) "," f
+#define CKZ_TARGET_(LIST) __attribute__((target("sse2" LIST(CKZ_FEATURE_STRING_))))
+#define CKZ_TARGET_V2 CKZ_TARGET_(CKZ_FEATURES_V2)
+#define CKZ_TARGET_V3 CKZ_TARGET_(CKZ_FEATURES_V3)
+#define CKZ_TARGET_V4 CKZ_TARGET_(CKZ_FEATURES_V4)
+#define CKZ_TARGET_VBMI2 CKZ_TARGET_(CKZ_FEATURES_VBMI2)
+/* always-inline helpers of the kernels of a level (a caller of a higher level may inline them) */
+#define CKZ_INLINE_V3 CKZ_TARGET_V3 CKZ_INLINE
+#define CKZ_INLINE_V4 CKZ_TARGET_V4 CKZ_INLINE
+#define CKZ_INLINE_VBMI2 CKZ_TARGET_VBMI2 CKZ_INLINE
+#else
+#define CKZ_DISPATCH 0
+#endif
+
+/* CKZ_VERSIONED(name, params, args) defines `name` calling the always-inline `name##_impl`
+ * through the best variant: compiled for the baseline and for CKZ_LEVEL_V3 (256-bit vectors,
+ * flag-free variable shifts).  Without dispatch there is one variant. */
+#if CKZ_DISPATCH
 #define CKZ_VERSIONED(name, params, args)                                                      \
     static void name##_base params { name##_impl args; }                                       \
-    __attribute__((target("avx2,bmi2"))) static void name##_v3 params { name##_impl args; }    \
+    CKZ_TARGET_V3 static void name##_v3 params { name##_impl args; }                           \
     static void name params {                                                                  \
-        if (ckz_cpu_v3) name##_v3 args;                                                        \
+        if (CKZ_CPU_AT(V3)) name##_v3 args;                                                    \
         else name##_base args;                                                                 \
     }
 #else

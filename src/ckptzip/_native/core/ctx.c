@@ -32,15 +32,6 @@ typedef struct {
     unsigned buckets;
 } layout;
 
-CKZ_INLINE uint64_t load_elem(const uint8_t *p, unsigned k) {
-    switch (k) {
-    case 1: return p[0];
-    case 2: return ckz_load16(p);
-    case 4: return ckz_load32(p);
-    default: return ckz_load64(p);
-    }
-}
-
 CKZ_INLINE void store_elem(uint8_t *p, uint64_t w, unsigned k) {
     switch (k) {
     case 1: p[0] = (uint8_t)w; break;
@@ -50,14 +41,8 @@ CKZ_INLINE void store_elem(uint8_t *p, uint64_t w, unsigned k) {
     }
 }
 
-/* Rotations of a (8k)-bit word held in a uint64; 8k is a power of two, so `& (bits - 1)` keeps
- * rotate == 0 from shifting by the full width. */
-CKZ_INLINE uint64_t rotl_k(uint64_t w, unsigned r, unsigned k) {
-    unsigned bits = 8 * k;
-    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
-    return ((w << r) | (w >> ((bits - r) & (bits - 1)))) & mask;
-}
-
+/* Right rotation of a (8k)-bit word held in a uint64; 8k is a power of two, so `& (bits - 1)`
+ * keeps rotate == 0 from shifting by the full width. */
 CKZ_INLINE uint64_t rotr_k(uint64_t w, unsigned r, unsigned k) {
     unsigned bits = 8 * k;
     uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
@@ -211,15 +196,13 @@ typedef struct {
     uint8_t first[CKZ_CTX_MAX_BUCKETS];
 } buckets;
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
 #include <immintrin.h>
-#define CTX_HAVE_AVX2 1
-#define CTX_V4 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,popcnt")))
 
 /* bk[i] = lut[ctx[i]] for i < n, 64 bytes a step: two two-table byte permutes (the LUT's low
  * and high 128 entries) and a blend on the context's top bit. */
-CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lut[256],
-                                  uint8_t *bk) {
+CKZ_TARGET_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lut[256],
+                                         uint8_t *bk) {
     __m512i t0 = _mm512_loadu_si512((const void *)lut);
     __m512i t1 = _mm512_loadu_si512((const void *)(lut + 64));
     __m512i t2 = _mm512_loadu_si512((const void *)(lut + 128));
@@ -237,9 +220,9 @@ CTX_V4 static size_t lut_index_v4(const uint8_t *ctx, size_t n, const uint8_t lu
  * 31), saturating at 0, then bk = win[d] by two 16-entry byte shuffles and a blend on d >= 16.
  * Every ctx below first[1] gives d = 0 and every ctx from first[1] + 30 up gives d = 31, whose
  * entries are bucket 0 and bucket B - 1.  32 bytes a step; returns the elements done. */
-__attribute__((target("avx2"))) static size_t window_index_v3(const uint8_t *ctx, size_t n,
-                                                               const uint8_t *first, unsigned B,
-                                                               uint8_t *bk) {
+CKZ_TARGET_V3 static size_t window_index_v3(const uint8_t *ctx, size_t n,
+                                            const uint8_t *first, unsigned B,
+                                            uint8_t *bk) {
     uint8_t win[32];
     for (unsigned d = 0, b = 0; d < 32; d++) {
         unsigned v = first[1] - 1u + d;
@@ -299,8 +282,8 @@ CKZ_VERSIONED(bucket_index_passes, (const uint8_t *restrict ctx, size_t n,
 
 static void bucket_index(const uint8_t *ctx, size_t n, const uint8_t *first, unsigned B,
                          uint8_t *bk) {
-#ifdef CTX_HAVE_AVX2
-    if (ckz_cpu_v4 && B > 2) { /* one lookup instead of B - 1 compare passes */
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && B > 2) { /* one lookup instead of B - 1 compare passes */
         uint8_t lut[256];
         for (unsigned v = 0, b = 0; v < 256; v++) {
             while (b + 1 < B && v >= first[b + 1]) b++;
@@ -310,7 +293,7 @@ static void bucket_index(const uint8_t *ctx, size_t n, const uint8_t *first, uns
         for (size_t i = done; i < n; i++) bk[i] = lut[ctx[i]];
         return;
     }
-    if (ckz_cpu_v3 && B > 2 && first[B - 1] - first[1] <= 30) {
+    if (CKZ_CPU_AT(V3) && B > 2 && first[B - 1] - first[1] <= 30) {
         size_t done = window_index_v3(ctx, n, first, B, bk);
         bucket_index_passes(ctx + done, n - done, first, B, bk + done);
         return;
@@ -697,13 +680,13 @@ static int looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
-#ifdef CTX_HAVE_AVX2
+#if CKZ_DISPATCH
 /* Adds to hist[b * 256 + v] every byte v of bucket b = bk[i] < 16 that is not the bucket's guess
  * dom[b]: 32 bytes compared with their guesses (a byte shuffle of dom by bk) per step, then only
  * the misses counted one by one. */
-__attribute__((target("avx2,bmi"))) static void count_misses(const uint8_t *s, const uint8_t *bk,
-                                                             size_t n, const uint8_t dom[16],
-                                                             uint32_t *hist) {
+CKZ_TARGET_V3 static void count_misses(const uint8_t *s, const uint8_t *bk,
+                                       size_t n, const uint8_t dom[16],
+                                       uint32_t *hist) {
     __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dom));
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -737,8 +720,8 @@ static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, cons
     size_t span = (size_t)B * 256;
     uint32_t *h1 = spare, *h2 = spare + span, *h3 = spare + 2 * span;
     memset(hist, 0, span * sizeof *hist);
-#ifdef CTX_HAVE_AVX2
-    if (ckz_cpu_v3 && B <= 16 && n >= 16 * MISS_SAMPLES) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V3) && B <= 16 && n >= 16 * MISS_SAMPLES) {
         /* Each bucket's most frequent byte in an even sample (spare as its histogram), then
          * the misses counted exactly; a bucket's guessed byte has what the misses leave of it. */
         uint32_t *c = spare;
@@ -974,13 +957,13 @@ static size_t count_escapes(const uint8_t *lo, const uint8_t *hi, size_t n) {
 /* Format 4's escapes: every element whose top two bytes (lo, hi planes) hold v >= ESCAPE gets
  * the symbol ESCAPE in lo, and v - ESCAPE goes to the escapes, its low byte to esc_lo and its
  * high byte to esc_hi, in element order.  Blocks of 16 without one are passed over. */
-#ifdef CTX_HAVE_AVX2
-#define VBMI2_FN __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt"))) static
+#if CKZ_DISPATCH
 /* 64 elements a step: the escape mask by two compares, the escapes' bytes (v - ESCAPE: low byte
  * lo + 1, high byte hi - 1 unless lo is ESCAPE) out by byte compresses, ESCAPE blended into lo.
  * Returns the elements done (whole steps); *m receives the escapes taken. */
-VBMI2_FN size_t take_escapes_v4(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
-                                uint8_t *esc_hi, size_t *m) {
+CKZ_TARGET_VBMI2 static size_t
+take_escapes_vbmi2(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
+                   uint8_t *esc_hi, size_t *m) {
     const __m512i all = _mm512_set1_epi8(-1), one = _mm512_set1_epi8(1);
     size_t i = 0, k = 0;
     for (; i + 64 <= n; i += 64) {
@@ -1000,8 +983,9 @@ VBMI2_FN size_t take_escapes_v4(uint8_t *lo, const uint8_t *hi, size_t n, uint8_
 /* Format 4 for 2-byte words without rotation, from the words themselves (no plane split): the
  * symbols min(t, 255) to sym, and the escapes' bytes, 64 words a step.  Returns the words done
  * (whole steps); *m receives the escapes taken. */
-VBMI2_FN size_t take_words2_v4(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
-                               uint8_t *esc_hi, size_t *m) {
+CKZ_TARGET_VBMI2 static size_t
+take_words2_vbmi2(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
+                  uint8_t *esc_hi, size_t *m) {
     const __m512i cap = _mm512_set1_epi16(ESCAPE);
     size_t i = 0, k = 0;
     for (; i + 64 <= n; i += 64) {
@@ -1029,8 +1013,9 @@ VBMI2_FN size_t take_words2_v4(const uint8_t *src, size_t n, uint8_t *sym, uint8
 
 /* The same for 4-byte words: bytes 0 and 1 to the planes p0, p1 as a split would, the top two
  * bytes to the symbols and escapes, 64 words a step. */
-VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
-                               uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
+CKZ_TARGET_VBMI2 static size_t
+take_words4_vbmi2(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
+                  uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
     const __m512i cap = _mm512_set1_epi32(ESCAPE);
     size_t i = 0, k = 0;
     for (; i + 64 <= n; i += 64) {
@@ -1071,13 +1056,12 @@ VBMI2_FN size_t take_words4_v4(const uint8_t *src, size_t n, uint8_t *p0, uint8_
  *                     lanes that do not escape. */
 static uint8_t esc_pack[256][16], esc_unpack[256][16];
 
-/* The AVX2 forms of take_words2_v4 and take_words4_v4, 32 words a step: the symbols by
+/* The AVX2 forms of take_words2_vbmi2 and take_words4_vbmi2, 32 words a step: the symbols by
  * saturating packs (which interleave 128-bit lanes, undone by one dword permute), the escapes
  * (3-12% of the elements on the GPT's deltas) packed 8 lanes at a time by byte shuffles
  * (esc_pack), each group storing 8 bytes to each plane of which the escapes keep theirs.  The
  * planes hold n bytes each, so the stores stay inside while m + 32 <= n; past that (a chunk that
  * nearly all escapes) the step's escapes go one by one. */
-#define V3_FN __attribute__((target("avx2,bmi,popcnt"))) static
 CKZ_INLINE void take_step_escapes(const uint8_t *src, unsigned width, size_t i, uint32_t mask,
                                   uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
     for (; mask; mask &= mask - 1) {
@@ -1099,8 +1083,9 @@ CKZ_INLINE void take_step_escapes(const uint8_t *src, unsigned width, size_t i, 
         k += (size_t)__builtin_popcount(bits_);                                                \
     } while (0)
 
-V3_FN size_t take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
-                            uint8_t *esc_hi, size_t *m) {
+CKZ_TARGET_V3 static size_t
+take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t *esc_lo,
+               uint8_t *esc_hi, size_t *m) {
     const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
     size_t i = 0, k = *m;
     for (; i + 32 <= n; i += 32) {
@@ -1124,8 +1109,9 @@ V3_FN size_t take_words2_v3(const uint8_t *src, size_t n, uint8_t *sym, uint8_t 
     return i;
 }
 
-V3_FN size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *p1,
-                            uint8_t *sym, uint8_t *esc_lo, uint8_t *esc_hi, size_t *m) {
+CKZ_TARGET_V3 static size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0,
+                                           uint8_t *p1, uint8_t *sym, uint8_t *esc_lo,
+                                           uint8_t *esc_hi, size_t *m) {
     const __m256i cap = _mm256_set1_epi16(ESCAPE), all = _mm256_set1_epi8(-1);
     const __m256i cap32 = _mm256_set1_epi32(ESCAPE);
     const __m256i low16 = _mm256_set1_epi32(0xffff), low8 = _mm256_set1_epi16(0xff);
@@ -1171,7 +1157,7 @@ V3_FN size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t *p0, uint8_t *
 #endif
 
 void ckz_ctx_init(void) {
-#ifdef CTX_HAVE_AVX2
+#if CKZ_DISPATCH
     for (unsigned mask = 0; mask < 256; mask++) {
         memset(esc_pack[mask], 0x80, 16);
         memset(esc_unpack[mask], 0x80, 16);
@@ -1190,8 +1176,8 @@ void ckz_ctx_init(void) {
 static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
                          uint8_t *esc_hi) {
     size_t m = 0, start = 0;
-#ifdef CTX_HAVE_AVX2
-    if (ckz_cpu_vbmi2) start = take_escapes_v4(lo, hi, n, esc_lo, esc_hi, &m);
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(VBMI2)) start = take_escapes_vbmi2(lo, hi, n, esc_lo, esc_hi, &m);
 #endif
     for (size_t i = start; i < n; i += 16) {
         unsigned mask = i + 16 <= n ? escape_mask16(lo + i, hi + i) : 0;
@@ -1244,13 +1230,13 @@ int ckz_encode_planes_ctx(const uint8_t *src, const uint8_t *ctx, size_t n, unsi
      * only plane is the symbol plane); the rest are split into planes first. */
     uint8_t *top = planes + (size_t)(elem_size - 1) * n;
     size_t m = 0, taken = 0;
-#ifdef CTX_HAVE_AVX2
-    if (four && (elem_size == 2 || elem_size == 4) && rotate == 0 && ckz_cpu_v3) {
+#if CKZ_DISPATCH
+    if (four && (elem_size == 2 || elem_size == 4) && rotate == 0 && CKZ_CPU_AT(V3)) {
         uint8_t *sym = top - n; /* plane elem_size - 2 */
-        if (ckz_cpu_vbmi2)
+        if (CKZ_CPU_AT(VBMI2))
             taken = elem_size == 2
-                        ? take_words2_v4(src, n, sym, esc_lo, esc_hi, &m)
-                        : take_words4_v4(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
+                        ? take_words2_vbmi2(src, n, sym, esc_lo, esc_hi, &m)
+                        : take_words4_vbmi2(src, n, planes, planes + n, sym, esc_lo, esc_hi, &m);
         else
             taken = elem_size == 2
                         ? take_words2_v3(src, n, sym, esc_lo, esc_hi, &m)
@@ -1603,13 +1589,14 @@ static int read_planes(plane_reader *r, const uint8_t **pp, const uint8_t *end, 
     return 0;
 }
 
-#ifdef CTX_HAVE_AVX2
+#if CKZ_DISPATCH
 /* The top two bytes of 64 elements from their symbols at sym (a symbol below ESCAPE is the low
  * byte, the high one 0) and, at the escape positions, ESCAPE + e for the next escapes e:
  * e's bytes expanded from the escapes' planes at *m, low byte e_lo - 1, high byte
  * e_hi + (e_lo != 0).  *over gets a bit when one passes 16 bits. */
-VBMI2_FN void top_bytes_v4(const uint8_t *sym, const uint8_t *esc_lo, const uint8_t *esc_hi,
-                           size_t *m, unsigned *over, __m512i *lo, __m512i *hi) {
+CKZ_TARGET_VBMI2 static void
+top_bytes_vbmi2(const uint8_t *sym, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                size_t *m, unsigned *over, __m512i *lo, __m512i *hi) {
     __m512i s = _mm512_loadu_si512(sym);
     __mmask64 esc = _mm512_cmpeq_epi8_mask(s, _mm512_set1_epi8(-1));
     *lo = s, *hi = _mm512_setzero_si512();
@@ -1624,13 +1611,14 @@ VBMI2_FN void top_bytes_v4(const uint8_t *sym, const uint8_t *esc_lo, const uint
 }
 
 /* restore_words' steps of 64 words for 2-byte words; returns the elements done. */
-VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
-                                  const uint8_t *esc_hi, size_t *m, unsigned *over,
-                                  uint8_t *dst) {
+CKZ_TARGET_VBMI2 static size_t
+restore_words2_vbmi2(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                     const uint8_t *esc_hi, size_t *m, unsigned *over,
+                     uint8_t *dst) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512i lo, hi;
-        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &lo, &hi);
+        top_bytes_vbmi2(sym + i, esc_lo, esc_hi, m, over, &lo, &hi);
         /* byte j of each half to bits 0-7 and 8-15 of word j (the half an immediate) */
 #define HALF(v, k) _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, k))
 #define WORDS(k)                                                                               \
@@ -1646,13 +1634,14 @@ VBMI2_FN size_t restore_words2_v4(const uint8_t *sym, size_t n, const uint8_t *e
 
 /* restore_words' steps of 64 words for 4-byte words: bytes 0 and 1 from the planes p0, p1, the
  * top two from the symbols and escapes; returns the elements done. */
-VBMI2_FN size_t restore_words4_v4(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
-                                  size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
-                                  size_t *m, unsigned *over, uint8_t *dst) {
+CKZ_TARGET_VBMI2 static size_t
+restore_words4_vbmi2(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
+                     size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi,
+                     size_t *m, unsigned *over, uint8_t *dst) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512i s, h;
-        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &s, &h);
+        top_bytes_vbmi2(sym + i, esc_lo, esc_hi, m, over, &s, &h);
         __m512i a = _mm512_loadu_si512(p0 + i), b = _mm512_loadu_si512(p1 + i);
         /* byte j of each 16-element quarter to bits 0-7, 8-15, 16-23, 24-31 of word j */
 #define QUARTER(v, q) _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, q))
@@ -1673,20 +1662,21 @@ VBMI2_FN size_t restore_words4_v4(const uint8_t *p0, const uint8_t *p1, const ui
 }
 
 /* restore_top's steps of 64 elements (lo, hi planes); returns the elements done. */
-VBMI2_FN size_t restore_top_v4(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
-                               const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *lo,
-                               uint8_t *hi) {
+CKZ_TARGET_VBMI2 static size_t
+restore_top_vbmi2(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                  const uint8_t *esc_hi, size_t *m, unsigned *over, uint8_t *lo,
+                  uint8_t *hi) {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512i l, h;
-        top_bytes_v4(sym + i, esc_lo, esc_hi, m, over, &l, &h);
+        top_bytes_vbmi2(sym + i, esc_lo, esc_hi, m, over, &l, &h);
         _mm512_storeu_si512(lo + i, l);
         _mm512_storeu_si512(hi + i, h);
     }
     return i;
 }
 
-/* The AVX2 forms of restore_words2_v4 and restore_words4_v4, 32 words a step: the symbols
+/* The AVX2 forms of restore_words2_vbmi2 and restore_words4_vbmi2, 32 words a step: the symbols
  * widened as if none escaped (byte unpacks interleave 128-bit lanes, put back by lane
  * permutes), then e = t - ESCAPE added to the words' top 16 bits at the escapes (a symbol
  * ESCAPE widens to t = ESCAPE): 8 lanes at a time, 8 bytes loaded from each escape plane and
@@ -1719,9 +1709,9 @@ CKZ_INLINE void patch_step_escapes(uint32_t mask, unsigned width, const uint8_t 
         e_;                                                                                    \
     })
 
-V3_FN size_t restore_words2_v3(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
-                               const uint8_t *esc_hi, size_t mt, size_t *m, unsigned *over,
-                               uint8_t *dst) {
+CKZ_TARGET_V3 static size_t restore_words2_v3(const uint8_t *sym, size_t n, const uint8_t *esc_lo,
+                                              const uint8_t *esc_hi, size_t mt, size_t *m,
+                                              unsigned *over, uint8_t *dst) {
     const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
     const __m128i limit = _mm_set1_epi16((short)(0xffff - ESCAPE));
     __m128i big = _mm_setzero_si128();
@@ -1749,9 +1739,10 @@ V3_FN size_t restore_words2_v3(const uint8_t *sym, size_t n, const uint8_t *esc_
     return i;
 }
 
-V3_FN size_t restore_words4_v3(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
-                               size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi, size_t mt,
-                               size_t *m, unsigned *over, uint8_t *dst) {
+CKZ_TARGET_V3 static size_t
+restore_words4_v3(const uint8_t *p0, const uint8_t *p1, const uint8_t *sym,
+                  size_t n, const uint8_t *esc_lo, const uint8_t *esc_hi, size_t mt,
+                  size_t *m, unsigned *over, uint8_t *dst) {
     const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
     const __m128i limit = _mm_set1_epi16((short)(0xffff - ESCAPE));
     __m128i big = _mm_setzero_si128();
@@ -1800,8 +1791,8 @@ static int restore_top(const uint8_t *sym, size_t n, const uint8_t *esc_lo, cons
                        uint8_t *lo, uint8_t *hi) {
     size_t m = 0, start = 0;
     unsigned over = 0;
-#ifdef CTX_HAVE_AVX2
-    if (ckz_cpu_vbmi2) start = restore_top_v4(sym, n, esc_lo, esc_hi, &m, &over, lo, hi);
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(VBMI2)) start = restore_top_vbmi2(sym, n, esc_lo, esc_hi, &m, &over, lo, hi);
 #endif
     if (sym != lo) memcpy(lo + start, sym + start, n - start);
     memset(hi + start, 0, n - start);
@@ -1829,15 +1820,18 @@ static int restore_words(const uint8_t *p0, const uint8_t *p1, const uint8_t *sy
                          uint8_t *dst, const uint8_t *base, int kind) {
     size_t m = 0;
     unsigned over = 0;
+#if !CKZ_DISPATCH
+    (void)mt; /* the AVX2 kernels' bound */
+#endif
     for (size_t i0 = 0; i0 < n; i0 += MERGE_BLOCK) {
         size_t end = n - i0 < MERGE_BLOCK ? n : i0 + MERGE_BLOCK, i = i0;
-#ifdef CTX_HAVE_AVX2
-        if (ckz_cpu_vbmi2)
-            i += width == 2 ? restore_words2_v4(sym + i, end - i, esc_lo, esc_hi, &m, &over,
+#if CKZ_DISPATCH
+        if (CKZ_CPU_AT(VBMI2))
+            i += width == 2 ? restore_words2_vbmi2(sym + i, end - i, esc_lo, esc_hi, &m, &over,
                                                 dst + 2 * i)
-                            : restore_words4_v4(p0 + i, p1 + i, sym + i, end - i, esc_lo,
+                            : restore_words4_vbmi2(p0 + i, p1 + i, sym + i, end - i, esc_lo,
                                                 esc_hi, &m, &over, dst + 4 * i);
-        else if (ckz_cpu_v3)
+        else if (CKZ_CPU_AT(V3))
             i += width == 2 ? restore_words2_v3(sym + i, end - i, esc_lo, esc_hi, mt, &m, &over,
                                                 dst + 2 * i)
                             : restore_words4_v3(p0 + i, p1 + i, sym + i, end - i, esc_lo,
@@ -1926,7 +1920,7 @@ static int decode_format34(const ctx_header *h, const uint8_t *end, const uint8_
             goto done;
         }
         uint8_t *lo = planes + (elem_size - 2) * n, *hi = lo + n;
-        int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && ckz_cpu_v3));
+        int fused = rotate == 0 && (elem_size == 2 || (elem_size == 4 && CKZ_CPU_AT(V3)));
         if (fused ? restore_words(plane_at[0], plane_at[1], sym, n, elem_size, esc_at[0],
                                   esc_at[1], m, dst, base, kind)
                   : restore_top(sym, n, esc_at[0], esc_at[1], lo, hi)) {

@@ -60,12 +60,11 @@ CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STRE
 #define WINDOW_HIT_NUM 31
 #define WINDOW_HIT_DEN 32
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
 #include <immintrin.h>
-/* AVX-512 kernels (picked at run time by ckz_cpu_v4): the window counter, fixed-width codes */
-#define HAVE_V4 1
+/* The window counter (CKZ_LEVEL_V4 and V3) and the fixed-width codes (V4) */
 
-__attribute__((target("avx512f,avx512bw,popcnt"))) static void
+CKZ_TARGET_V4 static void
 window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
     uint64_t cnt[WINDOW_VALUES] = {0};
     __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(WINDOW_VALUES - 1);
@@ -88,7 +87,7 @@ window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
 
 /* AVX2: 32 bytes a step, each window value's hits counted in a byte accumulator (a compare and
  * a subtract), the accumulators summed into cnt every 255 steps, before a byte can wrap. */
-__attribute__((target("avx2,popcnt"))) static void
+CKZ_TARGET_V3 static void
 window_count_v3(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
     uint64_t cnt[WINDOW_VALUES] = {0};
     const __m256i base = _mm256_set1_epi8((char)lo), top = _mm256_set1_epi8(WINDOW_VALUES - 1);
@@ -122,8 +121,8 @@ window_count_v3(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
 /* The first value of the window of WINDOW_VALUES that holds >= 31/32 of an even sample of src,
  * where the window counter is available; else 256. */
 static unsigned byte_window(const uint8_t *src, size_t n) {
-#ifdef HAVE_V4
-    if (!ckz_cpu_v3 || n < 8 * WINDOW_SAMPLES) return 256;
+#if CKZ_DISPATCH
+    if (!CKZ_CPU_AT(V3) || n < 8 * WINDOW_SAMPLES) return 256;
     uint32_t sample[256] = {0};
     size_t stride = n / WINDOW_SAMPLES;
     for (size_t j = 0; j < WINDOW_SAMPLES; j++) sample[src[j * stride]]++;
@@ -142,12 +141,12 @@ static unsigned byte_window(const uint8_t *src, size_t n) {
 
 /* h[v] += occurrences of v in src[0..n), for a window start lo from byte_window. */
 static void window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]) {
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && lo + WINDOW_VALUES <= 256) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && lo + WINDOW_VALUES <= 256) {
         window_count_v4(src, n, lo, h);
         return;
     }
-    if (ckz_cpu_v3 && lo + WINDOW_VALUES <= 256) {
+    if (CKZ_CPU_AT(V3) && lo + WINDOW_VALUES <= 256) {
         window_count_v3(src, n, lo, h);
         return;
     }
@@ -346,13 +345,13 @@ static unsigned fixed_code_bits(const uint8_t len[256]) {
     return l0 <= 8 ? l0 : 0;
 }
 
-#ifdef HAVE_V4
+#if CKZ_DISPATCH
 /* 64 codes of `bits` <= 7 bits a step: the field of each byte by two two-source byte permutes
  * (the table's halves) and a blend on the byte's top bit; pairs, quads and octets of fields
  * merged in 16-, 32- and 64-bit lanes (each lane's upper half shifted down onto the lower's
  * end); a byte permute packs each lane's `bits` bytes together and a masked store writes exactly
  * 8 * bits bytes.  Returns the codes done (a multiple of 64). */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+CKZ_TARGET_V4 static size_t
 encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsigned bits,
                 uint8_t *o) {
     uint8_t pack[64];
@@ -385,8 +384,8 @@ encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsi
 static void encode_fixed(const uint8_t *src, size_t count, const uint8_t field[256],
                          unsigned bits, uint8_t *o) {
     size_t j = 0;
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && bits <= 7) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && bits <= 7) {
         j = encode_fixed_v4(src, count, field, bits, o);
         o += j / 8 * bits;
     }
@@ -642,12 +641,12 @@ CKZ_VERSIONED(decode_single, DECODE_PARAMS, (t, in, size, out, n, bitpos))
  * (the caller checks): code j is bits [j * bits, (j + 1) * bits) of the stream, LSB first, and
  * its symbol single[field] (the table is indexed by the next bits, LSB first).  Eight codes
  * fill `bits` bytes, read with one load. */
-#ifdef HAVE_V4
+#if CKZ_DISPATCH
 /* AVX-512 VBMI, codes of at most 7 bits: 64 codes (8 groups of `bits` bytes) per step.  A byte
  * permute gives each 64-bit lane the 8 bytes from its group's start, a multishift takes code j
  * of the lane from bit j * bits, and a two-source byte permute looks the 128-entry table up.
  * Reads 64 bytes a step, so it stops 64 bytes before the stream's end; returns codes done. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+CKZ_TARGET_V4 static size_t
 decode_fixed_v4(const uint8_t *in, size_t size, const uint8_t sym[128], unsigned bits,
                 uint8_t *o, size_t count) {
     uint8_t spread[64], shifts[64];
@@ -674,8 +673,8 @@ static void decode_fixed(const uint8_t *in, size_t size, const uint8_t sym[256],
                          uint8_t *o, size_t count) {
     const unsigned mask = (1u << bits) - 1;
     size_t g = 0, groups = count / 8;
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && bits <= 7) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && bits <= 7) {
         g = decode_fixed_v4(in, size, sym, bits, o, count) / 8;
         o += 8 * g;
     }
