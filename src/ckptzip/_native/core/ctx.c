@@ -17,6 +17,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "hist.h"
 #include "memory.h"
 #include "planes.h"
 #include "rans.h"
@@ -123,7 +124,7 @@ static unsigned plan_buckets(const uint32_t h[256], size_t n, size_t size[CKZ_CT
 static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
     uint32_t h[CKZ_CTX_LANES][256];
     uint8_t first[CKZ_CTX_MAX_BUCKETS];
-    ckz_huf_count(ctx, n, h);
+    ckz_hist_count(ctx, n, h);
     size_t pos = 0;
     for (unsigned v = 0; v < 256; v++)
         for (unsigned l = 0; l < CKZ_CTX_LANES; l++) {
@@ -144,8 +145,8 @@ static void plan_layout(const uint8_t *ctx, size_t n, layout *L) {
     do {                                                                                       \
         size_t start_[CKZ_CTX_LANES], count_[CKZ_CTX_LANES];                                   \
         for (unsigned l_ = 0; l_ < CKZ_CTX_LANES; l_++) {                                      \
-            start_[l_] = ckz_huf_stream_start(n, l_);                                          \
-            count_[l_] = ckz_huf_stream_count(n, l_);                                          \
+            start_[l_] = ckz_quarter_start(n, l_);                                          \
+            count_[l_] = ckz_quarter_count(n, l_);                                          \
         }                                                                                      \
         size_t common_ = count_[CKZ_CTX_LANES - 1];                                            \
         for (size_t t_ = 0; t_ < common_; t_++) {                                              \
@@ -245,18 +246,9 @@ CKZ_TARGET_V3 static size_t window_index_v3(const uint8_t *ctx, size_t n,
 }
 #endif
 
-/* The context histogram: exponent bytes, which ckz_huf_count counts by window compares. */
-static void context_histogram(const uint8_t *ctx, size_t n, uint32_t h[256]) {
-    memset(h, 0, 256 * sizeof h[0]);
-    uint32_t lanes[CKZ_CTX_LANES][256];
-    ckz_huf_count(ctx, n, lanes);
-    for (unsigned v = 0; v < 256; v++)
-        for (unsigned l = 0; l < CKZ_CTX_LANES; l++) h[v] += lanes[l][v];
-}
-
 static void find_buckets(const uint8_t *ctx, size_t n, buckets *bs) {
-    uint32_t h[256];
-    context_histogram(ctx, n, h);
+    uint32_t h[256]; /* exponent bytes: ckz_hist_count counts them by window compares */
+    ckz_hist_total(ctx, n, h);
     bs->count = plan_buckets(h, n, bs->size, bs->first);
 }
 
@@ -324,13 +316,6 @@ typedef struct {
 } bucket_table;
 
 static unsigned bit_length(uint32_t v) { return v ? 32u - (unsigned)__builtin_clz(v) : 0; }
-
-static void used_range(const uint16_t freq[256], unsigned *lo, unsigned *hi) {
-    unsigned a = 0, b = 255;
-    while (a < 255 && !freq[a]) a++;
-    while (b > a && !freq[b]) b--;
-    *lo = a, *hi = b;
-}
 
 static void fill_uniform(uint16_t freq[256]) {
     for (unsigned v = 0; v < 256; v++) freq[v] = SCALE / 256;
@@ -520,7 +505,7 @@ static size_t put_bucket_table(const bucket_table *t, unsigned shift, uint8_t *o
         return (size_t)(o - out);
     }
     unsigned lo, hi, g = t->order;
-    used_range(t->freq, &lo, &hi);
+    ckz_used_range(t->freq, sizeof t->freq[0], &lo, &hi);
     *o++ = (uint8_t)(TAB_CODED | g << 2);
     *o++ = (uint8_t)lo;
     *o++ = (uint8_t)(hi - lo);
@@ -634,21 +619,12 @@ static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shi
 
 /* ---- encoder -------------------------------------------------------------------------------- */
 
-/* A plane is coded only if it shrinks below CODED_NUM / CODED_DEN of its raw size (as format 1's
- * segments; a coded plane decodes at the rANS speed, a RAW one at memcpy speed). */
 /* Format 4's escape symbol: the top two bytes' value v < ESCAPE is coded as the symbol v, a
  * larger one as ESCAPE and v - ESCAPE in the escapes' two planes. */
 #define ESCAPE 255u
 /* ... while at most 1 / MAX_ESCAPES_DEN of a chunk's elements escape (else format 3: escapes,
  * coded order 0, would cost more than the bucketed high plane they replace). */
 #define MAX_ESCAPES_DEN 4
-#define CODED_NUM 19
-#define CODED_DEN 20
-/* Noise screen (stream.c's): a plane of >= SCREEN_MIN bytes whose even sample of SCREEN_SAMPLES
- * bytes has a collision entropy >= SCREEN_BITS is stored RAW without a histogram. */
-#define SCREEN_MIN 65536
-#define SCREEN_SAMPLES 8192
-#define SCREEN_BITS 7.8
 /* States of a RANS32 stream, in bytes (the size estimates' fixed part). */
 #define STATE_BYTES CKZ_RANS32_STATE_BYTES
 #define UNIT_SAVE_PER_MILLE 1
@@ -658,123 +634,6 @@ static int get_bucket_table(const uint8_t **pp, const uint8_t *end, unsigned shi
  * took a sixth of the encoder's time (encode 1.20-1.30x without them, decode within 2 %). */
 #define MIN_TRIED_SHIFT 1
 #define FORMAT4_MAX_SHIFT MIN_TRIED_SHIFT
-
-static int looks_like_noise(const uint8_t *s, size_t m) {
-    /* Four sub-histograms: on a low-entropy plane most samples hit one counter, and one
-     * histogram would serialize the increments on its store-to-load latency. */
-    uint32_t h[256], g[3][256];
-    memset(h, 0, sizeof h);
-    memset(g, 0, sizeof g);
-    size_t stride = m / SCREEN_SAMPLES;
-    _Static_assert(SCREEN_SAMPLES % 4 == 0, "four sub-histograms");
-    for (size_t i = 0; i < SCREEN_SAMPLES; i += 4) {
-        h[s[i * stride]]++;
-        g[0][s[(i + 1) * stride]]++;
-        g[1][s[(i + 2) * stride]]++;
-        g[2][s[(i + 3) * stride]]++;
-    }
-    for (unsigned v = 0; v < 256; v++) h[v] += g[0][v] + g[1][v] + g[2][v];
-    double pairs = 0; /* sum c(c-1) / (N(N-1)) estimates sum p^2 without bias */
-    for (unsigned v = 0; v < 256; v++) pairs += (double)h[v] * (h[v] - (h[v] > 0));
-    double collide = pairs / ((double)SCREEN_SAMPLES * (SCREEN_SAMPLES - 1));
-    return collide > 0 && -log2(collide) >= SCREEN_BITS;
-}
-
-#if CKZ_DISPATCH
-/* Adds to hist[b * 256 + v] every byte v of bucket b = bk[i] < 16 that is not the bucket's guess
- * dom[b]: 32 bytes compared with their guesses (a byte shuffle of dom by bk) per step, then only
- * the misses counted one by one. */
-CKZ_TARGET_V3 static void count_misses(const uint8_t *s, const uint8_t *bk,
-                                       size_t n, const uint8_t dom[16],
-                                       uint32_t *hist) {
-    __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dom));
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i b = _mm256_loadu_si256((const __m256i *)(bk + i));
-        __m256i v = _mm256_loadu_si256((const __m256i *)(s + i));
-        uint32_t miss =
-            ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(lut, b), v));
-        while (miss) {
-            unsigned j = (unsigned)__builtin_ctz(miss);
-            hist[(uint32_t)bk[i + j] << 8 | s[i + j]]++;
-            miss &= miss - 1;
-        }
-    }
-    for (; i < n; i++)
-        if (s[i] != dom[bk[i]]) hist[(uint32_t)bk[i] << 8 | s[i]]++;
-}
-#endif
-
-/* Low-entropy planes (a high residual byte: mostly one value per bucket) take count_misses
- * when a sample of MISS_SAMPLES bytes guesses at least MISS_HIT_NUM / MISS_HIT_DEN of them. */
-#define MISS_SAMPLES 512
-#define MISS_HIT_NUM 15
-#define MISS_HIT_DEN 16
-
-/* hist[b * 256 + v] = elements of bucket b whose byte is v.  Four interleaved copies (hist and
- * the three of spare), so that a run of equal (bucket, byte) pairs - a high residual plane is
- * mostly zeros - does not serialize on one counter's store and load. */
-static void bucket_histogram(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
-                             uint32_t *hist, uint32_t *spare) {
-    unsigned B = bs->count;
-    size_t span = (size_t)B * 256;
-    uint32_t *h1 = spare, *h2 = spare + span, *h3 = spare + 2 * span;
-    memset(hist, 0, span * sizeof *hist);
-#if CKZ_DISPATCH
-    if (CKZ_CPU_AT(V3) && B <= 16 && n >= 16 * MISS_SAMPLES) {
-        /* Each bucket's most frequent byte in an even sample (spare as its histogram), then
-         * the misses counted exactly; a bucket's guessed byte has what the misses leave of it. */
-        uint32_t *c = spare;
-        memset(c, 0, span * sizeof *c);
-        size_t stride = n / MISS_SAMPLES;
-        uint8_t dom[16] = {0}; /* the leader so far (the first byte to reach its count) */
-        for (size_t j = 0; j < MISS_SAMPLES; j++) {
-            unsigned b = bk[j * stride], v = s[j * stride];
-            if (++c[b << 8 | v] > c[b << 8 | dom[b]]) dom[b] = (uint8_t)v;
-        }
-        uint32_t hits = 0;
-        for (unsigned b = 0; b < B; b++) hits += c[b << 8 | dom[b]];
-        if ((uint64_t)hits * MISS_HIT_DEN >= (uint64_t)MISS_SAMPLES * MISS_HIT_NUM) {
-            count_misses(s, bk, n, dom, hist);
-            for (unsigned b = 0; b < B; b++) {
-                size_t missed = 0;
-                for (unsigned v = 0; v < 256; v++) missed += hist[b * 256 + v];
-                hist[b * 256 + dom[b]] = (uint32_t)(bs->size[b] - missed);
-            }
-            return;
-        }
-    }
-#endif
-    memset(spare, 0, 3 * span * sizeof *spare);
-    size_t i = 0;
-#if defined(__x86_64__) && defined(__SSE2__)
-    /* The (bucket, byte) indices 16 at a time: two loads and two byte interleaves, then four
-     * 64-bit words of four indices each; the counters' loads are then the only scalar ones. */
-    for (; i + 16 <= n; i += 16) {
-        __m128i sv = _mm_loadu_si128((const __m128i *)(s + i));
-        __m128i bv = _mm_loadu_si128((const __m128i *)(bk + i));
-        __m128i lo = _mm_unpacklo_epi8(sv, bv), hi = _mm_unpackhi_epi8(sv, bv);
-        uint64_t w[4] = {(uint64_t)_mm_cvtsi128_si64(lo),
-                         (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(lo, lo)),
-                         (uint64_t)_mm_cvtsi128_si64(hi),
-                         (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi))};
-        for (unsigned j = 0; j < 4; j++) {
-            hist[w[j] & 0xffff]++;
-            h1[(w[j] >> 16) & 0xffff]++;
-            h2[(w[j] >> 32) & 0xffff]++;
-            h3[w[j] >> 48]++;
-        }
-    }
-#endif
-    for (; i + 4 <= n; i += 4) {
-        hist[(uint32_t)bk[i] << 8 | s[i]]++;
-        h1[(uint32_t)bk[i + 1] << 8 | s[i + 1]]++;
-        h2[(uint32_t)bk[i + 2] << 8 | s[i + 2]]++;
-        h3[(uint32_t)bk[i + 3] << 8 | s[i + 3]]++;
-    }
-    for (; i < n; i++) hist[(uint32_t)bk[i] << 8 | s[i]]++;
-    for (size_t j = 0; j < span; j++) hist[j] += h1[j] + h2[j] + h3[j];
-}
 
 typedef struct {
     uint8_t mode, value, shift;                 /* shift: BUCKETED's unit 2^shift */
@@ -786,9 +645,9 @@ typedef struct {
 static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buckets *bs,
                        unsigned max_shift, uint32_t *hist, uint32_t *spare, plane_plan *pl) {
     pl->mode = CKZ_MODE_RAW;
-    if (!n || (n >= SCREEN_MIN && looks_like_noise(s, n))) return;
+    if (!n || ckz_looks_like_noise(s, n)) return;
     unsigned B = bs->count;
-    bucket_histogram(s, bk, n, bs, hist, spare);
+    ckz_hist_buckets(s, bk, n, B, bs->size, hist, spare);
     uint32_t all[256];
     uint64_t total[256];
     unsigned distinct = 0, lo = 256, hi = 0;
@@ -802,7 +661,8 @@ static void plan_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buck
         pl->mode = CKZ_MODE_CONST;
         return;
     }
-    double raw = (double)n * CODED_NUM / CODED_DEN; /* bytes a coded plane must stay below */
+    /* bytes a coded plane must stay below (as format 1's segments, stream.h) */
+    double raw = (double)n * CKZ_CODED_NUM / CKZ_CODED_DEN;
     ckz_rans_normalize(total, n, pl->freq);
     double one = (double)ckz_rans_table_size(pl->freq) + STATE_BYTES +
                  code_bits(all, lo, hi, pl->freq, PROB_BITS) / 8;

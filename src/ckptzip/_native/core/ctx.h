@@ -10,7 +10,7 @@
  * table of element i's bucket.  Format 2 stored each plane as one segment per bucket (RAW, CONST,
  * HUFF or RANS, as in stream.h), the plane's bytes permuted into bucket order: by context value,
  * then by lane, then by index, where lane l is the l-th of CKZ_CTX_LANES near-equal runs of
- * elements (ckz_huf_stream_start/count).
+ * elements (ckz_quarter_start/count).
  */
 #ifndef CKZ_CTX_H
 #define CKZ_CTX_H

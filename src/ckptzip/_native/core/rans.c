@@ -48,12 +48,11 @@ void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256
 
 /* ---- table ---------------------------------------------------------------------------------- */
 
+/* The range of symbols with a frequency: its first and its length. */
 static void used_range(const uint16_t freq[256], unsigned *first, unsigned *count) {
-    unsigned lo = 0, hi = 255;
-    while (lo < 255 && !freq[lo]) lo++;
-    while (hi > lo && !freq[hi]) hi--;
-    *first = lo;
-    *count = hi - lo + 1;
+    unsigned hi;
+    ckz_used_range(freq, sizeof freq[0], first, &hi);
+    *count = hi - *first + 1;
 }
 
 size_t ckz_rans_table_size(const uint16_t freq[256]) {
@@ -184,9 +183,9 @@ CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF
                               size_t *done) {
     const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
     uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
-    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
-    uint8_t *o0 = out, *o1 = out + ckz_huf_stream_start(n, 1);
-    uint8_t *o2 = out + ckz_huf_stream_start(n, 2), *o3 = out + ckz_huf_stream_start(n, 3);
+    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_quarter_count(n, 3);
+    uint8_t *o0 = out, *o1 = out + ckz_quarter_start(n, 1);
+    uint8_t *o2 = out + ckz_quarter_start(n, 2), *o3 = out + ckz_quarter_start(n, 3);
     for (;;) {
         /* Steps every stream can take with bytes in hand: each reads at most RANS_MAX_REFILL. */
         size_t safe = common - i, room;
@@ -225,10 +224,10 @@ int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_ST
     lockstep(T, in, size, out, n, xs, pos, &i);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
         /* The rest of each stream, one bounds-checked byte at a time. */
-        size_t count = ckz_huf_stream_count(n, k), ps = pos[k];
+        size_t count = ckz_quarter_count(n, k), ps = pos[k];
         uint32_t x = xs[k];
         const uint8_t *p = in[k];
-        uint8_t *o = out + ckz_huf_stream_start(n, k);
+        uint8_t *o = out + ckz_quarter_start(n, k);
         for (size_t j = i; j < count; j++) {
             uint32_t e = T[x & (SCALE - 1)];
             o[j] = (uint8_t)e;
@@ -638,9 +637,8 @@ rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                  uint32_t x[LANES], uint8_t *p) {
     enc_vec_table t;
     enc_fill(freq, t.fc, t.inv);
-    unsigned first = 0, last = 255;
-    while (first < 255 && !freq[first]) first++;
-    while (last > first && !freq[last]) last--;
+    unsigned first, last;
+    ckz_used_range(freq, sizeof freq[0], &first, &last);
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
     if (last - first < 32) {
         /* tables of the 32 values from first (past 255: never used, any entry) */

@@ -4,7 +4,7 @@
  *
  * Two layouts.  RANS (segment mode 3, decoded only: streams written before RANS32) has the stream
  * layout of huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
- * (ckz_huf_stream_count), quarter k coded into its own stream.  RANS32 (mode 4, written now)
+ * (ckz_quarter_count), quarter k coded into its own stream.  RANS32 (mode 4, written now)
  * interleaves CKZ_RANS32_LANES states in one stream, for a vectorized decoder.
  */
 #ifndef CKZ_RANS_H

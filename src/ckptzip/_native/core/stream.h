@@ -17,6 +17,10 @@
 #define CKZ_MAX_SEGMENTS CKZ_MAX_ELEM_SIZE
 #define CKZ_MAX_VARINT 9         /* LEB128 bytes for values < 2^63 */
 #define CKZ_MAX_DECODED ((uint64_t)1 << 56) /* declared lengths beyond this are rejected */
+/* A segment (or a context stream's plane) is coded only if its body is below CKZ_CODED_NUM /
+ * CKZ_CODED_DEN of its raw size: else it is stored RAW (decoded at memcpy speed). */
+#define CKZ_CODED_NUM 19
+#define CKZ_CODED_DEN 20
 
 enum {
     CKZ_MODE_RAW = 0,

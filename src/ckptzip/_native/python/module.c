@@ -85,7 +85,7 @@ static PyObject *py_byte_histogram(PyObject *self, PyObject *args, PyObject *kw)
     if (get_buffer(obj, &v, 0, "data")) return NULL;
     uint32_t counts[CKZ_HUF_STREAMS][256];
     Py_BEGIN_ALLOW_THREADS
-    ckz_huf_count(v.buf, (size_t)v.len, counts);
+    ckz_hist_count(v.buf, (size_t)v.len, counts);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
     PyObject *out = PyTuple_New(CKZ_HUF_STREAMS);
