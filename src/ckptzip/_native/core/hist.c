@@ -9,7 +9,7 @@
 #include <emmintrin.h>
 #endif
 
-/* ---- per-quarter byte counts ---------------------------------------------------------------- */
+/* ---- per-quarter byte counts ----------------------------------------------------------------- */
 
 CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
                            uint32_t counts[CKZ_HIST_QUARTERS][256]) {
@@ -166,7 +166,7 @@ void ckz_hist_total(const uint8_t *src, size_t n, uint32_t h[256]) {
         for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++) h[v] += quarters[k][v];
 }
 
-/* ---- (bucket, byte) counts ------------------------------------------------------------------ */
+/* ---- (bucket, byte) counts ------------------------------------------------------------------- */
 
 #if CKZ_DISPATCH
 /* Adds to hist[b * 256 + v] every byte v of bucket b = bk[i] < 16 that is not the bucket's guess
@@ -264,7 +264,7 @@ void ckz_hist_buckets(const uint8_t *s, const uint8_t *bk, size_t n, unsigned B,
     for (size_t j = 0; j < span; j++) hist[j] += h1[j] + h2[j] + h3[j];
 }
 
-/* ---- noise screen ----------------------------------------------------------------------------- */
+/* ---- noise screen ---------------------------------------------------------------------------- */
 
 #define SCREEN_SAMPLES 8192
 #define SCREEN_BITS 7.8
@@ -291,7 +291,7 @@ int ckz_looks_like_noise(const uint8_t *s, size_t m) {
     return collide > 0 && -log2(collide) >= SCREEN_BITS;
 }
 
-/* ---- used range ------------------------------------------------------------------------------- */
+/* ---- used range ------------------------------------------------------------------------------ */
 
 /* An entry is nonzero when any of its bytes is: the same whatever the byte order. */
 static int entry_used(const uint8_t *t, size_t entry_bytes, unsigned i) {

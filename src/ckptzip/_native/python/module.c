@@ -6,6 +6,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "dither.h"
+#include "hist.h"
 #include "ctx.h"
 #include "memory.h"
 #include "planes.h"
@@ -83,14 +84,14 @@ static PyObject *py_byte_histogram(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O:byte_histogram", kwlist, &obj)) return NULL;
     Py_buffer v;
     if (get_buffer(obj, &v, 0, "data")) return NULL;
-    uint32_t counts[CKZ_HUF_STREAMS][256];
+    uint32_t counts[CKZ_HIST_QUARTERS][256];
     Py_BEGIN_ALLOW_THREADS
     ckz_hist_count(v.buf, (size_t)v.len, counts);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
-    PyObject *out = PyTuple_New(CKZ_HUF_STREAMS);
+    PyObject *out = PyTuple_New(CKZ_HIST_QUARTERS);
     if (!out) return NULL;
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++) {
         PyObject *row = PyTuple_New(256);
         if (!row) { Py_DECREF(out); return NULL; }
         PyTuple_SET_ITEM(out, k, row);
