@@ -1,10 +1,6 @@
 /* common.c - the error record's formatter and the CPU level (common.h). */
 #include "common.h"
 
-#include "crc32c.h"
-#include "ctx.h"
-#include "rans.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +37,4 @@ void ckz_cpu_init(void) {
 #undef HAS_
     ckz_cpu_level = level;
 #endif
-}
-
-void ckz_init(void) {
-    ckz_cpu_init();
-    ckz_crc32c_init();
-    ckz_rans_init();
-    ckz_ctx_init();
 }

@@ -100,8 +100,6 @@ extern int ckz_cpu_level;
 #define CKZ_CPU_AT(level) (ckz_cpu_level >= CKZ_LEVEL_##level)
 /* Picks the level (the Python module's init and the fuzz harnesses call it, by ckz_init). */
 void ckz_cpu_init(void);
-/* Everything the core needs before its first call, once (moving up to chunk.h). */
-void ckz_init(void);
 
 #define CKZ_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)

@@ -6,7 +6,8 @@
  *     HUFF, RANS, RANS32: varint body length
  * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
  * RANS32 body = table | 32 u32 states | words.  RANS is decoded only (streams written before
- * RANS32).  ckz_put_segment/ckz_get_segment give ctx.c the same segments, self-delimiting.
+ * RANS32).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the same
+ * segments, self-delimiting.
  * The decoder checks every field against the bytes actually present before using it.
  */
 #include "stream.h"
@@ -14,7 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ctx.h"
 #include "hist.h"
 #include "huff.h"
 #include "memory.h"
@@ -369,9 +369,7 @@ int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t
     return 0;
 }
 
-int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
-    if (len && ckz_is_ctx_format(src[0]))
-        return ckz_ctx_decoded_size(src, len, n, err);
+int ckz_stream_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
     header h;
     h.n = 0; /* GCC 12 cannot see that parse_header sets it on success */
     if (parse_header(src, len, &h, err)) return -1;
