@@ -177,9 +177,9 @@ void ckz_rans_build_dtable_unit(const uint16_t freq[256], unsigned shift, uint32
 /* The bulk of the decode: four state chains in lockstep while every stream has RANS_MAX_REFILL
  * bytes in hand (scalars, since the byte stores may alias arrays).  Returns each stream's state
  * and position, and through *done how many symbols of each it decoded. */
-CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
-                              const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
-                              uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HIST_QUARTERS],
+                              const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n,
+                              uint32_t xs[CKZ_HIST_QUARTERS], size_t pos[CKZ_HIST_QUARTERS],
                               size_t *done) {
     const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
     uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
@@ -205,24 +205,24 @@ CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF
     pos[0] = s0, pos[1] = s1, pos[2] = s2, pos[3] = s3;
     *done = i;
 }
-CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
-                         const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
-                         uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HIST_QUARTERS],
+                         const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n,
+                         uint32_t xs[CKZ_HIST_QUARTERS], size_t pos[CKZ_HIST_QUARTERS],
                          size_t *done),
               (T, in, size, out, n, xs, pos, done))
 
-int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
-                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
+int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HIST_QUARTERS],
+                    const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n, ckz_err *err) {
     uint32_t T[SCALE];
     ckz_rans_build_dtable(freq, T);
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++)
         if (size[k] < 4)
             return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
                             size[k]);
-    uint32_t xs[CKZ_HUF_STREAMS];
-    size_t pos[CKZ_HUF_STREAMS], i;
+    uint32_t xs[CKZ_HIST_QUARTERS];
+    size_t pos[CKZ_HIST_QUARTERS], i;
     lockstep(T, in, size, out, n, xs, pos, &i);
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++) {
         /* The rest of each stream, one bounds-checked byte at a time. */
         size_t count = ckz_quarter_count(n, k), ps = pos[k];
         uint32_t x = xs[k];
