@@ -371,13 +371,11 @@ static size_t put_plane(const uint8_t *s, const uint8_t *bk, size_t n, const buc
 
 /* ---- format 4's escapes ---------------------------------------------------------------------- */
 
-/* Format 4's escapes: every element whose top two bytes (lo, hi planes) hold v >= ESCAPE gets
- * the symbol ESCAPE in lo, and v - ESCAPE goes to the escapes, its low byte to esc_lo and its
- * high byte to esc_hi, in element order.  Blocks of 16 without one are passed over. */
 #if CKZ_DISPATCH
-/* 64 elements a step: the escape mask by two compares, the escapes' bytes (v - ESCAPE: low byte
- * lo + 1, high byte hi - 1 unless lo is ESCAPE) out by byte compresses, ESCAPE blended into lo.
- * Returns the elements done (whole steps); *m receives the escapes taken. */
+/* take_escapes (below), 64 elements a step: the escape mask by two compares, the escapes' bytes
+ * (v - ESCAPE: low byte lo + 1, high byte hi - 1 unless lo is ESCAPE) out by byte compresses,
+ * ESCAPE blended into lo.  Returns the elements done (whole steps); *m receives the escapes
+ * taken. */
 CKZ_TARGET_VBMI2 static size_t
 take_escapes_vbmi2(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
                    uint8_t *esc_hi, size_t *m) {
@@ -564,8 +562,9 @@ CKZ_TARGET_V3 static size_t take_words4_v3(const uint8_t *src, size_t n, uint8_t
 #undef PACK_GROUP
 #endif
 
-/* ---- the stream ------------------------------------------------------------------------------ */
-
+/* Format 4's escapes: every element whose top two bytes (lo, hi planes) hold v >= ESCAPE gets
+ * the symbol ESCAPE in lo, and v - ESCAPE goes to the escapes, its low byte to esc_lo and its
+ * high byte to esc_hi, in element order.  Blocks of 16 without one are passed over. */
 static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_lo,
                          uint8_t *esc_hi) {
     size_t m = 0, start = 0;
@@ -584,6 +583,8 @@ static void take_escapes(uint8_t *lo, const uint8_t *hi, size_t n, uint8_t *esc_
         }
     }
 }
+
+/* ---- the stream ------------------------------------------------------------------------------ */
 
 size_t ckz_encode_ctx_bound(size_t n, unsigned elem_size) {
     /* format 4: the bucket starts, two escape planes of at most n / 4 bytes in the place of
