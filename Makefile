@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ckptzip-installed
-NATIVE := $(wildcard src/ckptzip/_native/*.c src/ckptzip/_native/*.h)
+NATIVE := $(wildcard src/ckptzip/_native/*/*.c src/ckptzip/_native/*/*.h)
 
 .PHONY: demo test lint bench fuzz-smoke asan fuzz clean venv clang
 

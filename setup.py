@@ -11,7 +11,11 @@ import sys
 
 from setuptools import Extension, setup
 
-sources = sorted(glob.glob(os.path.join("src", "ckptzip", "_native", "*.c")))
+# core/: the codec, plain C (what the fuzz harnesses link); python/: the CPython bindings.
+# src/ckptzip/_native/README.md has the layers.
+NATIVE = os.path.join("src", "ckptzip", "_native")
+LAYERS = ("core", "python")
+sources = [path for layer in LAYERS for path in sorted(glob.glob(os.path.join(NATIVE, layer, "*.c")))]
 extra_compile_args: list[str] = []
 extra_link_args: list[str] = []
 if sys.platform != "win32":
@@ -24,7 +28,7 @@ setup(
         Extension(
             "ckptzip._native",
             sources=sources,
-            include_dirs=[os.path.join("src", "ckptzip", "_native")],
+            include_dirs=[os.path.join(NATIVE, layer) for layer in LAYERS],
             extra_compile_args=extra_compile_args,
             extra_link_args=extra_link_args,
         )

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk.h"
 #include "common.h"
 #include "ctx.h"
 #include "residual.h"

@@ -6,7 +6,8 @@
  *     HUFF, RANS, RANS32: varint body length
  * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
  * RANS32 body = table | 32 u32 states | words.  RANS is decoded only (streams written before
- * RANS32).  ckz_put_segment/ckz_get_segment give ctx.c the same segments, self-delimiting.
+ * RANS32).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the same
+ * segments, self-delimiting.
  * The decoder checks every field against the bytes actually present before using it.
  */
 #include "stream.h"
@@ -14,25 +15,12 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ctx.h"
+#include "hist.h"
 #include "huff.h"
 #include "memory.h"
 #include "rans.h"
 
-/* A segment is HUFF coded only if its body is below CODED_NUM/CODED_DEN of its raw size. */
-#define CODED_NUM 19
-#define CODED_DEN 20
-_Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CODED_DEN, "size * CODED_DEN must not overflow");
-
-/* Noise screen: a segment of at least SCREEN_MIN bytes is first sampled at SCREEN_SAMPLES evenly
- * spaced positions.  If the sample's collision entropy (unbiased estimate) is at least
- * SCREEN_BITS bits per byte, the segment is stored RAW without a full histogram: coding pays only
- * below CODED_NUM/CODED_DEN * 8 = 7.6 bits, and the Shannon entropy is >= the collision entropy.
- * Mantissa planes (7.97 bits) take this path; the cost of a wrong call is only a segment kept
- * RAW that coding would have shrunk (the decision is deterministic, so output is still stable). */
-#define SCREEN_MIN 65536
-#define SCREEN_SAMPLES 8192
-#define SCREEN_BITS 7.8
+_Static_assert(CKZ_MAX_DECODED <= UINT64_MAX / CKZ_CODED_DEN, "size * CODED_DEN must not overflow");
 
 /* rANS is tried only when the Huffman payload exceeds the order-0 entropy by more than
  * RANS_TRY_PCT percent, and kept only when its body is RANS_KEEP_PCT percent smaller than the
@@ -93,16 +81,6 @@ size_t ckz_encode_bound(size_t n, unsigned segments) {
     return HEADER_FIXED + (size_t)segments * HEADER_PER_SEGMENT + n;
 }
 
-static int looks_like_noise(const uint8_t *s, size_t m) {
-    uint32_t h[256] = {0};
-    size_t stride = m / SCREEN_SAMPLES;
-    for (size_t i = 0; i < SCREEN_SAMPLES; i++) h[s[i * stride]]++;
-    double pairs = 0; /* sum c(c-1) / (N(N-1)) estimates sum p^2 without bias */
-    for (unsigned v = 0; v < 256; v++) pairs += (double)h[v] * (h[v] - (h[v] > 0));
-    double collide = pairs / ((double)SCREEN_SAMPLES * (SCREEN_SAMPLES - 1));
-    return collide > 0 && -log2(collide) >= SCREEN_BITS;
-}
-
 static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
     size_t body = table;
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
@@ -145,9 +123,9 @@ static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_
 static void plan_segment(const uint8_t *s, size_t m, seg_plan *p, uint8_t *rans_scratch) {
     p->mode = CKZ_MODE_RAW;
     p->body = m;
-    if (!m || (m >= SCREEN_MIN && looks_like_noise(s, m))) return;
+    if (!m || ckz_looks_like_noise(s, m)) return;
     uint32_t counts[CKZ_HUF_STREAMS][256];
-    ckz_huf_count(s, m, counts);
+    ckz_hist_count(s, m, counts);
     uint64_t total[256];
     unsigned distinct = 0;
     double sumsq = 0;
@@ -164,14 +142,14 @@ static void plan_segment(const uint8_t *s, size_t m, seg_plan *p, uint8_t *rans_
     /* Shortcut for noise planes: the collision entropy -log2(sum p^2) is a lower bound on the
      * Shannon entropy, hence on any prefix code's length.  If even that misses the limit (with a
      * margin far above rounding error), the exact test below would choose RAW too. */
-    double limit = (double)m * CODED_NUM / CODED_DEN;
+    double limit = (double)m * CKZ_CODED_NUM / CKZ_CODED_DEN;
     if ((double)m * log2((double)m * (double)m / sumsq) / 8 > limit * (1 + 1e-9) + 1) return;
 
     ckz_huf_build_lengths(total, p->len);
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
         p->size[k] = ckz_huf_stream_bytes(counts[k], p->len);
     size_t body = streams_body(ckz_huf_table_size(p->len), p->size);
-    if ((uint64_t)body * CODED_DEN < (uint64_t)m * CODED_NUM) {
+    if ((uint64_t)body * CKZ_CODED_DEN < (uint64_t)m * CKZ_CODED_NUM) {
         p->mode = CKZ_MODE_HUFF;
         p->body = body;
         try_rans(s, m, total, p, rans_scratch);
@@ -391,9 +369,7 @@ int ckz_get_segment(const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t
     return 0;
 }
 
-int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
-    if (len && ckz_is_ctx_format(src[0]))
-        return ckz_ctx_decoded_size(src, len, n, err);
+int ckz_stream_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err) {
     header h;
     h.n = 0; /* GCC 12 cannot see that parse_header sets it on success */
     if (parse_header(src, len, &h, err)) return -1;

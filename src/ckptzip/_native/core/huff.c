@@ -4,6 +4,9 @@
 #include "huff.h"
 
 #include <stdlib.h>
+#if CKZ_DISPATCH
+#include <immintrin.h>
+#endif
 
 #define MAX_BITS CKZ_HUF_MAX_BITS
 #define TMASK (CKZ_HUF_TABLE_SIZE - 1)
@@ -17,157 +20,6 @@ _Static_assert(LOOKUPS_PER_PEEK * MAX_BITS <= 57, "a peek must cover every looku
 /* The multi-symbol table is used when the average code length implied by the lengths
  * (sum of len * 2^-len) is at most MULTI_MAX_AVG_BITS: then an 11-bit entry holds >= 2 codes. */
 #define MULTI_MAX_AVG_BITS 5
-
-/* ---- histogram ------------------------------------------------------------------------------ */
-
-CKZ_INLINE void count_impl(const uint8_t *src, size_t n,
-                           uint32_t counts[CKZ_HUF_STREAMS][256]) {
-    /* Two sub-histograms per stream (even and odd positions): a run of one symbol then updates a
-     * given counter only every 8th increment, so increments do not wait on each other's stores. */
-    uint32_t h[2 * CKZ_HUF_STREAMS][256];
-    memset(h, 0, sizeof h);
-    const uint8_t *s[CKZ_HUF_STREAMS];
-    size_t m[CKZ_HUF_STREAMS];
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-        m[k] = ckz_huf_stream_count(n, k);
-        s[k] = src + ckz_huf_stream_start(n, k);
-    }
-    /* Quarter sizes never increase with k, so m[3] positions exist in every quarter.  Eight
-     * positions per stream per step, from one 64-bit load each: a quarter of the load uops of
-     * byte loads, the bytes taken apart by shifts. */
-    size_t common = m[CKZ_HUF_STREAMS - 1] & ~(size_t)7, i;
-    for (i = 0; i < common; i += 8) {
-        uint64_t w0 = ckz_load64(s[0] + i), w1 = ckz_load64(s[1] + i);
-        uint64_t w2 = ckz_load64(s[2] + i), w3 = ckz_load64(s[3] + i);
-        for (unsigned b = 0; b < 64; b += 16) {
-            h[0][(w0 >> b) & 0xff]++; h[1][(w0 >> (b + 8)) & 0xff]++;
-            h[2][(w1 >> b) & 0xff]++; h[3][(w1 >> (b + 8)) & 0xff]++;
-            h[4][(w2 >> b) & 0xff]++; h[5][(w2 >> (b + 8)) & 0xff]++;
-            h[6][(w3 >> b) & 0xff]++; h[7][(w3 >> (b + 8)) & 0xff]++;
-        }
-    }
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
-        for (size_t j = common; j < m[k]; j++) h[2 * k][s[k][j]]++;
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
-        for (unsigned v = 0; v < 256; v++) counts[k][v] = h[2 * k][v] + h[2 * k + 1][v];
-}
-CKZ_VERSIONED(count, (const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]),
-              (src, n, counts))
-
-/* The window counter of ckz_huf_count (huff.h). */
-#define WINDOW_VALUES 16
-#define WINDOW_SAMPLES 512
-#define WINDOW_HIT_NUM 31
-#define WINDOW_HIT_DEN 32
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
-#include <immintrin.h>
-/* AVX-512 kernels (picked at run time by ckz_cpu_v4): the window counter, fixed-width codes */
-#define HAVE_V4 1
-
-__attribute__((target("avx512f,avx512bw,popcnt"))) static void
-window_count_v4(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
-    uint64_t cnt[WINDOW_VALUES] = {0};
-    __m512i base = _mm512_set1_epi8((char)lo), top = _mm512_set1_epi8(WINDOW_VALUES - 1);
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        /* x - lo wraps below lo, so one unsigned compare finds the bytes outside the window */
-        __m512i d = _mm512_sub_epi8(_mm512_loadu_si512((const void *)(c + i)), base);
-        uint64_t out = _mm512_cmpgt_epu8_mask(d, top);
-        for (unsigned v = 0; v < WINDOW_VALUES; v++)
-            cnt[v] += (uint64_t)__builtin_popcountll(
-                _mm512_cmpeq_epi8_mask(d, _mm512_set1_epi8((char)v)));
-        while (out) {
-            h[c[i + (unsigned)__builtin_ctzll(out)]]++;
-            out &= out - 1;
-        }
-    }
-    for (; i < n; i++) h[c[i]]++;
-    for (unsigned v = 0; v < WINDOW_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
-}
-
-/* AVX2: 32 bytes a step, each window value's hits counted in a byte accumulator (a compare and
- * a subtract), the accumulators summed into cnt every 255 steps, before a byte can wrap. */
-__attribute__((target("avx2,popcnt"))) static void
-window_count_v3(const uint8_t *c, size_t n, unsigned lo, uint32_t h[256]) {
-    uint64_t cnt[WINDOW_VALUES] = {0};
-    const __m256i base = _mm256_set1_epi8((char)lo), top = _mm256_set1_epi8(WINDOW_VALUES - 1);
-    size_t i = 0;
-    while (i + 32 <= n) {
-        __m256i acc[WINDOW_VALUES];
-        for (unsigned v = 0; v < WINDOW_VALUES; v++) acc[v] = _mm256_setzero_si256();
-        for (unsigned k = 0; k < 255 && i + 32 <= n; k++, i += 32) {
-            __m256i d = _mm256_sub_epi8(_mm256_loadu_si256((const __m256i *)(c + i)), base);
-            /* x - lo wraps below lo: d <= 15 unsigned exactly for the window's bytes */
-            uint32_t out = ~(uint32_t)_mm256_movemask_epi8(
-                _mm256_cmpeq_epi8(_mm256_min_epu8(d, top), d));
-            for (unsigned v = 0; v < WINDOW_VALUES; v++)
-                acc[v] = _mm256_sub_epi8(acc[v], _mm256_cmpeq_epi8(d, _mm256_set1_epi8((char)v)));
-            while (out) {
-                h[c[i + (unsigned)__builtin_ctz(out)]]++;
-                out &= out - 1;
-            }
-        }
-        for (unsigned v = 0; v < WINDOW_VALUES; v++) {
-            __m256i sums = _mm256_sad_epu8(acc[v], _mm256_setzero_si256());
-            cnt[v] += (uint64_t)_mm256_extract_epi64(sums, 0) + (uint64_t)_mm256_extract_epi64(sums, 1) +
-                      (uint64_t)_mm256_extract_epi64(sums, 2) + (uint64_t)_mm256_extract_epi64(sums, 3);
-        }
-    }
-    for (; i < n; i++) h[c[i]]++;
-    for (unsigned v = 0; v < WINDOW_VALUES; v++) h[lo + v] += (uint32_t)cnt[v];
-}
-#endif
-
-/* The first value of the window of WINDOW_VALUES that holds >= 31/32 of an even sample of src,
- * where the window counter is available; else 256. */
-static unsigned byte_window(const uint8_t *src, size_t n) {
-#ifdef HAVE_V4
-    if (!ckz_cpu_v3 || n < 8 * WINDOW_SAMPLES) return 256;
-    uint32_t sample[256] = {0};
-    size_t stride = n / WINDOW_SAMPLES;
-    for (size_t j = 0; j < WINDOW_SAMPLES; j++) sample[src[j * stride]]++;
-    unsigned lo = 0, best = 0, run = 0; /* the window [lo, lo + WINDOW_VALUES) with most */
-    for (unsigned v = 0; v < 256; v++) {
-        run += sample[v] - (v >= WINDOW_VALUES ? sample[v - WINDOW_VALUES] : 0);
-        if (run > best)
-            best = run, lo = v + 1 >= WINDOW_VALUES ? v + 1 - WINDOW_VALUES : 0;
-    }
-    if (best * WINDOW_HIT_DEN >= WINDOW_SAMPLES * WINDOW_HIT_NUM) return lo;
-#else
-    (void)src, (void)n;
-#endif
-    return 256;
-}
-
-/* h[v] += occurrences of v in src[0..n), for a window start lo from byte_window. */
-static void window_count(const uint8_t *src, size_t n, unsigned lo, uint32_t h[256]) {
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && lo + WINDOW_VALUES <= 256) {
-        window_count_v4(src, n, lo, h);
-        return;
-    }
-    if (ckz_cpu_v3 && lo + WINDOW_VALUES <= 256) {
-        window_count_v3(src, n, lo, h);
-        return;
-    }
-#endif
-    (void)lo;
-    for (size_t i = 0; i < n; i++) h[src[i]]++;
-}
-
-void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]) {
-    unsigned lo = byte_window(src, n);
-    if (lo < 256) {
-        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-            memset(counts[k], 0, sizeof counts[k]);
-            window_count(src + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k), lo,
-                         counts[k]);
-        }
-        return;
-    }
-    count(src, n, counts);
-}
 
 /* ---- code lengths --------------------------------------------------------------------------- */
 
@@ -248,12 +100,11 @@ void ckz_huf_build_lengths(const uint64_t total[256], uint8_t len[256]) {
 
 /* ---- table serialization -------------------------------------------------------------------- */
 
+/* The range of symbols with a code: its first and its length. */
 static void used_range(const uint8_t len[256], unsigned *first, unsigned *count) {
-    unsigned lo = 0, hi = 255;
-    while (lo < 255 && !len[lo]) lo++;
-    while (hi > lo && !len[hi]) hi--;
-    *first = lo;
-    *count = hi - lo + 1;
+    unsigned hi;
+    ckz_used_range(len, sizeof len[0], first, &hi);
+    *count = hi - *first + 1;
 }
 
 size_t ckz_huf_table_size(const uint8_t len[256]) {
@@ -346,13 +197,13 @@ static unsigned fixed_code_bits(const uint8_t len[256]) {
     return l0 <= 8 ? l0 : 0;
 }
 
-#ifdef HAVE_V4
+#if CKZ_DISPATCH
 /* 64 codes of `bits` <= 7 bits a step: the field of each byte by two two-source byte permutes
  * (the table's halves) and a blend on the byte's top bit; pairs, quads and octets of fields
  * merged in 16-, 32- and 64-bit lanes (each lane's upper half shifted down onto the lower's
  * end); a byte permute packs each lane's `bits` bytes together and a masked store writes exactly
  * 8 * bits bytes.  Returns the codes done (a multiple of 64). */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+CKZ_TARGET_V4 static size_t
 encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsigned bits,
                 uint8_t *o) {
     uint8_t pack[64];
@@ -385,8 +236,8 @@ encode_fixed_v4(const uint8_t *src, size_t count, const uint8_t field[256], unsi
 static void encode_fixed(const uint8_t *src, size_t count, const uint8_t field[256],
                          unsigned bits, uint8_t *o) {
     size_t j = 0;
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && bits <= 7) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && bits <= 7) {
         j = encode_fixed_v4(src, count, field, bits, o);
         o += j / 8 * bits;
     }
@@ -447,22 +298,22 @@ CKZ_INLINE void encode_finish(bitwriter w, const uint8_t *src, size_t i, size_t 
 
 CKZ_INLINE void encode_impl(const uint8_t *src, size_t n, const uint32_t enc[256],
                             const size_t size[CKZ_HUF_STREAMS], uint8_t *out) {
-    const uint8_t *s0 = src, *s1 = src + ckz_huf_stream_start(n, 1);
-    const uint8_t *s2 = src + ckz_huf_stream_start(n, 2), *s3 = src + ckz_huf_stream_start(n, 3);
+    const uint8_t *s0 = src, *s1 = src + ckz_quarter_start(n, 1);
+    const uint8_t *s2 = src + ckz_quarter_start(n, 2), *s3 = src + ckz_quarter_start(n, 3);
     bitwriter w0 = {0, 0, out}, w1 = {0, 0, w0.o + size[0]};
     bitwriter w2 = {0, 0, w1.o + size[1]}, w3 = {0, 0, w2.o + size[2]};
     /* Four independent chains in lockstep over the positions every quarter has (the last
      * quarter is the shortest); scalars, not arrays, since byte stores may alias arrays. */
-    size_t common = ckz_huf_stream_count(n, 3), i = 0;
+    size_t common = ckz_quarter_count(n, 3), i = 0;
     for (; i + ENC_FAST_MARGIN <= common; i += 4) {
         ENC_PUT4(w0, s0 + i, enc);
         ENC_PUT4(w1, s1 + i, enc);
         ENC_PUT4(w2, s2 + i, enc);
         ENC_PUT4(w3, s3 + i, enc);
     }
-    encode_finish(w0, s0, i, ckz_huf_stream_count(n, 0), enc);
-    encode_finish(w1, s1, i, ckz_huf_stream_count(n, 1), enc);
-    encode_finish(w2, s2, i, ckz_huf_stream_count(n, 2), enc);
+    encode_finish(w0, s0, i, ckz_quarter_count(n, 0), enc);
+    encode_finish(w1, s1, i, ckz_quarter_count(n, 1), enc);
+    encode_finish(w2, s2, i, ckz_quarter_count(n, 2), enc);
     encode_finish(w3, s3, i, common, enc);
 }
 CKZ_VERSIONED(encode, (const uint8_t *src, size_t n, const uint32_t enc[256],
@@ -478,7 +329,7 @@ void ckz_huf_encode(const uint8_t *src, size_t n, const uint8_t len[256],
         uint8_t field[256];
         for (unsigned s = 0; s < 256; s++) field[s] = (uint8_t)code[s];
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; out += size[k], k++)
-            encode_fixed(src + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k), field, bits,
+            encode_fixed(src + ckz_quarter_start(n, k), ckz_quarter_count(n, k), field, bits,
                          out);
         return;
     }
@@ -608,8 +459,8 @@ CKZ_INLINE void decode_impl(int multi, const ckz_huf_dtable *t,
     const void *T = multi ? (const void *)t->multi : (const void *)t->single;
     uint8_t *o[CKZ_HUF_STREAMS], *oend[CKZ_HUF_STREAMS];
     for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-        o[k] = out + ckz_huf_stream_start(n, k);
-        oend[k] = o[k] + ckz_huf_stream_count(n, k);
+        o[k] = out + ckz_quarter_start(n, k);
+        oend[k] = o[k] + ckz_quarter_count(n, k);
     }
     /* Four independent chains in lockstep while every stream is far from both of its ends.  The
      * state lives in scalars: the symbol stores are byte stores, which may alias any array, so
@@ -642,12 +493,12 @@ CKZ_VERSIONED(decode_single, DECODE_PARAMS, (t, in, size, out, n, bitpos))
  * (the caller checks): code j is bits [j * bits, (j + 1) * bits) of the stream, LSB first, and
  * its symbol single[field] (the table is indexed by the next bits, LSB first).  Eight codes
  * fill `bits` bytes, read with one load. */
-#ifdef HAVE_V4
+#if CKZ_DISPATCH
 /* AVX-512 VBMI, codes of at most 7 bits: 64 codes (8 groups of `bits` bytes) per step.  A byte
  * permute gives each 64-bit lane the 8 bytes from its group's start, a multishift takes code j
  * of the lane from bit j * bits, and a two-source byte permute looks the 128-entry table up.
  * Reads 64 bytes a step, so it stops 64 bytes before the stream's end; returns codes done. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
+CKZ_TARGET_V4 static size_t
 decode_fixed_v4(const uint8_t *in, size_t size, const uint8_t sym[128], unsigned bits,
                 uint8_t *o, size_t count) {
     uint8_t spread[64], shifts[64];
@@ -674,8 +525,8 @@ static void decode_fixed(const uint8_t *in, size_t size, const uint8_t sym[256],
                          uint8_t *o, size_t count) {
     const unsigned mask = (1u << bits) - 1;
     size_t g = 0, groups = count / 8;
-#ifdef HAVE_V4
-    if (ckz_cpu_v4 && bits <= 7) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && bits <= 7) {
         g = decode_fixed_v4(in, size, sym, bits, o, count) / 8;
         o += 8 * g;
     }
@@ -704,14 +555,14 @@ int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STRE
         /* the generic decoder's outcome: every code takes fixed_bits, so a stream is accepted
          * exactly when it has the bytes its count of codes fills */
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
-            size_t count = ckz_huf_stream_count(n, k), bits = count * t->fixed_bits;
+            size_t count = ckz_quarter_count(n, k), bits = count * t->fixed_bits;
             if ((bits + 7) / 8 != size[k])
                 return ckz_fail(err, "huffman stream %u: decoded %zu symbols from %zu bits but "
                                 "the stream has %zu bytes", k, count, bits, size[k]);
         }
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
             decode_fixed(in[k], size[k], t->fixed_sym, t->fixed_bits,
-                         out + ckz_huf_stream_start(n, k), ckz_huf_stream_count(n, k));
+                         out + ckz_quarter_start(n, k), ckz_quarter_count(n, k));
         return 0;
     }
     if (t->use_multi) decode_multi(t, in, size, out, n, bitpos);
@@ -721,7 +572,7 @@ int ckz_huf_decode(const ckz_huf_dtable *t, const uint8_t *const in[CKZ_HUF_STRE
          * left over.  (bitpos <= 11 bits per symbol, far from overflow.) */
         if ((bitpos[k] + 7) / 8 != size[k])
             return ckz_fail(err, "huffman stream %u: decoded %zu symbols from %zu bits but the "
-                            "stream has %zu bytes", k, ckz_huf_stream_count(n, k), bitpos[k],
+                            "stream has %zu bytes", k, ckz_quarter_count(n, k), bitpos[k],
                             size[k]);
     }
     return 0;

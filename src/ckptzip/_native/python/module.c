@@ -1,12 +1,15 @@
-/* module.c - Python bindings of the native core (ckptzip._native).  Argument checks and buffer
- * handling only; the work runs in the other files with the GIL released. */
+/* module.c - Python bindings of the native core (ckptzip._native).  Argument parsing, buffer
+ * handling and the GIL only; the work, and its policy, runs in the core (../core, chunk.h at its
+ * top) with the GIL released. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "chunk.h"
 #include "common.h"
 #include "crc32c.h"
-#include "dither.h"
 #include "ctx.h"
+#include "dither.h"
+#include "hist.h"
 #include "memory.h"
 #include "planes.h"
 #include "pymemory.h"
@@ -83,14 +86,14 @@ static PyObject *py_byte_histogram(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O:byte_histogram", kwlist, &obj)) return NULL;
     Py_buffer v;
     if (get_buffer(obj, &v, 0, "data")) return NULL;
-    uint32_t counts[CKZ_HUF_STREAMS][256];
+    uint32_t counts[CKZ_HIST_QUARTERS][256];
     Py_BEGIN_ALLOW_THREADS
-    ckz_huf_count(v.buf, (size_t)v.len, counts);
+    ckz_hist_count(v.buf, (size_t)v.len, counts);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
-    PyObject *out = PyTuple_New(CKZ_HUF_STREAMS);
+    PyObject *out = PyTuple_New(CKZ_HIST_QUARTERS);
     if (!out) return NULL;
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++) {
         PyObject *row = PyTuple_New(256);
         if (!row) { Py_DECREF(out); return NULL; }
         PyTuple_SET_ITEM(out, k, row);
@@ -558,13 +561,6 @@ static void release_base(Py_buffer *b) {
     if (b->obj) PyBuffer_Release(b);
 }
 
-/* Whether a chunk of len bytes is beyond what one call codes: CKZ_MAX_DECODED bytes, and with a
- * context CKZ_CTX_MAX_ELEMENTS elements (encode_chunk, encode_chunks). */
-static int chunk_too_large(size_t len, const ckz_chunk_spec *spec) {
-    return (uint64_t)len > CKZ_MAX_DECODED ||
-           (spec->ctx_rotate >= 0 && (uint64_t)(len / spec->width) > CKZ_CTX_MAX_ELEMENTS);
-}
-
 PyDoc_STRVAR(encode_chunk_doc,
              "encode_chunk(src, base, width, rotate, kind, ctx_rotate, size_only=False) -> "
              "bytes | int\n\n"
@@ -590,7 +586,7 @@ static PyObject *py_encode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
     PyObject *ret = NULL;
     size_t len = (size_t)s.len;
     if (check_len(s.len, width, "src")) goto done;
-    if (chunk_too_large(len, &spec)) {
+    if (ckz_chunk_too_large(len, &spec)) {
         PyErr_Format(PyExc_ValueError, "src of %zu bytes is too large: code it in chunks", len);
         goto done;
     }
@@ -649,24 +645,17 @@ static PyObject *py_decode_chunk(PyObject *self, PyObject *args, PyObject *kw) {
     return ret;
 }
 
-/* encode_chunks / decode_chunks: a task's chunks in one call, the GIL released once for all of
- * them.  On many cores, a call per chunk made each coding thread take the GIL back half a dozen
- * times a chunk (the call, its result, two checksums), queueing behind the others. */
-
-/* One chunk of a batch: its buffers (base.obj NULL: none) and spec. */
+/* encode_chunks / decode_chunks: a task's chunks in one call (chunk.h's batch loops), the GIL
+ * released once for all of them.  The Python buffers each chunk holds: */
 typedef struct {
-    Py_buffer src, base, dst;
-    ckz_chunk_spec spec;
-    size_t length; /* the stored stream's bytes (encode: written; decode: src.len) */
-    uint32_t crc, raw_crc;
-} batch_item;
+    Py_buffer src, base, dst; /* base.obj NULL: none; encode: src; decode: dst */
+} batch_views;
 
-static void release_encode_items(batch_item *items, Py_ssize_t count) {
+static void release_encode_views(batch_views *views, Py_ssize_t count) {
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyBuffer_Release(&items[i].src);
-        release_base(&items[i].base);
+        PyBuffer_Release(&views[i].src);
+        release_base(&views[i].base);
     }
-    PyMem_Free(items);
 }
 
 PyDoc_STRVAR(encode_chunks_doc,
@@ -679,63 +668,62 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *arg) {
     PyObject *seq = PySequence_Fast(arg, "encode_chunks takes a sequence of tuples");
     if (!seq) return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), parsed = 0;
-    batch_item *items = PyMem_Calloc((size_t)(count ? count : 1), sizeof *items);
+    size_t slots = (size_t)(count ? count : 1);
+    batch_views *views = PyMem_Calloc(slots, sizeof *views);
+    ckz_chunk_item *items = PyMem_Calloc(slots, sizeof *items);
     PyObject *out = NULL, *result = NULL;
-    if (!items) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    if (!views || !items) {
+        PyMem_Free(views);
+        PyMem_Free(items);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
     size_t bound = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *so, *bo;
         long width, rotate, kind, ctx_rotate;
-        batch_item *it = &items[i];
+        batch_views *v = &views[i];
+        ckz_chunk_item *it = &items[i];
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OOllll:encode_chunks", &so, &bo,
                               &width, &rotate, &kind, &ctx_rotate) ||
             get_spec(width, rotate, kind, ctx_rotate, &it->spec) ||
-            get_buffer(so, &it->src, 0, "src"))
+            get_buffer(so, &v->src, 0, "src"))
             goto done;
-        if (get_base(bo, &it->spec, it->src.len, &it->base)) {
-            PyBuffer_Release(&it->src);
+        if (get_base(bo, &it->spec, v->src.len, &v->base)) {
+            PyBuffer_Release(&v->src);
             goto done;
         }
         parsed++; /* its buffers are held: released at done */
-        size_t len = (size_t)it->src.len;
-        if (check_len(it->src.len, width, "src")) goto done;
-        if (chunk_too_large(len, &it->spec)) {
+        it->raw = v->src.buf;
+        it->base = v->base.buf;
+        it->len = (size_t)v->src.len;
+        if (check_len(v->src.len, width, "src")) goto done;
+        if (ckz_chunk_too_large(it->len, &it->spec)) {
             PyErr_Format(PyExc_ValueError, "item %zd: a chunk of %zu bytes is too large: code it "
-                         "in smaller chunks", i, len);
+                         "in smaller chunks", i, it->len);
             goto done;
         }
-        bound += ckz_chunk_bound(len, &it->spec);
+        bound += ckz_chunk_bound(it->len, &it->spec);
     }
     /* allocated with the GIL, written without it: nothing else can see it yet */
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
     if (!out) goto done;
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    size_t pos = 0;
-    Py_ssize_t failed = -1;
+    size_t used = 0, failed = 0;
+    int rc;
     ckz_err err;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        batch_item *it = &items[i];
-        size_t len = (size_t)it->src.len, n = 0;
-        if (ckz_chunk_encode(it->src.buf, it->base.buf, len, &it->spec, o + pos, &n, &err)) {
-            failed = i;
-            break;
-        }
-        it->length = n;
-        it->crc = ckz_crc32c(0, o + pos, n);
-        it->raw_crc = ckz_crc32c(0, it->src.buf, len);
-        pos += n;
-    }
+    rc = ckz_chunk_encode_batch(items, (size_t)count, (uint8_t *)PyBytes_AS_STRING(out), &used,
+                                &failed, &err);
     Py_END_ALLOW_THREADS
-    if (failed >= 0) {
-        PyErr_Format(PyExc_MemoryError, "item %zd: %s", failed, err.msg);
+    if (rc) {
+        PyErr_Format(PyExc_MemoryError, "item %zd: %s", (Py_ssize_t)failed, err.msg);
         goto done;
     }
-    if (_PyBytes_Resize(&out, (Py_ssize_t)pos) < 0) goto done; /* out is NULL then */
+    if (_PyBytes_Resize(&out, (Py_ssize_t)used) < 0) goto done; /* out is NULL then */
     PyObject *entries = PyList_New(count);
     if (!entries) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = Py_BuildValue("(nkk)", (Py_ssize_t)items[i].length,
+        PyObject *entry = Py_BuildValue("(nkk)", (Py_ssize_t)items[i].stream_len,
                                         (unsigned long)items[i].crc,
                                         (unsigned long)items[i].raw_crc);
         if (!entry) { Py_DECREF(entries); goto done; }
@@ -745,17 +733,11 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *arg) {
     Py_DECREF(entries);
 done:
     Py_XDECREF(out);
-    release_encode_items(items, parsed);
+    release_encode_views(views, parsed);
+    PyMem_Free(views);
+    PyMem_Free(items);
     Py_DECREF(seq);
     return result;
-}
-
-/* Whether two chunks of a batch decode as a pair (ckz_decode_planes2): both dense planes (no
- * residual, no context) of one width, rotation and length. */
-static int dense_pair(const batch_item *a, const batch_item *b) {
-    return a->spec.kind < 0 && a->spec.ctx_rotate < 0 && b->spec.kind < 0 &&
-           b->spec.ctx_rotate < 0 && a->spec.width == b->spec.width &&
-           a->spec.rotate == b->spec.rotate && a->dst.len == b->dst.len;
 }
 
 PyDoc_STRVAR(decode_chunks_doc,
@@ -776,15 +758,24 @@ static PyObject *py_decode_chunks(PyObject *self, PyObject *args) {
     PyObject *seq = PySequence_Fast(arg, "decode_chunks takes a sequence of tuples");
     if (!seq) { PyBuffer_Release(&span); return NULL; }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), parsed = 0;
-    batch_item *items = PyMem_Calloc((size_t)(count ? count : 1), sizeof *items);
+    size_t slots = (size_t)(count ? count : 1);
+    batch_views *views = PyMem_Calloc(slots, sizeof *views);
+    ckz_chunk_item *items = PyMem_Calloc(slots, sizeof *items);
     PyObject *result = NULL;
-    if (!items) { Py_DECREF(seq); PyBuffer_Release(&span); return PyErr_NoMemory(); }
+    if (!views || !items) {
+        PyMem_Free(views);
+        PyMem_Free(items);
+        Py_DECREF(seq);
+        PyBuffer_Release(&span);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *dobj, *bo;
         Py_ssize_t offset, length;
         unsigned long crc, raw_crc;
         long width, rotate, kind, ctx_rotate;
-        batch_item *it = &items[i];
+        batch_views *v = &views[i];
+        ckz_chunk_item *it = &items[i];
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nnkOOllllk:decode_chunks",
                               &offset, &length, &crc, &dobj, &bo, &width, &rotate, &kind,
                               &ctx_rotate, &raw_crc) ||
@@ -799,67 +790,41 @@ static PyObject *py_decode_chunks(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "item %zd: a checksum exceeds 32 bits", i);
             goto done;
         }
-        if (get_buffer(dobj, &it->dst, 1, "dst")) goto done;
-        if (get_base(bo, &it->spec, it->dst.len, &it->base)) {
-            PyBuffer_Release(&it->dst);
+        if (get_buffer(dobj, &v->dst, 1, "dst")) goto done;
+        if (get_base(bo, &it->spec, v->dst.len, &v->base)) {
+            PyBuffer_Release(&v->dst);
             goto done;
         }
-        /* src is a view into span: nothing of its own to release */
-        it->src.buf = (char *)span.buf + offset;
-        it->src.len = length;
-        it->src.obj = NULL;
-        it->length = (size_t)length;
+        parsed++;
+        /* the stream is a view into span: nothing of its own to release */
+        it->stream = (const uint8_t *)span.buf + offset;
+        it->stream_len = (size_t)length;
         it->crc = (uint32_t)crc;
         it->raw_crc = (uint32_t)raw_crc;
-        parsed++;
-        if (overlaps(&span, &it->dst) || (it->base.obj && overlaps(&it->base, &it->dst))) {
+        it->dst = v->dst.buf;
+        it->len = (size_t)v->dst.len;
+        it->base = v->base.buf;
+        if (overlaps(&span, &v->dst) || (v->base.obj && overlaps(&v->base, &v->dst))) {
             PyErr_Format(PyExc_ValueError, "item %zd: dst overlaps the span or its base", i);
             goto done;
         }
     }
-    Py_ssize_t failed = -1;
-    int what = 0;
+    size_t failed = 0;
+    int what = 0, rc;
     ckz_err err;
     err.msg[0] = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count && failed < 0; i++) {
-        batch_item *it = &items[i];
-        const uint8_t *src = it->src.buf;
-        batch_item *nx = i + 1 < count ? &items[i + 1] : NULL;
-        if (nx && dense_pair(it, nx) && ckz_crc32c(0, src, it->length) == it->crc &&
-            ckz_crc32c(0, nx->src.buf, nx->length) == nx->crc) {
-            /* two chunks at once (their rANS planes in one loop); on any failure both are
-             * decoded again below, one by one, for the outcome and first error of that */
-            const uint8_t *pair_src[2] = {src, nx->src.buf};
-            const size_t pair_len[2] = {it->length, nx->length};
-            uint8_t *const pair_dst[2] = {it->dst.buf, nx->dst.buf};
-            if (!ckz_decode_planes2(pair_src, pair_len, pair_dst, (size_t)it->dst.len,
-                                    it->spec.width, it->spec.rotate)) {
-                if (ckz_crc32c(0, it->dst.buf, (size_t)it->dst.len) != it->raw_crc)
-                    failed = i, what = 2;
-                else if (ckz_crc32c(0, nx->dst.buf, (size_t)nx->dst.len) != nx->raw_crc)
-                    failed = i + 1, what = 2;
-                i++;
-                continue;
-            }
-        }
-        if (ckz_crc32c(0, src, it->length) != it->crc) {
-            failed = i, what = 0;
-        } else if (ckz_chunk_decode(src, it->length, it->base.buf, it->dst.buf,
-                                    (size_t)it->dst.len, &it->spec, &err)) {
-            failed = i, what = 1;
-        } else if (ckz_crc32c(0, it->dst.buf, (size_t)it->dst.len) != it->raw_crc) {
-            failed = i, what = 2;
-        }
-    }
+    rc = ckz_chunk_decode_batch(items, (size_t)count, &failed, &what, &err);
     Py_END_ALLOW_THREADS
-    result = failed < 0 ? Py_NewRef(Py_None)
-                        : Py_BuildValue("(nis)", failed, what, what == 1 ? err.msg : "");
+    result = !rc ? Py_NewRef(Py_None)
+                 : Py_BuildValue("(nis)", (Py_ssize_t)failed, what,
+                                 what == CKZ_CHUNK_MALFORMED ? err.msg : "");
 done:
     for (Py_ssize_t i = 0; i < parsed; i++) {
-        release_base(&items[i].base);
-        PyBuffer_Release(&items[i].dst);
+        release_base(&views[i].base);
+        PyBuffer_Release(&views[i].dst);
     }
+    PyMem_Free(views);
     PyMem_Free(items);
     Py_DECREF(seq);
     PyBuffer_Release(&span);

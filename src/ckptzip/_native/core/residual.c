@@ -6,11 +6,6 @@
  */
 #include "residual.h"
 
-#include "common.h"
-#include "ctx.h"
-#include "memory.h"
-#include "stream.h"
-
 #include <string.h>
 
 /* mono(u): a negative pattern (sign set) maps to ~u, a positive one to u | SIGN; unsigned order
@@ -93,81 +88,4 @@ int ckz_residual_encode(const uint8_t *src, const uint8_t *base, uint8_t *dst, s
 int ckz_residual_decode(const uint8_t *delta, const uint8_t *base, uint8_t *dst, size_t n,
                         unsigned width, unsigned kind) {
     return run(1, delta, base, dst, n, width, kind);
-}
-
-/* ---- delta chunks ---------------------------------------------------------------------------- */
-
-int ckz_chunk_spec_check(const ckz_chunk_spec *spec, ckz_err *err) {
-    unsigned w = spec->width;
-    if (w != 1 && w != 2 && w != 4 && w != 8)
-        return ckz_fail(err, "width %u is not 1, 2, 4 or 8", w);
-    if (spec->rotate >= 8 * w)
-        return ckz_fail(err, "rotate %u is outside 0..%u for width %u", spec->rotate, 8 * w - 1, w);
-    if (spec->kind < -1 || spec->kind >= CKZ_RESIDUAL_KINDS)
-        return ckz_fail(err, "residual kind %d is outside -1..%d", spec->kind,
-                        CKZ_RESIDUAL_KINDS - 1);
-    if (spec->ctx_rotate >= 0) {
-        if (w == 1) return ckz_fail(err, "a context needs width 2, 4 or 8");
-        if ((unsigned)spec->ctx_rotate >= 8 * w)
-            return ckz_fail(err, "context rotate %d is outside 0..%u", spec->ctx_rotate, 8 * w - 1);
-        if (spec->kind < 0) return ckz_fail(err, "a context needs a residual");
-    } else if (spec->ctx_rotate != -1) {
-        return ckz_fail(err, "context rotate %d is negative", spec->ctx_rotate);
-    }
-    return 0;
-}
-
-size_t ckz_chunk_bound(size_t len, const ckz_chunk_spec *spec) {
-    return spec->ctx_rotate >= 0 ? ckz_encode_ctx_bound(len / spec->width, spec->width)
-                                 : ckz_encode_bound(len, spec->width);
-}
-
-/* Scratch: the encoders take CKZ_SCRATCH_PLANES and _STREAMS (the caller _OUTPUT), the decoders
- * CKZ_SCRATCH_DECODE; the residual and the context take the slot the other direction uses. */
-int ckz_chunk_encode(const uint8_t *src, const uint8_t *base, size_t len,
-                     const ckz_chunk_spec *spec, uint8_t *out, size_t *out_len, ckz_err *err) {
-    unsigned w = spec->width;
-    size_t n = len / w;
-    int ctx = spec->ctx_rotate >= 0;
-    size_t need = (spec->kind >= 0 ? len : 0) + (ctx ? n : 0);
-    uint8_t *mem = NULL; /* + 1: a pointer to offset even for an empty chunk */
-    if ((spec->kind >= 0 || ctx) && !(mem = ckz_scratch_get(CKZ_SCRATCH_DECODE, need + 1)))
-        return ckz_fail(err, "out of memory for %zu bytes of residual", need);
-    const uint8_t *data = src;
-    if (spec->kind >= 0) {
-        run(0, src, base, mem, n, w, (unsigned)spec->kind);
-        data = mem;
-    }
-    int rc;
-    if (ctx) {
-        uint8_t *c = mem + len;
-        ckz_context_bytes(base, n, w, (unsigned)spec->ctx_rotate, c);
-        rc = ckz_encode_planes_ctx(data, c, n, w, spec->rotate, CKZ_CTX_FORMAT, out, out_len,
-                                   err);
-    } else {
-        rc = ckz_encode_planes(data, len, w, spec->rotate, out, out_len, err);
-    }
-    if (mem) ckz_scratch_put(CKZ_SCRATCH_DECODE, mem);
-    return rc;
-}
-
-int ckz_chunk_decode(const uint8_t *src, size_t src_len, const uint8_t *base, uint8_t *dst,
-                     size_t len, const ckz_chunk_spec *spec, ckz_err *err) {
-    unsigned w = spec->width;
-    if (len % w) return ckz_fail(err, "chunk length %zu is not a multiple of width %u", len, w);
-    size_t n = len / w;
-    int rc;
-    if (spec->ctx_rotate >= 0) {
-        uint8_t *c = ckz_scratch_get(CKZ_SCRATCH_PLANES, n ? n : 1); /* <= dst's length */
-        if (!c) return ckz_fail(err, "out of memory for %zu context bytes", n);
-        ckz_context_bytes(base, n, w, (unsigned)spec->ctx_rotate, c);
-        /* the residual inverted behind the merge, block by block (spec: kind >= 0) */
-        rc = ckz_decode_planes_ctx_residual(src, src_len, c, n, dst, len, w, spec->rotate, base,
-                                            spec->kind, err);
-        ckz_scratch_put(CKZ_SCRATCH_PLANES, c);
-        return rc;
-    }
-    rc = ckz_decode_planes(src, src_len, dst, len, w, spec->rotate, err);
-    if (!rc && spec->kind >= 0) run(1, dst, base, dst, n, w, (unsigned)spec->kind);
-    return rc;
 }

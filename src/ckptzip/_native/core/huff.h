@@ -3,8 +3,9 @@
  * Codes are canonical, at most CKZ_HUF_MAX_BITS long, and written LSB-first, so the decoder peeks
  * the low CKZ_HUF_MAX_BITS bits of a 64-bit buffer and looks them up in a table whose entry yields
  * up to CKZ_HUF_MULTI symbols at once.  A segment of n symbols is cut into CKZ_HUF_STREAMS
- * quarters (ckz_huf_stream_count); quarter k is coded into its own bitstream, so the decoder runs
- * CKZ_HUF_STREAMS independent dependency chains.
+ * quarters (ckz_quarter_count, hist.h); quarter k is coded into its own bitstream, so the decoder
+ * runs CKZ_HUF_STREAMS independent dependency chains.  The histograms the encoder plans with are
+ * hist.h's.
  */
 #ifndef CKZ_HUFF_H
 #define CKZ_HUFF_H
@@ -13,33 +14,12 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "hist.h"
 
 #define CKZ_HUF_MAX_BITS 11 /* longest code; also the decode table's index width */
 #define CKZ_HUF_TABLE_SIZE (1u << CKZ_HUF_MAX_BITS)
-#define CKZ_HUF_STREAMS 4
+#define CKZ_HUF_STREAMS CKZ_HIST_QUARTERS /* stream k codes quarter k (hist.h) */
 #define CKZ_HUF_MULTI 4 /* symbols one decode-table entry may yield (one 32-bit store) */
-
-/* Symbols in quarter `k` of an n-symbol segment: quarters 0..2 hold ceil(n/4) each (or what is
- * left), quarter 3 the rest. */
-static inline size_t ckz_huf_stream_count(size_t n, unsigned k) {
-    size_t q = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS, start = q * k;
-    if (start >= n) return 0;
-    return n - start < q ? n - start : q;
-}
-
-/* First symbol of quarter k (n when the quarter is empty, so pointers stay within the data). */
-static inline size_t ckz_huf_stream_start(size_t n, unsigned k) {
-    size_t start = (n + CKZ_HUF_STREAMS - 1) / CKZ_HUF_STREAMS * k;
-    return start < n ? start : n;
-}
-
-/* counts[k][s]: occurrences of byte s in quarter k of src[0..n).  Exponent bytes fall in a few
- * neighbouring values, where a scalar histogram spends a store-to-load chain per byte: with
- * AVX-512 BW, when an even sample of 512 bytes (n >= 4096) puts at least 31/32 of them in one
- * window of 16 consecutive values, each value of the window is counted by a compare and a
- * popcount per 64 bytes, the bytes outside it one by one; otherwise by interleaved scalar
- * counters.  The counts are exact either way. */
-void ckz_huf_count(const uint8_t *src, size_t n, uint32_t counts[CKZ_HUF_STREAMS][256]);
 
 /* Code lengths (0 = unused symbol, else 1..CKZ_HUF_MAX_BITS) for a histogram with at least two
  * used symbols.  The code is complete: sum of 2^-len over used symbols is exactly 1. */

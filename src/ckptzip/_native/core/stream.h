@@ -17,6 +17,10 @@
 #define CKZ_MAX_SEGMENTS CKZ_MAX_ELEM_SIZE
 #define CKZ_MAX_VARINT 9         /* LEB128 bytes for values < 2^63 */
 #define CKZ_MAX_DECODED ((uint64_t)1 << 56) /* declared lengths beyond this are rejected */
+/* A segment (or a context stream's plane) is coded only if its body is below CKZ_CODED_NUM /
+ * CKZ_CODED_DEN of its raw size: else it is stored RAW (decoded at memcpy speed). */
+#define CKZ_CODED_NUM 19
+#define CKZ_CODED_DEN 20
 
 enum {
     CKZ_MODE_RAW = 0,
@@ -43,8 +47,9 @@ size_t ckz_encode(const uint8_t *src, size_t n, unsigned segments, uint8_t *out)
 int ckz_encode_planes(const uint8_t *src, size_t n, unsigned elem_size, unsigned rotate,
                       uint8_t *out, size_t *out_len, ckz_err *err);
 
-/* Validates the header and returns the declared decoded length through *n. */
-int ckz_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
+/* Validates the header of a format-1 stream and returns the declared decoded length through *n
+ * (chunk.h's ckz_decoded_size takes every format). */
+int ckz_stream_decoded_size(const uint8_t *src, size_t len, uint64_t *n, ckz_err *err);
 
 /* Decodes into dst, whose length must equal the declared one. */
 int ckz_decode(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_len, ckz_err *err);
@@ -62,7 +67,7 @@ int ckz_decode_planes(const uint8_t *src, size_t len, uint8_t *dst, size_t dst_l
 int ckz_decode_planes2(const uint8_t *const src[2], const size_t len[2], uint8_t *const dst[2],
                        size_t dst_len, unsigned elem_size, unsigned rotate);
 
-/* ---- building blocks shared with ctx.c (context-partitioned streams) ---- */
+/* ---- building blocks shared with the context coder (ctx.h: its streams are made of them) ---- */
 
 /* LEB128 varints of values < 2^63: writer (returns bytes written, <= CKZ_MAX_VARINT), size, and
  * validating reader (minimal form, at most CKZ_MAX_VARINT bytes, advances *p). */

@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Builds the tables and picks the implementation; call once before any thread uses ckz_crc32c. */
+/* Builds the tables and picks the implementation by the CPU level (common.h: the crc32
+ * instruction from CKZ_LEVEL_V2, folding from CKZ_LEVEL_VBMI2); call once, after ckz_cpu_init,
+ * before any thread uses ckz_crc32c. */
 void ckz_crc32c_init(void);
 uint32_t ckz_crc32c(uint32_t crc, const uint8_t *data, size_t n);
 

@@ -3,8 +3,8 @@
  * above 1/2.  Frequencies are normalized to sum 2^CKZ_RANS_PROB_BITS.
  *
  * Two layouts.  RANS (segment mode 3, decoded only: streams written before RANS32) has the stream
- * layout of huff.h: a segment's n symbols are cut into CKZ_HUF_STREAMS quarters
- * (ckz_huf_stream_count), quarter k coded into its own stream.  RANS32 (mode 4, written now)
+ * layout of a HUFF segment (huff.h): a segment's n symbols are cut into CKZ_HIST_QUARTERS
+ * quarters (ckz_quarter_count, hist.h), quarter k coded into its own stream.  RANS32 (mode 4, written now)
  * interleaves CKZ_RANS32_LANES states in one stream, for a vectorized decoder.
  */
 #ifndef CKZ_RANS_H
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "common.h"
-#include "huff.h"
+#include "hist.h"
 
 #define CKZ_RANS_PROB_BITS 12
 #define CKZ_RANS_PROB_SCALE (1u << CKZ_RANS_PROB_BITS)
@@ -45,8 +45,8 @@ int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], siz
 
 /* Decodes the streams into out[0..n).  Fails unless each stream is consumed exactly and every
  * state returns to its initial value. */
-int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
-                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err);
+int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HIST_QUARTERS],
+                    const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n, ckz_err *err);
 
 /* ---- 32-lane interleaved rANS (segment mode RANS32) ----------------------------------------
  * Same states, renormalization and table as above, but CKZ_RANS32_LANES states share one word

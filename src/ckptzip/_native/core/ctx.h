@@ -10,7 +10,11 @@
  * table of element i's bucket.  Format 2 stored each plane as one segment per bucket (RAW, CONST,
  * HUFF or RANS, as in stream.h), the plane's bytes permuted into bucket order: by context value,
  * then by lane, then by index, where lane l is the l-th of CKZ_CTX_LANES near-equal runs of
- * elements (ckz_huf_stream_start/count).
+ * elements (ckz_quarter_start/count, hist.h).
+ *
+ * Files: ctx.c the shared model (context bytes, buckets, bucket indices, escape tables),
+ * ctx_encode.c the encoder, ctx_decode.c the decoder of formats 3 and 4, ctx_format2.c format 2's
+ * decoder; ctx_internal.h is what they share.
  */
 #ifndef CKZ_CTX_H
 #define CKZ_CTX_H
@@ -19,7 +23,7 @@
 #include <stdint.h>
 
 #include "common.h"
-#include "huff.h"
+#include "hist.h"
 #include "stream.h"
 
 #define CKZ_CTX_FORMAT 0x04      /* first byte of the context stream written now (format 4) */
@@ -27,7 +31,7 @@
 #define CKZ_CTX_FORMAT2 0x02     /* format 2, still decoded: planes permuted into bucket order */
 #define CKZ_CTX_MODE_BUCKETED 5  /* format 3 plane mode: RANS32 with one table per bucket */
 #define CKZ_CTX_MODE_HALVES 6    /* format 4 plane mode: the same tables, two streams (halves) */
-#define CKZ_CTX_LANES CKZ_HUF_STREAMS /* element runs with their own cursors (permute loops) */
+#define CKZ_CTX_LANES CKZ_HIST_QUARTERS /* element runs with their own cursors (format 2) */
 /* Bucket bounds (format constants: the decoder recomputes the buckets with them).  Measured on
  * real GPT deltas, 256 KiB chunks: (2048, 32) vs (4096, 16) +0.5 % ratio at 10 steps apart,
  * +0.1 % at 50 and 210; (1024, 64) another +0.1 %; (8192, 8) -2 %. */

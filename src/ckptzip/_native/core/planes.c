@@ -109,16 +109,15 @@ CKZ_INLINE void merge8_impl(const uint8_t *const *planes, uint8_t *restrict dst,
 CKZ_VERSIONED(merge8, (const uint8_t *const *planes, uint8_t *restrict dst, size_t n, unsigned r),
               (planes, dst, n, r))
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
 #include <immintrin.h>
-#define CKZ_HAVE_AVX2_PLANES 1
 
 /* 4-byte elements by hand: compilers vectorize the 4-plane transpose poorly (~5 GB/s against
  * ~10 for 2 planes).  Each loop handles 32 elements per step and returns how many it did; the
  * portable loop finishes the tail. */
-__attribute__((target("avx2"))) static size_t split4_avx2(const uint8_t *src, uint8_t *p0,
-                                                         uint8_t *p1, uint8_t *p2, uint8_t *p3,
-                                                         size_t n, unsigned r) {
+CKZ_TARGET_V3 static size_t split4_avx2(const uint8_t *src, uint8_t *p0,
+                                        uint8_t *p1, uint8_t *p2, uint8_t *p3,
+                                        size_t n, unsigned r) {
     const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)((32 - r) & 31));
     /* per 128-bit lane: bytes 0 of its 4 elements, then bytes 1, 2, 3 */
     const __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
@@ -148,9 +147,9 @@ __attribute__((target("avx2"))) static size_t split4_avx2(const uint8_t *src, ui
     return i;
 }
 
-__attribute__((target("avx2"))) static size_t merge4_avx2(const uint8_t *p0, const uint8_t *p1,
-                                                         const uint8_t *p2, const uint8_t *p3,
-                                                         uint8_t *dst, size_t n, unsigned r) {
+CKZ_TARGET_V3 static size_t merge4_avx2(const uint8_t *p0, const uint8_t *p1,
+                                        const uint8_t *p2, const uint8_t *p3,
+                                        uint8_t *dst, size_t n, unsigned r) {
     const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)((32 - r) & 31));
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -178,21 +177,20 @@ __attribute__((target("avx2"))) static size_t merge4_avx2(const uint8_t *p0, con
 }
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
 /* AVX-512 VBMI: a byte permute across two 64-byte vectors (vpermt2b) is a whole plane step.
  * 2-byte elements: 64 per step, two loads, two permutes, two full stores; 4-byte elements: 64
  * per step, four loads, transposed by two rounds of two-source permutes.  The rotations are
  * shift pairs (16-bit shifts by 16 give zero, so r = 0 needs no case). */
-#define V4_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi")))
 
-V4_TARGET static __m512i bytes_every(unsigned stride, unsigned first) {
+CKZ_TARGET_V4 static __m512i bytes_every(unsigned stride, unsigned first) {
     uint8_t idx[64];
     for (unsigned j = 0; j < 64; j++) idx[j] = (uint8_t)((first + stride * j) & 127);
     return _mm512_loadu_si512(idx);
 }
 
-V4_TARGET static size_t split2_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, size_t n,
-                                  unsigned r) {
+CKZ_TARGET_V4 static size_t split2_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, size_t n,
+                                      unsigned r) {
     const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)(16 - r));
     const __m512i even = bytes_every(2, 0), odd = bytes_every(2, 1);
     size_t i = 0;
@@ -206,8 +204,8 @@ V4_TARGET static size_t split2_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, 
     return i;
 }
 
-V4_TARGET static size_t merge2_v4(const uint8_t *p0, const uint8_t *p1, uint8_t *dst, size_t n,
-                                  unsigned r) {
+CKZ_TARGET_V4 static size_t merge2_v4(const uint8_t *p0, const uint8_t *p1, uint8_t *dst, size_t n,
+                                      unsigned r) {
     const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)(16 - r));
     uint8_t lo[64], hi[64]; /* byte j of the output: plane j % 2, element j / 2 (+ 32 for hi) */
     for (unsigned j = 0; j < 64; j++) {
@@ -228,14 +226,14 @@ V4_TARGET static size_t merge2_v4(const uint8_t *p0, const uint8_t *p1, uint8_t 
 }
 
 /* idx[j] = 4 (j mod 32) + b: from a pair of vectors (32 elements), byte b of each, twice over. */
-V4_TARGET static __m512i plane_of_pair(unsigned b) {
+CKZ_TARGET_V4 static __m512i plane_of_pair(unsigned b) {
     uint8_t idx[64];
     for (unsigned j = 0; j < 64; j++) idx[j] = (uint8_t)(4 * (j % 32) + b);
     return _mm512_loadu_si512(idx);
 }
 
-V4_TARGET static size_t split4_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, uint8_t *p2,
-                                  uint8_t *p3, size_t n, unsigned r) {
+CKZ_TARGET_V4 static size_t split4_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, uint8_t *p2,
+                                      uint8_t *p3, size_t n, unsigned r) {
     const __m128i cl = _mm_cvtsi32_si128((int)r), cr = _mm_cvtsi32_si128((int)(32 - r));
     const __m512i idx[4] = {plane_of_pair(0), plane_of_pair(1), plane_of_pair(2),
                             plane_of_pair(3)};
@@ -257,8 +255,8 @@ V4_TARGET static size_t split4_v4(const uint8_t *src, uint8_t *p0, uint8_t *p1, 
     return i;
 }
 
-V4_TARGET static size_t merge4_v4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
-                                  const uint8_t *p3, uint8_t *dst, size_t n, unsigned r) {
+CKZ_TARGET_V4 static size_t merge4_v4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                                      const uint8_t *p3, uint8_t *dst, size_t n, unsigned r) {
     const __m128i cr = _mm_cvtsi32_si128((int)r), cl = _mm_cvtsi32_si128((int)(32 - r));
     /* stage 1: two planes interleaved, elements 0-31 (lo) or 32-63 (hi) */
     uint8_t pair_lo[64], pair_hi[64], out[4][64];
@@ -330,17 +328,18 @@ void ckz_split_planes(const uint8_t *src, uint8_t *dst, size_t n, unsigned elem_
     case 1: split1(src, dst, n, rotate); break;
     case 2: {
         size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v4) done = split2_v4(src, dst, dst + n, n, rotate);
+#if CKZ_DISPATCH
+        if (CKZ_CPU_AT(V4)) done = split2_v4(src, dst, dst + n, n, rotate);
 #endif
         split2(src + 2 * done, dst + done, dst + n + done, n - done, rotate);
         break;
     }
     case 4: {
         size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v4) done = split4_v4(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
-        else if (ckz_cpu_v3)
+#if CKZ_DISPATCH
+        if (CKZ_CPU_AT(V4))
+            done = split4_v4(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
+        else if (CKZ_CPU_AT(V3))
             done = split4_avx2(src, dst, dst + n, dst + 2 * n, dst + 3 * n, n, rotate);
 #endif
         split4(src + 4 * done, dst + done, dst + n + done, dst + 2 * n + done,
@@ -358,18 +357,18 @@ void ckz_merge_planes(const uint8_t *const *planes, uint8_t *dst, size_t n, unsi
     case 1: merge1(planes[0], dst, n, rotate); break;
     case 2: {
         size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v4) done = merge2_v4(planes[0], planes[1], dst, n, rotate);
+#if CKZ_DISPATCH
+        if (CKZ_CPU_AT(V4)) done = merge2_v4(planes[0], planes[1], dst, n, rotate);
 #endif
         merge2(planes[0] + done, planes[1] + done, dst + 2 * done, n - done, rotate);
         break;
     }
     case 4: {
         size_t done = 0;
-#ifdef CKZ_HAVE_AVX2_PLANES
-        if (ckz_cpu_v4)
+#if CKZ_DISPATCH
+        if (CKZ_CPU_AT(V4))
             done = merge4_v4(planes[0], planes[1], planes[2], planes[3], dst, n, rotate);
-        else if (ckz_cpu_v3)
+        else if (CKZ_CPU_AT(V3))
             done = merge4_avx2(planes[0], planes[1], planes[2], planes[3], dst, n, rotate);
 #endif
         merge4(planes[0] + done, planes[1] + done, planes[2] + done, planes[3] + done,

@@ -48,12 +48,11 @@ void ckz_rans_normalize(const uint64_t total[256], uint64_t n, uint16_t freq[256
 
 /* ---- table ---------------------------------------------------------------------------------- */
 
+/* The range of symbols with a frequency: its first and its length. */
 static void used_range(const uint16_t freq[256], unsigned *first, unsigned *count) {
-    unsigned lo = 0, hi = 255;
-    while (lo < 255 && !freq[lo]) lo++;
-    while (hi > lo && !freq[hi]) hi--;
-    *first = lo;
-    *count = hi - lo + 1;
+    unsigned hi;
+    ckz_used_range(freq, sizeof freq[0], first, &hi);
+    *count = hi - *first + 1;
 }
 
 size_t ckz_rans_table_size(const uint16_t freq[256]) {
@@ -178,15 +177,15 @@ void ckz_rans_build_dtable_unit(const uint16_t freq[256], unsigned shift, uint32
 /* The bulk of the decode: four state chains in lockstep while every stream has RANS_MAX_REFILL
  * bytes in hand (scalars, since the byte stores may alias arrays).  Returns each stream's state
  * and position, and through *done how many symbols of each it decoded. */
-CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
-                              const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
-                              uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HIST_QUARTERS],
+                              const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n,
+                              uint32_t xs[CKZ_HIST_QUARTERS], size_t pos[CKZ_HIST_QUARTERS],
                               size_t *done) {
     const uint8_t *p0 = in[0], *p1 = in[1], *p2 = in[2], *p3 = in[3];
     uint32_t x0 = ckz_load32(p0), x1 = ckz_load32(p1), x2 = ckz_load32(p2), x3 = ckz_load32(p3);
-    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_huf_stream_count(n, 3);
-    uint8_t *o0 = out, *o1 = out + ckz_huf_stream_start(n, 1);
-    uint8_t *o2 = out + ckz_huf_stream_start(n, 2), *o3 = out + ckz_huf_stream_start(n, 3);
+    size_t s0 = 4, s1 = 4, s2 = 4, s3 = 4, i = 0, common = ckz_quarter_count(n, 3);
+    uint8_t *o0 = out, *o1 = out + ckz_quarter_start(n, 1);
+    uint8_t *o2 = out + ckz_quarter_start(n, 2), *o3 = out + ckz_quarter_start(n, 3);
     for (;;) {
         /* Steps every stream can take with bytes in hand: each reads at most RANS_MAX_REFILL. */
         size_t safe = common - i, room;
@@ -206,29 +205,29 @@ CKZ_INLINE void lockstep_impl(const uint32_t *T, const uint8_t *const in[CKZ_HUF
     pos[0] = s0, pos[1] = s1, pos[2] = s2, pos[3] = s3;
     *done = i;
 }
-CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HUF_STREAMS],
-                         const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n,
-                         uint32_t xs[CKZ_HUF_STREAMS], size_t pos[CKZ_HUF_STREAMS],
+CKZ_VERSIONED(lockstep, (const uint32_t *T, const uint8_t *const in[CKZ_HIST_QUARTERS],
+                         const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n,
+                         uint32_t xs[CKZ_HIST_QUARTERS], size_t pos[CKZ_HIST_QUARTERS],
                          size_t *done),
               (T, in, size, out, n, xs, pos, done))
 
-int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HUF_STREAMS],
-                    const size_t size[CKZ_HUF_STREAMS], uint8_t *out, size_t n, ckz_err *err) {
+int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HIST_QUARTERS],
+                    const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n, ckz_err *err) {
     uint32_t T[SCALE];
     ckz_rans_build_dtable(freq, T);
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++)
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++)
         if (size[k] < 4)
             return ckz_fail(err, "rans stream %u has %zu bytes, fewer than its 4-byte state", k,
                             size[k]);
-    uint32_t xs[CKZ_HUF_STREAMS];
-    size_t pos[CKZ_HUF_STREAMS], i;
+    uint32_t xs[CKZ_HIST_QUARTERS];
+    size_t pos[CKZ_HIST_QUARTERS], i;
     lockstep(T, in, size, out, n, xs, pos, &i);
-    for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+    for (unsigned k = 0; k < CKZ_HIST_QUARTERS; k++) {
         /* The rest of each stream, one bounds-checked byte at a time. */
-        size_t count = ckz_huf_stream_count(n, k), ps = pos[k];
+        size_t count = ckz_quarter_count(n, k), ps = pos[k];
         uint32_t x = xs[k];
         const uint8_t *p = in[k];
-        uint8_t *o = out + ckz_huf_stream_start(n, k);
+        uint8_t *o = out + ckz_quarter_start(n, k);
         for (size_t j = i; j < count; j++) {
             uint32_t e = T[x & (SCALE - 1)];
             o[j] = (uint8_t)e;
@@ -293,10 +292,8 @@ static void enc_fill(const uint16_t freq[256], uint32_t fc[256], double *inv) {
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(CKZ_NO_DISPATCH)
+#if CKZ_DISPATCH
 #include <immintrin.h>
-#define CKZ_HAVE_AVX2_RANS 1
-#define AVX2_INLINE __attribute__((target("avx2"), always_inline)) static inline
 
 /* refill_rank[mask][j]: the rank of lane j among the refilling lanes of `mask` (lanes below j
  * that refill), i.e. which of the next words lane j takes.  Filled once by ckz_rans_init. */
@@ -318,7 +315,7 @@ static void init_vec_tables(void) {
 }
 
 /* Eight table indices, each tab[j] << shift (zero without tables). */
-AVX2_INLINE __m256i table_offsets(const uint8_t *tab, __m128i shift) {
+CKZ_INLINE_V3 __m256i table_offsets(const uint8_t *tab, __m128i shift) {
     if (!tab) return _mm256_setzero_si256();
     return _mm256_sll_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)tab)), shift);
 }
@@ -326,8 +323,8 @@ AVX2_INLINE __m256i table_offsets(const uint8_t *tab, __m128i shift) {
 /* One AVX2 step: 8 lanes decode one symbol each, and the lanes whose state fell below L take
  * the next words in lane order (refill_rank permutes them into place).  Reads 16 bytes at *p;
  * consumes 2 per refilling lane.  hi: each lane's table offset (a multiple of SCALE). */
-AVX2_INLINE __m256i rans32_step8(const uint32_t *T, __m256i x, __m256i hi, int tabbed,
-                                 __m128i shift, __m256i low, const uint8_t **p, uint8_t *out) {
+CKZ_INLINE_V3 __m256i rans32_step8(const uint32_t *T, __m256i x, __m256i hi, int tabbed,
+                                   __m128i shift, __m256i low, const uint8_t **p, uint8_t *out) {
     const __m256i slot_mask = _mm256_set1_epi32(SCALE - 1), lo12 = _mm256_set1_epi32(0xfff);
     __m256i slot = _mm256_and_si256(x, slot_mask);
     __m256i e = _mm256_i32gather_epi32(
@@ -355,9 +352,9 @@ AVX2_INLINE __m256i rans32_step8(const uint32_t *T, __m256i x, __m256i hi, int t
 
 /* Whole 32-symbol rounds while the words in hand [p, end) cover one (a round reads <= 64 bytes:
  * 4 steps of <= 16 bytes, each loading 16 bytes at its start).  Returns symbols decoded. */
-AVX2_INLINE size_t rans32_avx2_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
-                                    uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
-                                    uint8_t *out, size_t i, size_t n) {
+CKZ_INLINE_V3 size_t rans32_avx2_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                      uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+                                      uint8_t *out, size_t i, size_t n) {
     const __m128i sh = _mm_cvtsi32_si128((int)shift), tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
     const __m256i low = _mm256_set1_epi32((int)((1u << shift) - 1));
     __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
@@ -384,13 +381,13 @@ AVX2_INLINE size_t rans32_avx2_impl(const uint32_t *T, const uint8_t *tab, unsig
     return i - start;
 }
 
-__attribute__((target("avx2"))) static size_t
+CKZ_TARGET_V3 static size_t
 rans32_avx2(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
             uint8_t *out, size_t i, size_t n) {
     return rans32_avx2_impl(T, NULL, 0, x, pp, end, out, i, n);
 }
 
-__attribute__((target("avx2"))) static size_t
+CKZ_TARGET_V3 static size_t
 rans32_avx2_tab(const uint32_t *T, const uint8_t *tab, unsigned shift, uint32_t x[LANES],
                 const uint8_t **pp, const uint8_t *end, uint8_t *out, size_t i, size_t n) {
     return rans32_avx2_impl(T, tab, shift, x, pp, end, out, i, n);
@@ -402,8 +399,8 @@ rans32_avx2_tab(const uint32_t *T, const uint8_t *tab, unsigned shift, uint32_t 
  * their low words stored in lane order just below *p (16-byte store at *p - 16: scratch keeps
  * that slack), then x = (x / f) << 12 + x % f + c.  The quotient is a double division (on Zen 3
  * cheaper than gathering 1/f, as the AVX-512 encoder does); see below why it is exact. */
-AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, __m256i x,
-                                const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
+CKZ_INLINE_V3 __m256i rans32_put8(const uint32_t *fc, __m256i x,
+                                  const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
     __m256i s = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sym)),
                                 table_offsets(tab, _mm_cvtsi32_si128(8)));
     __m256i e = _mm256_i32gather_epi32((const int *)fc, s, 4);
@@ -435,9 +432,9 @@ AVX2_INLINE __m256i rans32_put8(const uint32_t *fc, __m256i x,
 }
 
 /* Whole rounds [0, rounds) backwards (the encoder's order), the states in x; returns the new p. */
-AVX2_INLINE uint8_t *rans32_encode_avx2_impl(const uint8_t *src, const uint8_t *tab,
-                                             size_t rounds, const uint32_t *fc, uint32_t x[LANES],
-                                             uint8_t *p) {
+CKZ_INLINE_V3 uint8_t *rans32_encode_avx2_impl(const uint8_t *src, const uint8_t *tab,
+                                               size_t rounds, const uint32_t *fc,
+                                               uint32_t x[LANES], uint8_t *p) {
     __m256i x0 = _mm256_loadu_si256((const __m256i *)x),
             x1 = _mm256_loadu_si256((const __m256i *)(x + 8)),
             x2 = _mm256_loadu_si256((const __m256i *)(x + 16)),
@@ -462,7 +459,7 @@ typedef struct {
     double inv[256];
 } enc_vec_table;
 
-__attribute__((target("avx2"))) static uint8_t *
+CKZ_TARGET_V3 static uint8_t *
 rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
                    uint32_t x[LANES], uint8_t *p) {
     uint32_t fc[256];
@@ -470,7 +467,7 @@ rans32_encode_avx2(const uint8_t *src, size_t rounds, const uint16_t freq[256],
     return rans32_encode_avx2_impl(src, NULL, rounds, fc, x, p);
 }
 
-__attribute__((target("avx2"))) static uint8_t *
+CKZ_TARGET_V3 static uint8_t *
 rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, const uint32_t *fc,
                        uint32_t x[LANES], uint8_t *p) {
     return rans32_encode_avx2_impl(src, tab, rounds, fc, x, p);
@@ -481,15 +478,12 @@ rans32_encode_avx2_tab(const uint8_t *src, const uint8_t *tab, size_t rounds, co
  * by an expand (no permutation table); the encoder's flushed words leave by a compress and a
  * masked store of exactly their count.  Same streams, byte for byte, as the 8-lane steps: the
  * refills of a step still come in lane order. */
-#define V4_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,fma,popcnt"), always_inline)) \
-    static inline
-#define V4_FN __attribute__((target("avx512f,avx512bw,avx512vl,fma,popcnt"))) static
 
 /* tab: NULL for one table; else each lane's table index tab[j], which moves its slot's entry
  * to T + (tab[j] << tsh) + (slot >> sh), the slot's low bits (low) added to its bias (as in
  * rans32_step8). */
-V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t *tab, __m128i sh,
-                                __m128i tsh, __m512i low, const uint8_t **p, uint8_t *out) {
+CKZ_INLINE_V4 __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t *tab, __m128i sh,
+                                    __m128i tsh, __m512i low, const uint8_t **p, uint8_t *out) {
     __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(SCALE - 1)), index = slot;
     if (tab) {
         __m512i table = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)tab));
@@ -510,9 +504,9 @@ V4_INLINE __m512i rans32_step16(const uint32_t *T, __m512i x, const uint8_t *tab
 }
 
 /* As rans32_avx2 (whole rounds while 64 bytes remain at p: two 32-byte loads a round). */
-V4_INLINE size_t rans32_v4_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
-                                uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
-                                uint8_t *out, size_t i, size_t n) {
+CKZ_INLINE_V4 size_t rans32_v4_impl(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                    uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
+                                    uint8_t *out, size_t i, size_t n) {
     const __m128i sh = _mm_cvtsi32_si128((int)shift);
     const __m128i tsh = _mm_cvtsi32_si128(PROB_BITS - (int)shift);
     const __m512i low = _mm512_set1_epi32((int)((1u << shift) - 1));
@@ -529,14 +523,14 @@ V4_INLINE size_t rans32_v4_impl(const uint32_t *T, const uint8_t *tab, unsigned 
     return i - start;
 }
 
-V4_FN size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
-                       const uint8_t *end, uint8_t *out, size_t i, size_t n) {
+CKZ_TARGET_V4 static size_t rans32_v4(const uint32_t *T, uint32_t x[LANES], const uint8_t **pp,
+                                      const uint8_t *end, uint8_t *out, size_t i, size_t n) {
     return rans32_v4_impl(T, NULL, 0, x, pp, end, out, i, n);
 }
 
-V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
-                           uint32_t x[LANES], const uint8_t **pp, const uint8_t *end,
-                           uint8_t *out, size_t i, size_t n) {
+CKZ_TARGET_V4 static size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift,
+                                          uint32_t x[LANES], const uint8_t **pp,
+                                          const uint8_t *end, uint8_t *out, size_t i, size_t n) {
     return rans32_v4_impl(T, tab, shift, x, pp, end, out, i, n);
 }
 
@@ -544,12 +538,13 @@ V4_FN size_t rans32_v4_tab(const uint32_t *T, const uint8_t *tab, unsigned shift
  * one plane; NULL: one table each, as the same plane of two chunks), decoded in one loop over
  * their first n symbols while both have 64 bytes in hand: four independent state chains instead
  * of two, so that one stream's gathers and refills overlap the other's latencies. */
-V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab_a,
-                            const uint8_t *tab_b, unsigned shift_a, unsigned shift_b,
-                            uint32_t xa[LANES],
-                            uint32_t xb[LANES], const uint8_t **ppa, const uint8_t *end_a,
-                            const uint8_t **ppb, const uint8_t *end_b, uint8_t *out_a,
-                            uint8_t *out_b, size_t n) {
+CKZ_TARGET_V4 static size_t
+rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_t *tab_a,
+               const uint8_t *tab_b, unsigned shift_a, unsigned shift_b,
+               uint32_t xa[LANES],
+               uint32_t xb[LANES], const uint8_t **ppa, const uint8_t *end_a,
+               const uint8_t **ppb, const uint8_t *end_b, uint8_t *out_a,
+               uint8_t *out_b, size_t n) {
     const __m128i sha = _mm_cvtsi32_si128((int)shift_a), shb = _mm_cvtsi32_si128((int)shift_b);
     const __m128i tsha = _mm_cvtsi32_si128(PROB_BITS - (int)shift_a);
     const __m128i tshb = _mm_cvtsi32_si128(PROB_BITS - (int)shift_b);
@@ -576,7 +571,7 @@ V4_FN size_t rans32_v4_tab2(const uint32_t *TA, const uint32_t *TB, const uint8_
 
 /* Renormalize 16 states before coding symbols of frequency f: the lanes with x >= f 2^20 write
  * their low 16 bits (packed by a compress, one masked store) and shift them out. */
-V4_INLINE __m512i rans32_flush16(__m512i x, __m512i f, uint8_t **p) {
+CKZ_INLINE_V4 __m512i rans32_flush16(__m512i x, __m512i f, uint8_t **p) {
     __mmask16 flush = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(f, 20));
     unsigned count = (unsigned)__builtin_popcount(flush);
     __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(flush, x));
@@ -589,7 +584,8 @@ V4_INLINE __m512i rans32_flush16(__m512i x, __m512i f, uint8_t **p) {
  * low and high 8 lanes in inv_lo and inv_hi: q = floor(x / f) from doubles, as in
  * rans32_put8 (x < f 2^20 after the flush); the fused multiply-add rounds once, so its error is
  * smaller still. */
-V4_INLINE __m512i rans32_code16(__m512i x, __m512i f, __m512i c, __m512d inv_lo, __m512d inv_hi) {
+CKZ_INLINE_V4 __m512i
+rans32_code16(__m512i x, __m512i f, __m512i c, __m512d inv_lo, __m512d inv_hi) {
     const __m512d eps = _mm512_set1_pd(0x1p-24);
     __m512d lo = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), inv_lo, eps);
     __m512d hi = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), inv_hi, eps);
@@ -600,8 +596,8 @@ V4_INLINE __m512i rans32_code16(__m512i x, __m512i f, __m512i c, __m512d inv_lo,
 }
 
 /* tab: NULL for one table; else entry tab[j] * 256 + symbol of the tables fc and inv. */
-V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
-                               const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
+CKZ_INLINE_V4 __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
+                                   const uint8_t *sym, const uint8_t *tab, uint8_t **p) {
     __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym));
     if (tab)
         s = _mm512_or_si512(
@@ -616,8 +612,8 @@ V4_INLINE __m512i rans32_put16(const uint32_t *fc, const double *inv, __m512i x,
 /* The symbols of a plane whose used values span at most 32 (bf16 exponent planes: every chunk of
  * the GPT's weights, 97% of MiniLM's) find f, c and 1/f in registers (two-source permutes of
  * tables of 32) instead of three gathers per 16 symbols. */
-V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d inv[4],
-                                   __m512i first, __m512i x, const uint8_t *sym, uint8_t **p) {
+CKZ_INLINE_V4 __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d inv[4],
+                                       __m512i first, __m512i x, const uint8_t *sym, uint8_t **p) {
     __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sym));
     s = _mm512_sub_epi32(s, first);
     __m512i e = _mm512_permutex2var_epi32(fc_lo, s, fc_hi);
@@ -636,13 +632,13 @@ V4_INLINE __m512i rans32_put16_reg(__m512i fc_lo, __m512i fc_hi, const __m512d i
     return rans32_code16(x, f, c, r_lo, r_hi);
 }
 
-V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
-                                uint32_t x[LANES], uint8_t *p) {
+CKZ_TARGET_V4 static uint8_t *
+rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_t freq[256],
+                 uint32_t x[LANES], uint8_t *p) {
     enc_vec_table t;
     enc_fill(freq, t.fc, t.inv);
-    unsigned first = 0, last = 255;
-    while (first < 255 && !freq[first]) first++;
-    while (last > first && !freq[last]) last--;
+    unsigned first, last;
+    ckz_used_range(freq, sizeof freq[0], &first, &last);
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
     if (last - first < 32) {
         /* tables of the 32 values from first (past 255: never used, any entry) */
@@ -671,9 +667,10 @@ V4_FN uint8_t *rans32_encode_v4(const uint8_t *src, size_t rounds, const uint16_
     return p;
 }
 
-V4_FN uint8_t *rans32_encode_v4_tab(const uint8_t *src, const uint8_t *tab, size_t rounds,
-                                    const uint32_t *fc, const double *inv, uint32_t x[LANES],
-                                    uint8_t *p) {
+CKZ_TARGET_V4 static uint8_t *
+rans32_encode_v4_tab(const uint8_t *src, const uint8_t *tab, size_t rounds,
+                     const uint32_t *fc, const double *inv, uint32_t x[LANES],
+                     uint8_t *p) {
     __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
     for (size_t r = rounds; r-- > 0;) {
         x1 = rans32_put16(fc, inv, x1, src + r * LANES + 16, tab + r * LANES + 16, &p);
@@ -689,7 +686,7 @@ float ckz_rans_log2[SCALE + 1];
 
 void ckz_rans_init(void) {
     for (unsigned f = 1; f <= SCALE; f++) ckz_rans_log2[f] = (float)log2((double)f);
-#ifdef CKZ_HAVE_AVX2_RANS
+#if CKZ_DISPATCH
     init_vec_tables();
 #endif
 }
@@ -697,8 +694,8 @@ void ckz_rans_init(void) {
 /* Symbols the vector encoders take (whole rounds, where the CPU has AVX2); the scalar loop does
  * the symbols above them first. */
 static size_t vector_symbols(size_t rounds) {
-#ifdef CKZ_HAVE_AVX2_RANS
-    return ckz_cpu_v3 ? rounds * LANES : 0;
+#if CKZ_DISPATCH
+    return CKZ_CPU_AT(V3) ? rounds * LANES : 0;
 #else
     (void)rounds;
     return 0;
@@ -742,9 +739,9 @@ void ckz_rans32_encode(const uint8_t *src, size_t n, const uint16_t freq[256], u
         uint32_t q = (uint32_t)(((unsigned __int128)xl * e->rcp_freq) >> 64 >> e->rcp_shift);
         x[(i - 1) % LANES] = xl + e->bias + q * e->cmpl_freq;
     }
-#ifdef CKZ_HAVE_AVX2_RANS
+#if CKZ_DISPATCH
     if (stop)
-        p = ckz_cpu_v4 ? rans32_encode_v4(src, rounds, freq, x, p)
+        p = CKZ_CPU_AT(V4) ? rans32_encode_v4(src, rounds, freq, x, p)
                        : rans32_encode_avx2(src, rounds, freq, x, p);
 #endif
     put_states(x, p, end, start, size);
@@ -758,7 +755,7 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
     if (!fc) return -1;
     double *inv = (double *)(fc + (size_t)tables * 256); /* tables * 256 is even: aligned */
     for (unsigned t = 0; t < tables; t++)
-        enc_fill(freq[t], fc + (size_t)t * 256, ckz_cpu_v4 ? inv + (size_t)t * 256 : NULL);
+        enc_fill(freq[t], fc + (size_t)t * 256, CKZ_CPU_AT(V4) ? inv + (size_t)t * 256 : NULL);
     uint32_t x[LANES];
     for (unsigned l = 0; l < LANES; l++) x[l] = L;
     uint8_t *end = scratch + ckz_rans32_scratch_size(n), *p = end;
@@ -776,9 +773,9 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
         uint32_t q = xl / f;
         x[(i - 1) % LANES] = (q << PROB_BITS) + (xl - q * f) + (e >> 12);
     }
-#ifdef CKZ_HAVE_AVX2_RANS
+#if CKZ_DISPATCH
     if (stop)
-        p = ckz_cpu_v4 ? rans32_encode_v4_tab(src, tab, rounds, fc, inv, x, p)
+        p = CKZ_CPU_AT(V4) ? rans32_encode_v4_tab(src, tab, rounds, fc, inv, x, p)
                        : rans32_encode_avx2_tab(src, tab, rounds, fc, x, p);
 #endif
     free(fc);
@@ -791,13 +788,13 @@ int ckz_rans32_encode_tab(const uint8_t *src, const uint8_t *tab, size_t n,
 CKZ_INLINE int rans32_finish(const uint32_t *T, const uint8_t *tab, unsigned shift,
                              uint32_t x[LANES], const uint8_t *in, size_t len, size_t pos,
                              uint8_t *out, size_t i, size_t n, ckz_err *err) {
-#ifdef CKZ_HAVE_AVX2_RANS
-    if (ckz_cpu_v3) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V3)) {
         /* In place while 64 bytes remain, then the last < 64 bytes from a zero-padded copy, so
          * the 16-byte loads never leave the buffer.  A round that runs past the real end (a
          * corrupt stream) stops the loop, and the final position check reports it. */
         const uint8_t *p = in + pos;
-        if (ckz_cpu_v4)
+        if (CKZ_CPU_AT(V4))
             i += tab ? rans32_v4_tab(T, tab, shift, x, &p, in + len, out, i, n)
                      : rans32_v4(T, x, &p, in + len, out, i, n);
         else
@@ -810,7 +807,7 @@ CKZ_INLINE int rans32_finish(const uint32_t *T, const uint8_t *tab, unsigned shi
             const uint8_t *q = tail;
             while (n - i >= LANES && q <= tail + rest) {
                 const uint8_t *q_end = tail + rest + 4 * 16; /* loads stay inside tail */
-                if (ckz_cpu_v4)
+                if (CKZ_CPU_AT(V4))
                     i += tab ? rans32_v4_tab(T, tab, shift, x, &q, q_end, out, i, i + LANES)
                              : rans32_v4(T, x, &q, q_end, out, i, i + LANES);
                 else
@@ -863,8 +860,8 @@ int ckz_rans32_decode_tab2x(const uint32_t *const T[2], const uint8_t *const tab
                             const unsigned shift[2], const uint8_t *const in[2],
                             const size_t len[2], uint8_t *const out[2], const size_t n[2],
                             ckz_err *err) {
-#ifdef CKZ_HAVE_AVX2_RANS
-    if (ckz_cpu_v4 && len[0] >= CKZ_RANS32_STATE_BYTES && len[1] >= CKZ_RANS32_STATE_BYTES) {
+#if CKZ_DISPATCH
+    if (CKZ_CPU_AT(V4) && len[0] >= CKZ_RANS32_STATE_BYTES && len[1] >= CKZ_RANS32_STATE_BYTES) {
         uint32_t xa[LANES], xb[LANES];
         for (unsigned l = 0; l < LANES; l++) {
             xa[l] = ckz_load32(in[0] + 4 * l);

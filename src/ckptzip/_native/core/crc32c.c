@@ -1,11 +1,12 @@
-/* crc32c.c - CRC-32C, hardware (x86 SSE4.2) or slicing-by-8.
+/* crc32c.c - CRC-32C, hardware (x86 SSE4.2, CKZ_LEVEL_V2) or slicing-by-8.
  *
  * Both paths work on the inverted register (crc ^ 0xFFFFFFFF) so that the public value chains.
  * The hardware path runs three independent crc32 chains over adjacent blocks of BLOCK bytes (the
  * instruction has latency 3 and throughput 1) and joins them with the linear "shift by BLOCK
  * bytes" operator, precomputed as four 256-entry tables (Mark Adler's crc32c.c method).  Where the
- * CPU has VPCLMULQDQ (AVX-512), long buffers are folded 256 bytes at a time with carry-less
- * multiplies instead (crc_fold below), about twice the crc32 instruction's 8 bytes per cycle.
+ * CPU has VPCLMULQDQ (AVX-512, CKZ_LEVEL_VBMI2), long buffers are folded 256 bytes at a time with
+ * carry-less multiplies instead (crc_fold below), about twice the crc32 instruction's 8 bytes
+ * per cycle.  The level is common.h's, so CKZ_CPU caps this file's pick as every other's.
  */
 #include "crc32c.h"
 
@@ -15,7 +16,6 @@
 #define BLOCK 4096       /* bytes per chain in the 3-way loop; a multiple of 8 */
 
 static uint32_t slice_tab[8][256];   /* slice_tab[k][b]: CRC of byte b followed by k zero bytes */
-static uint32_t shift_tab[4][256];   /* shift_tab: appends BLOCK zero bytes to a CRC register */
 static uint32_t (*impl)(uint32_t, const uint8_t *, size_t);
 
 static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
@@ -30,6 +30,12 @@ static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
     for (; n; n--) crc = slice_tab[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
     return crc;
 }
+
+#if CKZ_DISPATCH
+#include <immintrin.h>
+#include <nmmintrin.h>
+
+static uint32_t shift_tab[4][256]; /* shift_tab: appends BLOCK zero bytes to a CRC register */
 
 /* Multiplication of polynomials mod POLY (reflected): the CRC-register image of a*b. */
 static uint32_t gf2_mul(uint32_t a, uint32_t b) {
@@ -62,12 +68,7 @@ static uint32_t xn(uint64_t n) {
     return result;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#include <nmmintrin.h>
-
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p,
-                                                        size_t n) {
+CKZ_TARGET_V2 static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n) {
     for (; n && ((uintptr_t)p & 7); n--) crc = _mm_crc32_u8(crc, *p++);
     uint64_t c0 = crc;
     /* Three chains over p[0,B), p[B,2B), p[2B,3B); then crc(a||b) = shift(crc(a)) ^ crc'(b)
@@ -108,19 +109,17 @@ static void fold_init(void) {
     }
 }
 
-#define FOLD_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
-
-FOLD_TARGET static inline __m512i fold512(__m512i acc, __m512i k, __m512i next) {
+CKZ_INLINE_VBMI2 __m512i fold512(__m512i acc, __m512i k, __m512i next) {
     return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(acc, k, 0x00),
                                      _mm512_clmulepi64_epi128(acc, k, 0x11), next, 0x96);
 }
 
-FOLD_TARGET static inline __m128i fold128(__m128i acc, __m128i k, __m128i next) {
+CKZ_INLINE_VBMI2 __m128i fold128(__m128i acc, __m128i k, __m128i next) {
     return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00),
                                        _mm_clmulepi64_si128(acc, k, 0x11)), next);
 }
 
-FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t n) {
+CKZ_TARGET_VBMI2 static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t n) {
     if (n < 2 * FOLD_BYTES) return crc_hw(crc, p, n);
     const __m512i k2048 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)fold_k[0]));
     const __m512i k512 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)fold_k[1]));
@@ -162,18 +161,14 @@ void ckz_crc32c_init(void) {
     for (int k = 1; k < 8; k++)
         for (uint32_t b = 0; b < 256; b++)
             slice_tab[k][b] = (slice_tab[k - 1][b] >> 8) ^ slice_tab[0][slice_tab[k - 1][b] & 0xff];
+    impl = crc_sw;
+#if CKZ_DISPATCH
     uint32_t op = x8n(BLOCK);
     for (int k = 0; k < 4; k++)
         for (uint32_t b = 0; b < 256; b++) shift_tab[k][b] = gf2_mul(op, b << (8 * k));
-    impl = crc_sw;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2")) impl = crc_hw;
     fold_init();
-    if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
-        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("vpclmulqdq"))
-        impl = crc_fold;
+    if (CKZ_CPU_AT(V2)) impl = crc_hw;
+    if (CKZ_CPU_AT(VBMI2)) impl = crc_fold;
 #endif
 }
 
