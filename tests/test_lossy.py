@@ -850,7 +850,7 @@ def test_lossy_planning_reports_its_progress(mode, chain_states):
     """Each mode's plan_state tells a progress callback of every group's raw bytes, adding up to
     the total it announces (the bar of a long lossy save)."""
     from ckptzip.chain import MemoryBase
-    from ckptzip.policy import policy_for
+    from ckptzip.modes import policy_for
     from ckptzip.tree import flatten
 
     _, leaves = flatten(chain_states[1])

@@ -95,7 +95,7 @@ class _Scale(ckptzip.codecs.TensorToTensor):
 class _HalfPolicy(ckptzip.policy.LosslessPolicy):
     mode = "test-half"
 
-    def plan_state(self, leaves, base, progress=None):
+    def plan_state(self, leaves, base, progress=None, *, resumed=False):
         from ckptzip.codecs.base import TransformContext
 
         planned = {}
@@ -115,7 +115,7 @@ class _HalfPolicy(ckptzip.policy.LosslessPolicy):
 
 def test_whole_tensor_transforms_with_and_without_base(tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(ckptzip.codecs.base._REGISTRY, "test-scale", _Scale)
-    monkeypatch.setitem(ckptzip.policy.MODES, "test-half", _HalfPolicy)
+    monkeypatch.setitem(ckptzip.modes.MODES, "test-half", _HalfPolicy)
     first = {"w": torch.randn(300, 200), "ids": torch.arange(5)}
     second = {"w": first["w"] + 1e-3 * torch.randn(300, 200), "ids": torch.arange(5)}
     a, b = tmp_path / "a.ckz", tmp_path / "b.ckz"

@@ -5,7 +5,6 @@
 >>> state = ckptzip.load("step-1000.ckz")              # doctest: +SKIP
 """
 
-from . import modes as _modes  # noqa: F401  (registers the lossy modes)
 from ._version import __version__
 from .api import dumps, load, loads, open, save
 from .errors import (

@@ -42,8 +42,8 @@ from torch.futures import Future
 
 from .api import save
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
+from .modes import policy_for
 from .parallel import cpu_count, resolve_threads
-from .policy import policy_for
 from .reader import CheckpointFile
 from .tree import unflatten
 

@@ -30,7 +30,7 @@ from .api import load, save
 from .chain import open_base
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
-from .policy import policy_for
+from .modes import policy_for
 from .reader import CheckpointFile
 from .storage import TEMP_MARKER
 from .tree import Leaf, flatten, host_copies, unflatten

@@ -10,7 +10,6 @@ import torch
 
 from .chain import Base
 from .codecs import BytePlanes, ContextPlanes, Entropy, Residual
-from .errors import ConfigError
 from .pipeline import Pipeline
 from .tree import Leaf
 
@@ -143,23 +142,3 @@ class LosslessPolicy:
     def chunk_bytes(self, leaf: Leaf) -> int:
         width = leaf.dtype.plane_layout[0]
         return max(width, self._chunk_bytes // width * width)
-
-
-PolicyFactory = Callable[..., Policy]
-
-#: Modes by name; each factory takes the mode's options as keyword arguments.
-MODES: dict[str, PolicyFactory] = {"lossless": LosslessPolicy}
-
-
-def register_mode(name: str, factory: PolicyFactory) -> None:
-    MODES[name] = factory
-
-
-def policy_for(mode: str, **options: Any) -> Policy:
-    factory = MODES.get(mode)
-    if factory is None:
-        raise ConfigError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
-    try:
-        return factory(**options)
-    except TypeError as exc:
-        raise ConfigError(f"mode {mode!r}: bad options {sorted(options)}: {exc}") from None

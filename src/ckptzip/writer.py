@@ -23,9 +23,10 @@ from ._version import __version__
 from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
+from .modes import policy_for
 from .parallel import executor, gc_paused, ordered_map, resolve_threads, task_bytes
 from .pipeline import Pipeline
-from .policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, Policy, policy_for
+from .policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, Policy
 from .progress import Progress
 from .tree import Leaf, flatten, host_copies, tensor_bytes
 
