@@ -373,7 +373,8 @@ class MultipartUpload:
         except Error:
             raise
         except Exception as exc:
-            raise self._failed("completing the upload", exc) from exc
+            raise self._failed("uploading" if self.upload_id is None else "completing the upload",
+                               exc) from exc
         finally:
             self.store.fs.invalidate_cache(self.path)
         if self.upload_id is None:
@@ -417,6 +418,8 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.tag: str | None = None
         self.lost: str | None = None
+        #: When the lease written last runs out (counted from before the write was sent).
+        self.valid_until = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -426,6 +429,7 @@ class Lease:
                            "expires": time.time() + self.seconds}).encode()
 
     def acquire(self) -> None:
+        started = time.time()
         try:
             tag = self.store.create(self.path, self._body())
             if tag is None:
@@ -450,6 +454,7 @@ class Lease:
             raise Error(f"{self.url}: another CheckpointManager took this prefix's lease just now; "
                         f"give this run its own prefix")
         self.tag = tag
+        self.valid_until = started + self.seconds
         self._thread = threading.Thread(target=self._renew, name="ckptzip-lease", daemon=True)
         self._thread.start()
 
@@ -466,15 +471,15 @@ class Lease:
         return f"host {record.get('host')}, process {record.get('pid')}, lease valid {left:.0f} s more"
 
     def _renew(self) -> None:
-        expires = time.time() + self.seconds
         while not self._stop.wait(self.seconds / 3):
             with self._lock:
                 if self._stop.is_set() or self.tag is None:
                     return
+                started = time.time()
                 try:
                     tag = self.store.replace(self.path, self._body(), self.tag)
                 except Exception as exc:
-                    if time.time() >= expires:
+                    if time.time() >= self.valid_until:
                         self.lost = f"its lease could not be renewed in time ({_describe(exc)})"
                         return
                     continue
@@ -483,10 +488,14 @@ class Lease:
                     self.tag = None
                     return
                 self.tag = tag
-                expires = time.time() + self.seconds
+                self.valid_until = started + self.seconds
 
     def check(self) -> None:
-        """Raise if the lease was lost: this manager must not write the prefix any more."""
+        """Raise if the lease was lost or has run out (this process was stopped, or the store
+        unreachable, for longer than the lease): this manager must not write the prefix any
+        more."""
+        if self.lost is None and time.time() >= self.valid_until:
+            self.lost = "its lease ran out before it was renewed"
         if self.lost is not None:
             raise Error(f"{self.url}: this CheckpointManager no longer holds the prefix: "
                         f"{self.lost}; nothing more is written; start a new manager")

@@ -232,6 +232,15 @@ class RemoteSource:
             self._fetching.clear()
 
 
+def exists(path: PathLike, storage_options: StorageOptions = None) -> bool:
+    """Whether a file (or object, for a URL) is there."""
+    if not is_url(path):
+        return os.path.exists(local_path(path))
+    fs, fs_path = filesystem(os.fspath(path), storage_options)
+    fs.invalidate_cache(fs_path)
+    return bool(fs.exists(fs_path))
+
+
 def open_source(path: PathLike, storage_options: StorageOptions = None) -> Source:
     if is_url(path):
         return RemoteSource(os.fspath(path), storage_options)
