@@ -118,7 +118,8 @@ class SeaweedS3:
         command = [
             binary, "server", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=1024",
-            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.electionTimeout=1s",
+            "-volume.preStopSeconds=0",
             *(f"-{service}.port={self.ports[service]}" for service in SERVICES),
             *(f"-{service}.port.grpc={self.ports[service + '.grpc']}" for service in SERVICES),
         ]
