@@ -24,7 +24,7 @@ from ._version import __version__
 from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
-from .objstore import MAX_PARTS, PART_BYTES, MultipartUpload, StorageOptions
+from .objstore import MAX_PARTS, PART_BYTES, MultipartUpload, StorageOptions, parts_in_flight
 from .parallel import executor, gc_paused, ordered_map, resolve_threads, task_bytes
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, Encoded, Policy, policy_for
@@ -552,6 +552,7 @@ class StreamSink(Sink):
 
     def reserve(self, header_size: Callable[[], int], data_size: int = 0, threads: int = 1) -> None:
         self.part_bytes = max(PART_BYTES, -(-data_size // (MAX_PARTS - 1)))  # S3's part limit
+        self.upload.in_flight = parts_in_flight(threads)
 
     def write(self, data: bytes) -> None:
         self.position += len(data)
