@@ -159,6 +159,8 @@ class RemoteSource:
         self.bytes_fetched = 0
         self.requests = 0
         self._lock = threading.Lock()
+        # its own lock: a fetch done already runs its callback at once, maybe under self._lock
+        self._counting = threading.Lock()
         self._ahead: deque[tuple[int, int]] = deque()
         self._fetching: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
         self._window = 0
@@ -169,7 +171,7 @@ class RemoteSource:
 
         def count(done: concurrent.futures.Future[bytes]) -> None:
             if not done.cancelled() and done.exception() is None:
-                with self._lock:
+                with self._counting:
                     self.bytes_fetched += len(done.result())
                     self.requests += 1
 
