@@ -15,7 +15,8 @@ loading it back:
 * ``ckptzip.dcp``: :class:`ckptzip.dcp.CompressedWriter` / ``CompressedReader`` on the URL.
 
 For each: wall seconds of save and load (the range over ``--repeat`` runs, methods taking turns)
-and MB/s of state; bytes uploaded and downloaded, counted at s3fs's S3 calls (PUT and UploadPart
+and MB/s of state, after one unmeasured save and load of a small state by each method (clients,
+sessions and thread pools made); bytes uploaded and downloaded, counted at s3fs's S3 calls (PUT and UploadPart
 bodies, GET responses), so every method is counted the same way; peak extra resident memory
 (RSS sampled every 2 ms) of a save and of a load, as a fraction of the state (a load's beyond
 the loaded state, or beyond the preallocated target for DCP). Then ``ckptzip.open(url)
@@ -212,6 +213,18 @@ def timed(action: Callable[[], Any]) -> tuple[float, int, Any]:
     return seconds, peak.stop(), result
 
 
+def warm_up(args: argparse.Namespace, options: dict[str, Any], work: Path, fs: Any, bucket: str) -> None:
+    """Each method saves and loads a small state once, unmeasured: the first calls of a process
+    create clients, sessions and thread pools, which no later save pays again."""
+    small = training_state(1, 128)
+    for method in methods(small, options, args.threads, work, fs).values():
+        if method.name in args.methods:
+            url = f"s3://{bucket}/warm-up/{method.suffix}"
+            method.save(url)
+            method.load(url, allocate(skeleton(small)) if method.into_target else None)
+    fs.rm(f"{bucket}/warm-up", recursive=True)
+
+
 def stored_bytes(fs: Any, url: str) -> int:
     path = url.replace("s3://", "", 1)
     fs.invalidate_cache()
@@ -234,6 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         reference = fingerprint(state)
         layout = skeleton(state)
         print(f"state: {state_bytes / 1e6:,.0f} MB in {len(reference)} tensors", flush=True)
+        warm_up(args, options, work, fs, bucket)
         chosen = methods(state, options, args.threads, work, fs)
         rows = {name: Row(name) for name in args.methods}
         for attempt in range(args.repeat):
