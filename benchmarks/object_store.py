@@ -18,7 +18,8 @@ For each: wall seconds of save and load (the range over ``--repeat`` runs, metho
 and MB/s of state, after one unmeasured save and load of a small state by each method (clients,
 sessions and thread pools made); bytes uploaded and downloaded, counted at s3fs's S3 calls (PUT and UploadPart
 bodies, GET responses), so every method is counted the same way; peak extra resident memory
-(RSS sampled every 2 ms) of a save and of a load, as a fraction of the state (a load's beyond
+(RSS sampled every millisecond, from a heap trimmed with ``malloc_trim``) of a save and of a
+load, as a fraction of the state (a load's beyond
 the loaded state, or beyond the preallocated target for DCP). Then ``ckptzip.open(url)
 .get_tensor`` of one tensor: the bytes it fetched. Building the state, the reference checksums,
 the checks of every load (bit for bit, by CRC-32C per tensor) and the clean-up between runs are
@@ -32,6 +33,8 @@ outside every clock.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import os
 import shutil
@@ -203,9 +206,18 @@ def allocate(shape: Any) -> Any:
     return shape
 
 
-def timed(action: Callable[[], Any]) -> tuple[float, int, Any]:
-    """Seconds, peak extra RSS and result of ``action`` (gc'd before the clock)."""
+def trim_heap() -> None:
+    """Collect garbage and hand glibc's free heap back to the system: freed tensors stay
+    resident in malloc's arenas otherwise, and the next load that reuses them (torch.load's
+    storages do, ckptzip's mapped buffers do not) would look as if it took no memory at all."""
     gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, int, Any]:
+    """Seconds, peak extra RSS and result of ``action`` (the heap trimmed before the clock)."""
+    trim_heap()
     peak = PeakRSS()
     started = time.perf_counter()
     result = action()
