@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import io
 import json
 import os
 import subprocess
@@ -194,12 +195,12 @@ def test_a_save_streams_in_parts_and_the_object_appears_only_when_complete(
     seen: dict[str, Any] = {"parts": [], "in_flight": 0}
     put, commit = MultipartUpload.put, MultipartUpload.commit
 
-    def counting_put(self: MultipartUpload, number: int, data: bytes) -> None:
+    def counting_put(self: MultipartUpload, number: int, data: io.BytesIO) -> None:
         put(self, number, data)
-        seen["parts"].append((number, len(data)))
+        seen["parts"].append((number, data.getbuffer().nbytes))
         seen["in_flight"] = max(seen["in_flight"], len(self.pending))
 
-    def slow_commit(self: MultipartUpload, first: bytes) -> None:
+    def slow_commit(self: MultipartUpload, first: io.BytesIO) -> None:
         seen["visible_before_commit"] = s3_server.filesystem().exists(f"{bucket}/big.ckz")
         seen["uploads_before_commit"] = len(uploads(s3_server, bucket))
         time.sleep(0.5)  # the report's seconds must include the upload's end
@@ -385,7 +386,7 @@ def test_the_server_killed_mid_save(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         manager.save(1, training_state(1))
         put = MultipartUpload.put
 
-        def crashing_put(self: MultipartUpload, number: int, data: bytes) -> None:
+        def crashing_put(self: MultipartUpload, number: int, data: io.BytesIO) -> None:
             put(self, number, data)
             if number == 3:
                 concurrent.futures.wait(self.pending.values())

@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import io
 import json
 import os
 import socket
@@ -339,8 +340,10 @@ class MultipartUpload:
         error.__cause__ = exc
         return error
 
-    def put(self, number: int, data: bytes) -> None:
-        """Send part ``number`` (2 or more; at least 5 MiB unless it is the last)."""
+    def put(self, number: int, data: io.BytesIO) -> None:
+        """Send part ``number`` (2 or more; at least 5 MiB unless it is the last). A BytesIO
+        that owns its buffer: the HTTP client reads it in place (bytes would be copied)."""
+        data.seek(0)
         if self.upload_id is None:
             try:
                 reply = self.store.call("create_multipart_upload", Bucket=self.bucket, Key=self.key)
@@ -351,7 +354,7 @@ class MultipartUpload:
         self.pending[number] = self.store.submit(
             "upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
             PartNumber=number, Body=data)
-        self.bytes_sent += len(data)
+        self.bytes_sent += data.getbuffer().nbytes
         self.requests += 1
 
     def _settle(self, room: int) -> None:
@@ -367,8 +370,9 @@ class MultipartUpload:
                     except Exception as exc:
                         raise self._failed(f"uploading part {number}", exc) from exc
 
-    def commit(self, first: bytes) -> None:
+    def commit(self, first: io.BytesIO) -> None:
         """Send part 1 and complete the upload: the object appears, whole."""
+        first.seek(0)
         try:
             if self.upload_id is None:
                 self.store.call("put_object", Bucket=self.bucket, Key=self.key, Body=first)
@@ -387,7 +391,7 @@ class MultipartUpload:
         finally:
             self.store.fs.invalidate_cache(self.path)
         if self.upload_id is None:
-            self.bytes_sent += len(first)
+            self.bytes_sent += first.getbuffer().nbytes
             self.requests += 1
 
     def abort(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import json
 import time
 import zlib
@@ -563,18 +564,25 @@ class StreamSink(Sink):
             view = view[take:]
         self.buffer += view
         while len(self.buffer) >= self.part_bytes:
-            self.upload.put(self.number, bytes(self.buffer[: self.part_bytes]))
+            part = io.BytesIO()  # owning its bytes: the HTTP client reads it without a copy
+            with memoryview(self.buffer) as filled:
+                part.write(filled[: self.part_bytes])
             del self.buffer[: self.part_bytes]
+            self.upload.put(self.number, part)
+            del part
             self.number += 1
 
     def finish(self, header: bytes) -> None:
         stored, flags = store_header(header)
         self.reserved = len(stored)
         if self.buffer:  # the last part, the only one that may be small
-            self.upload.put(self.number, bytes(self.buffer))
+            self.upload.put(self.number, io.BytesIO(self.buffer))
             self.buffer = bytearray()
-        self.upload.commit(pack_prelude(stored, flags) + stored + bytes(self.first))
+        first = io.BytesIO(pack_prelude(stored, flags) + stored)
+        first.seek(0, io.SEEK_END)
+        first.write(self.first)
         self.first = bytearray()
+        self.upload.commit(first)
 
 
 @contextlib.contextmanager
