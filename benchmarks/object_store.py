@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import ctypes
 import gc
+import io
 import os
 import shutil
 import subprocess
@@ -80,7 +81,7 @@ class Traffic:
             traffic.requests += 1
             if method in ("put_object", "upload_part"):
                 body = kwargs.get("Body", b"")
-                traffic.up += len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+                traffic.up += body.getbuffer().nbytes if isinstance(body, io.BytesIO) else len(body)
             elif method == "get_object":
                 traffic.down += int(reply.get("ContentLength") or 0)
             return reply
