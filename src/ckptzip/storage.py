@@ -164,7 +164,8 @@ class RemoteSource:
         self._ahead: deque[tuple[int, int]] = deque()
         self._fetching: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
         self._window = 0
-        self._head = self._wait(self._fetch(0, min(self.size, HEAD_BYTES)), 0, min(self.size, HEAD_BYTES))
+        head = min(self.size, HEAD_BYTES)
+        self._head = self._wait(self._fetch(0, head), 0, head) if head else b""
 
     def _fetch(self, offset: int, length: int) -> concurrent.futures.Future[bytes]:
         future = self.store.fetch(self.path, offset, offset + length)
