@@ -17,7 +17,7 @@ loading it back:
 For each: wall seconds of save and load (the range over ``--repeat`` runs, methods taking turns)
 and MB/s of state, after one unmeasured save and load of a small state by each method (clients,
 sessions and thread pools made); bytes uploaded and downloaded, counted at s3fs's S3 calls (PUT and UploadPart
-bodies, GET responses), so every method is counted the same way; peak extra resident memory
+bodies sent, GET response bodies read), so every method is counted the same way; peak extra resident memory
 (RSS sampled every millisecond, from a heap trimmed with ``malloc_trim``) of a save and of a
 load, as a fraction of the state (a load's beyond
 the loaded state, or beyond the preallocated target for DCP). Then ``ckptzip.open(url)
@@ -68,8 +68,25 @@ from tests.s3server import SeaweedS3, weed_binary
 METHODS = ("ckptzip", "torch.save+s3fs", "DCP FsspecWriter", "ckptzip.dcp")
 
 
+class CountedBody:
+    """A GET's streaming body that counts the bytes its reader takes (s3fs may open a GET of
+    the whole object and close it unread: its ContentLength is not what crossed)."""
+
+    def __init__(self, body: Any, traffic: Traffic) -> None:
+        self._body, self._traffic = body, traffic
+
+    async def read(self, *args: Any) -> bytes:
+        data = await self._body.read(*args)
+        self._traffic.down += len(data)
+        return bytes(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._body, name)
+
+
 class Traffic:
-    """Bytes through s3fs's S3 calls: request bodies of PUT and UploadPart, responses of GET."""
+    """Bytes through s3fs's S3 calls: request bodies of PUT and UploadPart sent, response bodies
+    of GET read."""
 
     def __init__(self) -> None:
         self.up = self.down = self.requests = 0
@@ -83,7 +100,7 @@ class Traffic:
                 body = kwargs.get("Body", b"")
                 traffic.up += body.getbuffer().nbytes if isinstance(body, io.BytesIO) else len(body)
             elif method == "get_object":
-                traffic.down += int(reply.get("ContentLength") or 0)
+                reply["Body"] = CountedBody(reply["Body"], traffic)
             return reply
 
         s3fs.S3FileSystem._call_s3 = counted  # type: ignore[method-assign]
