@@ -8,11 +8,15 @@ mid-file. Rank 0 keeps the unsharded reference states beside them with ``torch.s
 ``load DIR`` (any world size): the same model sharded over this world loads each checkpoint and
 compares its unsharded state with the reference, bit for bit. The test calls :func:`load` in its
 own process too, with an unsharded model (a world of one).
+
+DIR may be a URL (``s3://bucket/dcp``): the checkpoints then go there with the storage options in
+``CKPTZIP_TEST_STORAGE_OPTIONS`` (JSON), and the references to the local ``CKPTZIP_TEST_REFS``.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -29,6 +33,24 @@ from ckptzip import writer
 from ckptzip.dcp import CompressedReader, CompressedWriter
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def options() -> dict[str, Any] | None:
+    text = os.environ.get("CKPTZIP_TEST_STORAGE_OPTIONS")
+    return json.loads(text) if text else None
+
+
+def refs(root: str) -> str:
+    """Where the reference states go: beside the checkpoints, or locally for a URL root."""
+    return os.environ.get("CKPTZIP_TEST_REFS", root) if "://" in root else root
+
+
+def writer_for(path: str, **kwargs: Any) -> CompressedWriter:
+    return CompressedWriter(path, storage_options=options(), **kwargs)
+
+
+def reader_for(path: str) -> CompressedReader:
+    return CompressedReader(path, storage_options=options())
 
 
 def mlp() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -70,24 +92,25 @@ def reference(model: torch.nn.Module, optim: torch.optim.Optimizer, path: str) -
 def save(root: str) -> None:
     model, optim = sharded_model()
     train_step(model, optim, 1)
-    reference(model, optim, f"{root}/full.pt")
-    dcp.save(states(model, optim, 1), storage_writer=CompressedWriter(f"{root}/full"))
-    dcp.async_save(states(model, optim, 1), storage_writer=CompressedWriter(f"{root}/async")).result()
+    reference(model, optim, f"{refs(root)}/full.pt")
+    dcp.save(states(model, optim, 1), storage_writer=writer_for(f"{root}/full"))
+    dcp.async_save(states(model, optim, 1), storage_writer=writer_for(f"{root}/async")).result()
 
     train_step(model, optim, 2)
-    reference(model, optim, f"{root}/delta.pt")
-    dcp.save(states(model, optim, 2), storage_writer=CompressedWriter(f"{root}/delta", base=f"{root}/full"))
+    reference(model, optim, f"{refs(root)}/delta.pt")
+    dcp.save(states(model, optim, 2), storage_writer=writer_for(f"{root}/delta", base=f"{root}/full"))
 
-    dcp.save(states(model, optim, 2), storage_writer=CompressedWriter(f"{root}/fail"))
+    dcp.save(states(model, optim, 2), storage_writer=writer_for(f"{root}/fail"))
     if dist.get_rank() == 1:
-        def failing(sink: writer.FileSink, data: bytes) -> None:
+        def failing(sink: writer.Sink, data: bytes) -> None:
             # a small file's coded chunks may go out in one write (a task's at once): every
             # write fails, the first included
             raise OSError(errno.ENOSPC, "No space left on device")
 
         writer.FileSink.write = failing  # type: ignore[method-assign]
+        writer.StreamSink.write = failing  # type: ignore[method-assign]
     try:
-        dcp.save(states(model, optim, 2), storage_writer=CompressedWriter(f"{root}/fail"))
+        dcp.save(states(model, optim, 2), storage_writer=writer_for(f"{root}/fail"))
     except CheckpointException as exc:  # DCP re-raises rank 1's failure on every rank
         assert list(exc.failures) == [1] and "No space left" in str(exc), exc
     else:
@@ -117,19 +140,20 @@ def load(root: str, build: Build = sharded_model) -> None:
     for name, expected_step in (("full", 1), ("async", 1), ("delta", 2)):
         model, optim = build()
         state = states(model, optim, 0)
-        dcp.load(state, storage_reader=CompressedReader(f"{root}/{name}"))
+        dcp.load(state, storage_reader=reader_for(f"{root}/{name}"))
         assert state["step"] == expected_step
         set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
         model_state, optim_state = get_state_dict(model, optim, options=FULL)
         if not dist.is_initialized() or dist.get_rank() == 0:
-            ref = torch.load(f"{root}/{name.replace('async', 'full')}.pt", weights_only=True)
+            ref = torch.load(f"{refs(root)}/{name.replace('async', 'full')}.pt", weights_only=True)
             same(ref, {"model": model_state, "optim": optim_state}, name)
 
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
     try:
-        {"save": save, "load": load}[sys.argv[1]](os.path.abspath(sys.argv[2]))
+        root = sys.argv[2]
+        {"save": save, "load": load}[sys.argv[1]](root if "://" in root else os.path.abspath(root))
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -104,10 +104,10 @@ def test_file_from_another_save(tmp_path: Path) -> None:
         dcp.load(empty_like(sample_state()), storage_reader=CompressedReader(tmp_path / "a"))
 
 
-def torchrun(nproc: int, *args: str) -> None:
+def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                "--standalone", str(WORKER), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **(env or {})}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
                           cwd=WORKER.parent.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]

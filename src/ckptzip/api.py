@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .chain import open_base, relative_location
 from .errors import ConfigError
+from .objstore import StorageOptions
 from .parallel import gc_paused
 from .reader import CheckpointFile
-from .storage import BytesSource, PathLike, atomic_write
-from .writer import FileSink, MemorySink, Prepared, SaveReport, encode_state
+from .storage import BytesSource, PathLike
+from .writer import MemorySink, Prepared, SaveReport, encode_state, open_sink
 
 
 def save(
@@ -25,6 +27,7 @@ def save(
     keyframe_every: int | None = None,
     progress: bool = False,
     resumed: bool = False,
+    storage_options: StorageOptions = None,
     **mode_options: Any,
 ) -> SaveReport:
     """Compress ``state`` (any nesting of dicts, lists and tuples of tensors, arrays, numbers,
@@ -35,7 +38,11 @@ def save(
     the base, which is looked up beside it. ``keyframe_every=K`` bounds chains: when the base
     already heads a chain of K-1 deltas, this checkpoint is written standalone instead.
     ``threads=None`` uses every core. ``metadata`` is a JSON-able dict stored in the header.
+    ``storage_options`` go to the fsspec filesystem of a URL ``path`` (and of a URL ``base``):
+    ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}`` for S3, where the
+    save streams as a multipart upload that becomes the object only once complete.
     Other keyword arguments are options of the mode (``chunk_bytes`` for ``lossless``).
+    The report's seconds cover the whole save, the upload or the fsync and rename included.
 
     ``resumed=True`` says that the training which made ``state`` went on from ``base`` *as
     loaded* (it resumed from the decoded checkpoint), not from the true state the base was saved
@@ -44,28 +51,30 @@ def save(
     than needed, never its error grow along a chain. :class:`ckptzip.CheckpointManager` passes
     it for you (it knows when ``restore()`` ran).
     """
+    started = time.perf_counter()
     target = os.fspath(path)
     if isinstance(state, Prepared):  # planned by ckptzip.writer.prepare, which opened its base
         if base is not None:
             raise ConfigError("a prepared state carries its base: pass base= to prepare(), not save()")
         opened = state.base
     else:
-        opened = open_base(base, threads=threads)
+        opened = open_base(base, threads=threads, storage_options=storage_options)
     location = None
     if isinstance(base, (str, os.PathLike)):
         location = relative_location(os.fspath(base), target)
     elif opened is not None and opened.location is not None and not opened.location.startswith("<"):
         location = relative_location(opened.location, target)
     try:
-        with atomic_write(target) as handle:
+        with open_sink(target, storage_options) as sink:
             report = encode_state(
-                state, FileSink(handle), mode=mode, threads=threads, metadata=metadata,
+                state, sink, mode=mode, threads=threads, metadata=metadata,
                 path=target, progress=progress, base=opened, base_location=location,
                 keyframe_every=keyframe_every, mode_options=mode_options, resumed=resumed,
             )
     finally:
         if opened is not None:
             opened.close()
+    report.seconds = time.perf_counter() - started
     return report
 
 
@@ -76,14 +85,18 @@ def load(
     base: Any = None,
     threads: int | None = None,
     progress: bool = False,
+    storage_options: StorageOptions = None,
 ) -> Any:
     """Read a ``.ckz`` back into the state it was saved from (bit-exact for lossless mode).
 
     A delta finds its base (and the base's own base) beside it; ``base=`` overrides that with a
-    path, an open checkpoint, or the in-memory state it was coded against.
+    path, an open checkpoint, or the in-memory state it was coded against. From a URL, chunks
+    are fetched by ranged requests, ``2 * threads`` at most outstanding, while they decode;
+    ``storage_options`` go to its fsspec filesystem.
     """
-    return _load_all(lambda: CheckpointFile.open(path, threads=threads, base=base), map_location,
-                     progress)
+    return _load_all(lambda: CheckpointFile.open(path, threads=threads, base=base,
+                                                 storage_options=storage_options),
+                     map_location, progress)
 
 
 def dumps(
@@ -138,12 +151,14 @@ def _load_all(opener: Callable[[], CheckpointFile], map_location: Any, progress:
         return state
 
 
-def open(path: PathLike, *, threads: int | None = None, base: Any = None) -> CheckpointFile:
-    """Open a ``.ckz`` lazily: ``keys()``, ``get_tensor(key)``, ``metadata``, ``load()``.
+def open(path: PathLike, *, threads: int | None = None, base: Any = None,
+         storage_options: StorageOptions = None) -> CheckpointFile:
+    """Open a ``.ckz`` lazily: ``keys()``, ``get_tensor(key)``, ``metadata``, ``load()``. From a
+    URL, ``get_tensor`` fetches only the header and that tensor's chunks.
 
     Use it as a context manager so the file is closed::
 
         with ckptzip.open("step-100.ckz") as ckpt:
             w = ckpt.get_tensor("model.lm_head.weight")
     """
-    return CheckpointFile.open(path, threads=threads, base=base)
+    return CheckpointFile.open(path, threads=threads, base=base, storage_options=storage_options)

@@ -21,6 +21,7 @@ import torch
 
 from .dtypes import DType
 from .errors import BaseMismatchError
+from .objstore import StorageOptions
 from .storage import BytesSource, is_url, local_path
 from .tree import flatten, tensor_bytes
 
@@ -143,9 +144,10 @@ class FileBase(Base):
             self.checkpoint.close()
 
 
-def open_base(base: Any, *, threads: int | None = None) -> Base | None:
+def open_base(base: Any, *, threads: int | None = None,
+              storage_options: StorageOptions = None) -> Base | None:
     """Turn a user's ``base=`` (a path or URL, bytes of a .ckz, an open CheckpointFile, a Base, or
-    an in-memory state) into a :class:`Base`."""
+    an in-memory state) into a :class:`Base`; a URL is opened with ``storage_options``."""
     from .reader import CheckpointFile
 
     if base is None or isinstance(base, Base):
@@ -155,7 +157,8 @@ def open_base(base: Any, *, threads: int | None = None) -> Base | None:
     if isinstance(base, (str, os.PathLike)):
         if not base_exists(base):
             raise BaseMismatchError(f"base {os.fspath(base)}: no such checkpoint")
-        return FileBase(CheckpointFile.open(base, threads=threads), owned=True)
+        return FileBase(CheckpointFile.open(base, threads=threads, storage_options=storage_options),
+                        owned=True)
     if isinstance(base, (bytes, bytearray, memoryview)):
         return FileBase(CheckpointFile(BytesSource(base, "<base bytes>"), threads=threads), owned=True)
     return MemoryBase(base)
@@ -196,7 +199,11 @@ def _origin(url: str) -> tuple[str, str]:
 
 def relative_location(base: str, delta: str) -> str:
     """How the header of ``delta`` names ``base``: relative to the delta's directory when both
-    are local, so that a directory of checkpoints can be moved as a whole."""
+    are local, or both are objects under the same prefix, so that a directory or a prefix of
+    checkpoints can be moved as a whole."""
+    if is_url(base) and is_url(delta):
+        folder, _, name = base.rpartition("/")
+        return name if folder == delta.rpartition("/")[0] else base
     if is_url(base) or is_url(delta):
         return base
     directory = os.path.dirname(os.path.abspath(local_path(delta)))

@@ -26,10 +26,11 @@ from .chain import base_exists, open_base, relative_location, resolve_relative
 from .container import added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET
+from .objstore import StorageOptions
 from .reader import CheckpointFile
 from .sources import read_source, write_directory, write_safetensors, write_torch
-from .storage import atomic_write
-from .writer import FileSink, encode_state
+from .storage import exists
+from .writer import encode_state, open_sink
 
 SUFFIX = ".ckz"
 COMMANDS = ("compress", "decompress", "inspect", "verify", "flatten", "bench", "demo")
@@ -46,6 +47,9 @@ EPILOG = """examples:
   ckptzip compress --base step-100.ckz step-200.pt a delta: only what changed since step 100
   ckptzip flatten step-200.pt.ckz                  the delta rewritten as a standalone keyframe
   ckptzip bench model.safetensors                  against zstd, blosc2 and zipnn
+  ckptzip compress step.pt -o s3://bucket/run/step.ckz \
+      --storage-option client_kwargs.endpoint_url=http://127.0.0.1:8333
+                                                   streamed to an S3 bucket (also FSSPEC_S3_* env)
 
 Loading never runs code: .ckz holds no pickle. Inputs in torch.save format are read with
 torch.load(weights_only=True).
@@ -68,6 +72,11 @@ class Reporter:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-T", "--threads", type=int, default=0, metavar="N",
                         help="worker threads (default 0: all cores)")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        dest="storage_option", type=parse_storage_option,
+                        help="an option of the fsspec filesystem of URL paths (s3://...), as in "
+                             "storage_options: key=..., secret=..., client_kwargs.endpoint_url=URL "
+                             "(dots nest; a JSON value such as 20 or true is parsed; repeatable)")
     parser.add_argument("-q", "--quiet", action="count", default=0, help="print nothing but errors")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="say more")
 
@@ -163,9 +172,36 @@ def _normalize(argv: list[str]) -> list[str]:
     return ["compress", *argv]
 
 
+def parse_storage_option(text: str) -> tuple[list[str], Any]:
+    """``client_kwargs.endpoint_url=http://host:9000``: the key's path and the value (JSON where
+    it parses as JSON, else the text: quote a secret of digits as '"123"')."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. "
+                                         f"client_kwargs.endpoint_url=http://127.0.0.1:8333")
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.split("."), parsed
+
+
+def storage_options(args: argparse.Namespace) -> StorageOptions:
+    """The ``--storage-option`` pairs as the nested dict fsspec takes (None: none given)."""
+    options: dict[str, Any] = {}
+    for path, value in args.storage_option:
+        where = options
+        for part in path[:-1]:
+            where = where.setdefault(part, {})
+            if not isinstance(where, dict):
+                raise Error(f"--storage-option {'.'.join(path)}: {part} is set to a value already")
+        where[path[-1]] = value
+    return options or None
+
+
 def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     out = args.output or default
-    if os.path.exists(out) and not args.force:
+    if exists(out, storage_options(args)) and not args.force:
         raise Error(f"{out}: already exists; use -f to overwrite")
     return out
 
@@ -212,11 +248,11 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
             raise Error(f"{src}: already a .ckz; nothing to do")
         out = _output_for(src, args, src.rstrip("/" + os.sep) + SUFFIX)
         loaded = read_source(src)
-        base = open_base(args.base, threads=args.threads)
+        base = open_base(args.base, threads=args.threads, storage_options=storage_options(args))
         try:
-            with atomic_write(out) as handle:
+            with open_sink(out, storage_options(args)) as sink:
                 report = encode_state(
-                    loaded.state, FileSink(handle), mode=args.mode, threads=args.threads, path=out,
+                    loaded.state, sink, mode=args.mode, threads=args.threads, path=out,
                     progress=args.quiet == 0, source=loaded.source, base=base,
                     base_location=relative_location(args.base, out) if args.base else None,
                     keyframe_every=args.keyframe_every, mode_options=mode_options,
@@ -247,7 +283,8 @@ EXTENSION = {"safetensors": ".safetensors", "pt": ".pt", "dir": ""}
 
 def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
-        with CheckpointFile.open(src, threads=args.threads, base=args.base) as ckpt:
+        with CheckpointFile.open(src, threads=args.threads, base=args.base,
+                                 storage_options=storage_options(args)) as ckpt:
             source = ckpt.header.raw.get("source") or {}
             native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
@@ -257,11 +294,11 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
             out = _output_for(src, args, stem)
             state = ckpt.load(progress=args.quiet == 0)
         if kind == "safetensors":
-            write_safetensors(state, source, out)
+            write_safetensors(state, source, out, storage_options(args))
         elif kind == "dir":
             write_directory(state, source, out)
         else:
-            write_torch(state, out)
+            write_torch(state, out, storage_options(args))
         say.info(f"{src} -> {out}")
         if args.rm:
             os.unlink(src)
@@ -272,16 +309,17 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
     if args.output and len(args.sources) > 1:
         raise Error("-o takes one SRC only")
     for src in args.sources:
-        with CheckpointFile.open(src, threads=args.threads, base=args.base) as ckpt:
+        with CheckpointFile.open(src, threads=args.threads, base=args.base,
+                                 storage_options=storage_options(args)) as ckpt:
             raw = ckpt.header.raw
             if ckpt.base_ref is None:
                 say.info(f"{src}: already a keyframe; nothing to do")
                 continue
             state = ckpt.load(progress=args.quiet == 0)
         out = args.output or src
-        with atomic_write(out) as handle:
+        with open_sink(out, storage_options(args)) as sink:
             report = encode_state(
-                state, FileSink(handle), mode=str(raw.get("mode", "lossless")),
+                state, sink, mode=str(raw.get("mode", "lossless")),
                 threads=args.threads, metadata=raw.get("metadata"), path=out,
                 progress=args.quiet == 0, source=raw.get("source"),
             )
@@ -308,7 +346,7 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
         if not base_exists(path):
             entry["status"] = "missing"
             break
-        with CheckpointFile.open(path) as base:
+        with CheckpointFile.open(path, storage_options=ckpt.storage_options) as base:
             entry["status"] = "ok" if base.id == ref.get("id") else f"id mismatch ({base.id})"
             entry["depth"] = base.chain_depth
             name, ref = base.name, base.base_ref
@@ -334,7 +372,8 @@ def _codec_summary(configs: list[dict[str, Any]]) -> str:
 
 def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
-        with CheckpointFile.open(src, threads=args.threads) as ckpt:
+        with CheckpointFile.open(src, threads=args.threads,
+                                     storage_options=storage_options(args)) as ckpt:
             raw = ckpt.header.raw
             rows: list[dict[str, Any]] = [
                 {
@@ -388,7 +427,8 @@ def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
     failures = 0
     for src in args.sources:
         try:
-            with CheckpointFile.open(src, threads=args.threads) as ckpt:
+            with CheckpointFile.open(src, threads=args.threads,
+                                     storage_options=storage_options(args)) as ckpt:
                 report = ckpt.verify()
             say.info(f"{src}: OK ({report.tensors} tensors, {report.chunks} chunks, "
                      f"{report.raw_bytes:,} bytes)")

@@ -13,6 +13,10 @@ ranks compress in parallel. The coordinator then writes DCP's own ``.metadata`` 
 
 Loading reshards like any DCP checkpoint: the reader serves each read request from the stored
 shard that holds it, narrowed to the requested offsets and lengths.
+
+A URL path (``s3://bucket/ckpt/step-100``) works as with torch's ``FsspecWriter``/``FsspecReader``:
+``storage_options`` go to its fsspec filesystem; each rank streams its ``.ckz`` to the store
+(:func:`ckptzip.save`) and ``.metadata`` goes through torch's fsspec file system.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FileSystem as FsspecFileSystem
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
@@ -43,8 +48,10 @@ from torch.futures import Future
 from .api import save
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
 from .modes import policy_for
+from .objstore import StorageOptions
 from .parallel import cpu_count, resolve_threads
 from .reader import CheckpointFile
+from .storage import exists, is_url
 from .tree import unflatten
 
 __all__ = ["CompressedReader", "CompressedWriter", "RankFile"]
@@ -86,10 +93,31 @@ def default_threads() -> int:
     return max(1, cpu_count() // local_ranks)
 
 
-def _committed(directory: str | os.PathLike[str], rank: int | None) -> bool:
+def _committed(directory: str, rank: int | None, storage_options: StorageOptions = None) -> bool:
     """Whether a DCP checkpoint directory holds its commit marker (global or rank-local)."""
     names = [METADATA_FILE] + ([] if rank is None else [f"__{rank}{METADATA_FILE}"])
-    return any(os.path.exists(os.path.join(directory, name)) for name in names)
+    return any(exists(os.path.join(directory, name), storage_options) for name in names)
+
+
+class _OptionsFileSystem(FsspecFileSystem):
+    """torch's fsspec file system for DCP, which remembers the storage options (torch's own
+    passes them to the first ``init_path`` only, not to a ``reset(checkpoint_id)``'s)."""
+
+    def __init__(self, storage_options: StorageOptions) -> None:
+        super().__init__()
+        self.options = dict(storage_options or {})
+
+    def init_path(self, path: str | os.PathLike[str], **kwargs: Any) -> str | os.PathLike[str]:
+        return super().init_path(path, **{**self.options, **kwargs})
+
+
+def _on_store(storage: FileSystemWriter | FileSystemReader, path: str | os.PathLike[str],
+              storage_options: StorageOptions) -> None:
+    """Route a DCP writer's or reader's own files (``.metadata``) through fsspec when ``path``
+    is a URL, as torch's FsspecWriter and FsspecReader do."""
+    if is_url(path):
+        storage.fs = _OptionsFileSystem(storage_options)  # type: ignore[assignment]  # as FsspecWriter
+        storage.path = storage.fs.init_path(os.fspath(path))
 
 
 class CompressedWriter(FileSystemWriter):
@@ -101,7 +129,7 @@ class CompressedWriter(FileSystemWriter):
     this one. ``keyframe_every`` bounds such chains as in :func:`ckptzip.save`. ``threads=None``
     shares this machine's cores among the ranks of the node. Saving into a directory first
     withdraws its ``.metadata``, so a save that fails part-way never leaves a checkpoint that
-    looks complete.
+    looks complete. ``path`` (and ``base``) may be URLs, opened with ``storage_options``.
     """
 
     def __init__(
@@ -114,12 +142,15 @@ class CompressedWriter(FileSystemWriter):
         keyframe_every: int | None = None,
         overwrite: bool = True,
         cache_staged_state_dict: bool = False,
+        storage_options: StorageOptions = None,
     ) -> None:
         policy_for(mode)  # an unknown mode fails here, not on every rank mid-save
         super().__init__(
             path, single_file_per_rank=True, sync_files=True, overwrite=overwrite,
             cache_staged_state_dict=cache_staged_state_dict,
         )
+        self.storage_options = storage_options
+        _on_store(self, path, storage_options)
         self.mode = mode
         self.threads = default_threads() if threads is None else resolve_threads(threads)
         self.base = None if base is None else os.fspath(base)
@@ -136,20 +167,20 @@ class CompressedWriter(FileSystemWriter):
         directory never looks complete."""
         plan = super().prepare_local_plan(plan)
         if self.use_collectives and self.is_coordinator:
-            marker = os.path.join(self.path, METADATA_FILE)
+            marker = self.fs.concat_path(self.path, METADATA_FILE)
         elif not self.use_collectives and self.rank is not None:
-            marker = os.path.join(self.path, f"__{self.rank}{METADATA_FILE}")
+            marker = self.fs.concat_path(self.path, f"__{self.rank}{METADATA_FILE}")
         else:
             return plan
-        if os.path.exists(marker):
-            os.unlink(marker)
+        if self.fs.exists(marker):
+            self.fs.rm_file(marker)
         return plan
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         """Compress this rank's items into ``<prefix>0.ckz`` atomically (temporary name, fsync,
-        rename) and report where each item went."""
+        rename; on S3 a multipart upload) and report where each item went."""
         file_name = f"{plan.storage_data.prefix}0{SUFFIX}"
-        target = os.path.join(self.path, file_name)
+        target = os.fspath(self.fs.concat_path(self.path, file_name))
         state: dict[str, Any] = {}
         keys: list[tuple[WriteItem, str]] = []
         for item in plan.items:
@@ -165,9 +196,10 @@ class CompressedWriter(FileSystemWriter):
                 state[key] = data.detach()
             keys.append((item, key))
         save(state, target, mode=self.mode, base=self._base_file(file_name), threads=self.threads,
-             metadata={"dcp": {"rank": self.rank}}, keyframe_every=self.keyframe_every)
+             metadata={"dcp": {"rank": self.rank}}, keyframe_every=self.keyframe_every,
+             storage_options=self.storage_options)
         del state
-        with CheckpointFile.open(target) as written:
+        with CheckpointFile.open(target, storage_options=self.storage_options) as written:
             file_id = written.id
             stored = {leaf.index: sum(c.length for c in leaf.chunks) for leaf in written.leaves}
             nodes = written.header.tree["o"]
@@ -185,15 +217,15 @@ class CompressedWriter(FileSystemWriter):
         standalone); the base must be a committed checkpoint."""
         if self.base is None:
             return None
-        if os.path.abspath(self.base) == os.path.abspath(self.path):
+        if _normalized(self.base) == _normalized(self.path):
             raise ConfigError(f"{self.path}: a checkpoint cannot be its own base; pass the previous one")
-        if not _committed(self.base, self.rank):
+        if not _committed(self.base, self.rank, self.storage_options):
             raise BaseMismatchError(
                 f"base {self.base}: no {METADATA_FILE}, so it is not a complete DCP checkpoint "
                 f"(rank {self.rank}); pass a checkpoint that finished saving"
             )
         path = os.path.join(self.base, file_name)
-        return path if os.path.exists(path) else None
+        return path if exists(path, self.storage_options) else None
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Write DCP's ``.metadata`` (the commit), after checking every item is in a ckz file."""
@@ -209,11 +241,15 @@ class CompressedReader(FileSystemReader):
 
     Each read request is served from the rank file that holds its stored shard, narrowed to the
     requested region, so loading reshards to any world size. ``threads=None`` shares this
-    machine's cores among the ranks of the node.
+    machine's cores among the ranks of the node. ``path`` may be a URL, opened with
+    ``storage_options``; each rank fetches only the chunks of the shards it needs.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None,
+                 storage_options: StorageOptions = None) -> None:
         super().__init__(path)
+        self.storage_options = storage_options
+        _on_store(self, path, storage_options)
         self.threads = default_threads() if threads is None else resolve_threads(threads)
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
@@ -231,8 +267,9 @@ class CompressedReader(FileSystemReader):
         for request in plan.items:
             per_file.setdefault(self.storage_data[request.storage_index], []).append(request)
         for where, requests in per_file.items():
-            path = os.path.join(self.path, where.relative_path)
-            with CheckpointFile.open(path, threads=self.threads) as checkpoint:
+            path = os.fspath(self.fs.concat_path(self.path, where.relative_path))
+            with CheckpointFile.open(path, threads=self.threads,
+                                     storage_options=self.storage_options) as checkpoint:
                 self._read_file(checkpoint, where, requests, planner)
         future: Future[None] = Future()
         future.set_result(None)
@@ -258,6 +295,11 @@ class CompressedReader(FileSystemReader):
             values = unflatten({"t": "dict", "o": wanted}, decoded.__getitem__, len(checkpoint.leaves), name)
             for request, key in batch:
                 _serve(name, key, request, values[key], planner)
+
+
+def _normalized(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text.rstrip("/") if is_url(text) else os.path.abspath(text)
 
 
 def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[ReadItem]

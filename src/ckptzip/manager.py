@@ -8,14 +8,14 @@ its chain is present with the content id it was coded against; ``steps()`` lists
 
 One manager writes a directory at a time: it holds an advisory lock (``.ckptzip.lock``, flock) for
 its whole life, so two trainers pointed at one directory fail at once instead of deleting each
-other's bases.
+other's bases. A URL (``s3://bucket/run3``) is a bucket prefix, held with a lease object instead
+(``storage.ObjectDirectory``; docs/OBJECT_STORAGE.md says what it guarantees).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import os
 import re
 import threading
@@ -27,17 +27,18 @@ from typing import Any
 import torch
 
 from .api import load, save
-from .chain import open_base
+from .chain import open_base, resolve_relative
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .modes import policy_for
+from .objstore import StorageOptions
 from .reader import CheckpointFile
-from .storage import TEMP_MARKER
+from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers of this module
+from .storage import is_url, open_directory
 from .tree import Leaf, flatten, host_copies, unflatten
 from .writer import Prepared, SaveReport, prepare
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
-LOCK_NAME = ".ckptzip.lock"
 #: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
 #: 7 files beyond ``keep_last`` (the rest of the oldest kept step's chain), while 7 in 8
 #: checkpoints get the delta's gain (about 1.6x smaller than standalone on consecutive bf16
@@ -145,6 +146,11 @@ class CheckpointManager:
     A failure in the background is raised, as a :class:`ckptzip.Error` naming the step, by the
     next call. ``mode`` and ``mode_options`` go to :func:`ckptzip.save`.
 
+    ``directory`` may be an fsspec URL, a prefix in a bucket (``s3://bucket/run3``), opened with
+    ``storage_options``; the manager then holds a lease on the prefix instead of a lock, valid
+    ``lease_seconds`` (default 60) after its last renewal, so a manager that died frees the
+    prefix that long after. See docs/OBJECT_STORAGE.md for what two trainers on one prefix get.
+
     ``guard=fn`` (lossy modes; :mod:`ckptzip.guard`): after each lossy delta, ``fn(state) ->
     float`` (lower is better, e.g. a loss on a fixed batch) scores the true state and the state
     as decoded; a checkpoint worse by more than ``max_gap`` (relative, default 0.5%) is rewritten
@@ -165,6 +171,8 @@ class CheckpointManager:
         threads: int | None = None,
         guard: GuardFunction | None = None,
         max_gap: float = 0.005,
+        storage_options: StorageOptions = None,
+        lease_seconds: float | None = None,
         **mode_options: Any,
     ) -> None:
         if guard is not None and mode == "lossless":
@@ -178,19 +186,18 @@ class CheckpointManager:
             raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
         # a bad mode or option fails here, not in the background
         self._policy = policy_for(mode, **mode_options)
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.storage_options = storage_options
         self.mode = mode
         self.mode_options = mode_options
         self.keyframe_every = keyframe_every
         self.keep_last = keep_last
         self.async_save = async_save
         self.threads = threads
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as exc:
-            raise Error(f"{self.directory}: cannot create the checkpoint directory "
-                        f"({exc.strerror or exc}); pick a directory this process may write") from exc
-        self._lock_fd = self._acquire_lock()
+        # held from here to close(); temporary files or unfinished uploads a crash left are gone
+        self._home = open_directory(directory, storage_options, lease_seconds)
+        self.directory = self._home.location
+        #: Stamps of the files of the last listing (a header is read again when its stamp moves).
+        self._stamps: dict[str, tuple[Any, ...]] = {}
         self._headers: dict[str, _Header] = {}
         self._headers_lock = threading.Lock()
         #: Files that restore() is reading (with how many readers): retention leaves them alone.
@@ -204,39 +211,6 @@ class CheckpointManager:
         #: The step restore() last returned, until the next save: that save's state was trained
         #: from its decoded values (what lossy modes need to know, see ckptzip.save's resumed).
         self._restored: int | None = None
-        self._remove_stale_temp_files()
-
-    # -- the directory lock ---------------------------------------------------------------
-    def _acquire_lock(self) -> int:
-        path = os.path.join(self.directory, LOCK_NAME)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise Error(f"{path}: cannot open the directory's lock file ({exc.strerror or exc}); "
-                        f"the manager needs write access to {self.directory}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise Error(
-                f"{self.directory}: another CheckpointManager (process {holder}) is writing this "
-                f"directory; close it first, or give this run its own directory"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        return fd
-
-    def _remove_stale_temp_files(self) -> None:
-        """Temporary files left by a writer that crashed (we hold the lock: nobody else writes)."""
-        for name in os.listdir(self.directory):
-            if TEMP_MARKER in name:
-                try:
-                    os.remove(os.path.join(self.directory, name))
-                except OSError as exc:
-                    os.close(self._lock_fd)
-                    raise Error(f"{self.directory}: cannot remove the stale temporary file {name} "
-                                f"({exc.strerror or exc}); remove it by hand") from exc
 
     # -- public API -----------------------------------------------------------------------
     def save(self, step: int, state: Any, *, resumed: bool | None = None) -> None:
@@ -294,7 +268,8 @@ class CheckpointManager:
             chain = self._chain_paths(path)
             self._reading.update(chain)
         try:
-            state = load(path, map_location=map_location, threads=self.threads)
+            state = load(path, map_location=map_location, threads=self.threads,
+                         storage_options=self.storage_options)
             self._restored = step
             return state
         finally:
@@ -342,7 +317,7 @@ class CheckpointManager:
         finally:
             self._closed = True
             self._executor.shutdown(wait=True)
-            os.close(self._lock_fd)
+            self._home.close()
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -368,7 +343,7 @@ class CheckpointManager:
         self._slots.release()
 
     def _path(self, step: int) -> str:
-        return os.path.join(self.directory, step_file(step))
+        return self._home.join(step_file(step))
 
     def _base_for(self, step: int) -> str | None:
         """The newest restorable step before ``step``: the base of its delta."""
@@ -404,7 +379,8 @@ class CheckpointManager:
         """Run the lossy transforms where the tensors are, then copy to the host only what will
         be stored (codes and untransformed leaves): less to copy and to hold than the state."""
         path = self._base_for(step)
-        base = open_base(path, threads=self.threads) if path is not None else None
+        base = (open_base(path, threads=self.threads, storage_options=self.storage_options)
+                if path is not None else None)
         try:
             prepared = prepare(state, mode=self.mode, base=base,
                                keyframe_every=self.keyframe_every, mode_options=self.mode_options,
@@ -431,16 +407,19 @@ class CheckpointManager:
             state = prepared
         # a synchronous save of accelerator tensors needs no branch: save() runs the lossy
         # transforms where the tensors are
+        self._home.check()  # a lost lease: another manager may be writing the prefix now
         path = self._path(step)
         base = self._base_for(step)
         if isinstance(state, Prepared):
-            report = save(state, path, threads=self.threads, metadata={"step": step})
+            report = save(state, path, threads=self.threads, metadata={"step": step},
+                          storage_options=self.storage_options)
         else:
             true_state = state
             report = save(
                 state, path, mode=self.mode, base=base,
                 threads=self.threads, metadata={"step": step}, keyframe_every=self.keyframe_every,
-                resumed=self._resumed(base, resumed_from), **self.mode_options,
+                resumed=self._resumed(base, resumed_from), storage_options=self.storage_options,
+                **self.mode_options,
             )
         if self.guard is not None and true_state is not None:
             report = self._guard(step, path, base, true_state, report)
@@ -453,7 +432,8 @@ class CheckpointManager:
         """Score a lossy checkpoint as decoded against ``true_state``; rewrite it losslessly
         (against the same base) when the guard says so. Keyframes are lossless: not scored."""
         assert self.guard is not None
-        with CheckpointFile.open(path, threads=self.threads) as checkpoint:
+        options = self.storage_options
+        with CheckpointFile.open(path, threads=self.threads, storage_options=options) as checkpoint:
             lossy = any("error" in leaf.extra for leaf in checkpoint.leaves)
         if not lossy:
             return report
@@ -461,9 +441,11 @@ class CheckpointManager:
 
         def rewrite() -> None:
             rewritten.append(save(true_state, path, mode="lossless", base=base, threads=self.threads,
-                                  metadata={"step": step, "guard": "rewritten lossless"}))
+                                  metadata={"step": step, "guard": "rewritten lossless"},
+                                  storage_options=options))
 
-        self.guard.check(step, true_state, load(path, threads=self.threads), rewrite)
+        self.guard.check(step, true_state, load(path, threads=self.threads, storage_options=options),
+                         rewrite)
         return rewritten[-1] if rewritten else report
 
     def _write_in_background(self, step: int, state: Any, resumed_from: int | None) -> SaveReport:
@@ -490,7 +472,7 @@ class CheckpointManager:
             for step in reversed(steps[:-keep_last]):
                 path = self._path(step)
                 if path not in needed and path not in self._reading:
-                    os.remove(path)
+                    self._home.remove(path)
                     self._headers.pop(path, None)
 
     def _chain_paths(self, path: str) -> list[str]:
@@ -506,10 +488,11 @@ class CheckpointManager:
     def _restorable(self) -> list[int]:
         """Restorable steps, refreshing the header cache from the directory (hold the lock)."""
         found: dict[str, int] = {}
-        for name in os.listdir(self.directory):
-            match = STEP_FILE.match(name)
+        self._stamps = self._home.listing()
+        for path in self._stamps:
+            match = STEP_FILE.match(path[len(self.directory) + 1 :])
             if match:
-                found[os.path.join(self.directory, name)] = int(match.group(1))
+                found[path] = int(match.group(1))
         for path in list(self._headers):
             if path not in found:
                 del self._headers[path]
@@ -517,20 +500,19 @@ class CheckpointManager:
         return sorted(step for path, step in found.items() if self._chain_ok(path, ok))
 
     def _header(self, path: str) -> _Header | None:
-        try:
-            stat = os.stat(path)
-        except FileNotFoundError:
+        stamp = self._stamps.get(path) or self._home.stamp(path)
+        if stamp is None:
             return None
-        stamp = (stat.st_size, stat.st_mtime_ns)
         cached = self._headers.get(path)
         if cached is not None and cached.stamp == stamp:
             return cached
         try:
-            with CheckpointFile.open(path) as checkpoint:
+            with CheckpointFile.open(path, storage_options=self.storage_options) as checkpoint:
                 ref = checkpoint.base_ref
                 base_path = base_id = None
                 if ref is not None and isinstance(ref.get("path"), str):
-                    base_path = os.path.normpath(os.path.join(os.path.dirname(path), ref["path"]))
+                    base_path = resolve_relative(path, ref["path"])
+                    base_path = base_path if is_url(base_path) else os.path.normpath(base_path)
                     base_id = ref.get("id")
                 header = _Header(stamp, checkpoint.id, base_path, base_id)
         except Error:

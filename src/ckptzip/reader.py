@@ -17,6 +17,7 @@ from .codecs import TransformContext
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
+from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
 from .storage import PathLike, Source, open_source
@@ -42,11 +43,14 @@ class CheckpointFile:
     chunks; ``load()`` rebuilds the whole state.
     """
 
-    def __init__(self, source: Source, *, threads: int | None = None, base: Any = None) -> None:
+    def __init__(self, source: Source, *, threads: int | None = None, base: Any = None,
+                 storage_options: StorageOptions = None) -> None:
         self.source = source
         self.name = source.name
         self.threads = resolve_threads(threads)
         self._base_arg = base
+        #: How this file's bases on the same store are opened.
+        self.storage_options = storage_options
         self._base: Base | None = None
         head = source.read(0, min(PRELUDE_SIZE, source.size))
         prelude = parse_prelude(bytes(head), source.size, self.name)
@@ -62,10 +66,11 @@ class CheckpointFile:
         self._keys: dict[str, dict[str, Any]] | None = None
 
     @classmethod
-    def open(cls, path: PathLike, *, threads: int | None = None, base: Any = None) -> CheckpointFile:
-        source = open_source(path)
+    def open(cls, path: PathLike, *, threads: int | None = None, base: Any = None,
+             storage_options: StorageOptions = None) -> CheckpointFile:
+        source = open_source(path, storage_options)
         try:
-            return cls(source, threads=threads, base=base)
+            return cls(source, threads=threads, base=base, storage_options=storage_options)
         except BaseException:
             source.close()
             raise
@@ -121,7 +126,7 @@ class CheckpointFile:
         if ref is None:
             raise BaseMismatchError(f"{self.name}: not a delta checkpoint; it has no base")
         expected = ref.get("id")
-        base = open_base(self._base_arg, threads=self.threads)
+        base = open_base(self._base_arg, threads=self.threads, storage_options=self.storage_options)
         if base is None:
             location = ref.get("path")
             if not isinstance(location, str):
@@ -136,7 +141,7 @@ class CheckpointFile:
                     f"{path}; put it back beside the delta or pass base=PATH"
                 )
             try:
-                base = open_base(path, threads=self.threads)
+                base = open_base(path, threads=self.threads, storage_options=self.storage_options)
             except Error as exc:
                 raise _in_base(exc, self.name, location) from exc
             assert base is not None
@@ -223,7 +228,10 @@ class CheckpointFile:
                              None if chunk_base is None else chunk_base[start:end]))
         total = sum(self.leaves[i].array_nbytes for i in indices)
         bar = Progress(total, "decompress", enabled=progress)
-        tasks = _group(jobs, task_bytes(total, self.threads))
+        tasks = list(_group(jobs, task_bytes(total, self.threads)))
+        self.source.expect([(self.data_start + task[0][2].offset,
+                             task[-1][2].offset + task[-1][2].length - task[0][2].offset)
+                            for task in tasks], self.threads)
         try:
             for done in ordered_map(self._decode_task, tasks, self.threads):
                 bar.update(done)

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .errors import Error, UnsupportedError
-from .storage import atomic_write
+from .objstore import StorageOptions
+from .storage import atomic_write, is_url
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -127,18 +128,20 @@ def flat_tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
     return flat
 
 
-def write_safetensors(state: Any, source: dict[str, Any], path: str) -> None:
+def write_safetensors(state: Any, source: dict[str, Any], path: str,
+                      storage_options: StorageOptions = None) -> None:
     """Write tensors as safetensors; reproduce the original file exactly when its header is
     known and still describes these tensors."""
     tensors = flat_tensors(state, path)
     header_text = source.get("header") if source.get("kind") == "safetensors" else None
-    if isinstance(header_text, str) and _write_original_layout(tensors, header_text, path):
+    if isinstance(header_text, str) and _write_original_layout(tensors, header_text, path,
+                                                               storage_options):
         return
     from safetensors.torch import save
 
     meta = source.get("metadata") if isinstance(source.get("metadata"), dict) else None
     data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=meta)
-    with atomic_write(path) as handle:
+    with atomic_write(path, storage_options) as handle:
         handle.write(data)
 
 
@@ -151,7 +154,8 @@ _ST_DTYPES = {
 }
 
 
-def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, path: str) -> bool:
+def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, path: str,
+                           storage_options: StorageOptions = None) -> bool:
     try:
         header = json.loads(header_text)
     except ValueError:
@@ -168,7 +172,7 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
             return False
         data_size = max(data_size, end)
     raw_header = header_text.encode("utf-8")
-    with atomic_write(path) as handle:
+    with atomic_write(path, storage_options) as handle:
         handle.write(struct.pack("<Q", len(raw_header)) + raw_header)
         handle.truncate(8 + len(raw_header) + data_size)
         for name, entry in entries.items():
@@ -178,8 +182,8 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
     return True
 
 
-def write_torch(state: Any, path: str) -> None:
-    with atomic_write(path) as handle:
+def write_torch(state: Any, path: str, storage_options: StorageOptions = None) -> None:
+    with atomic_write(path, storage_options) as handle:
         torch.save(state, handle)
 
 
@@ -187,6 +191,9 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
     files = state.get("files") if isinstance(state, dict) else None
     if not isinstance(files, dict):
         raise Error(f"{path}: this checkpoint was not compressed from a directory; use --to pt")
+    if is_url(path):
+        raise Error(f"{path}: a checkpoint directory is written to a local path only; pass "
+                    f"-o DIR, or --to pt for one file")
     kinds = source.get("files", {})
     os.makedirs(path, exist_ok=True)
     for rel, content in files.items():

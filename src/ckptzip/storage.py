@@ -2,22 +2,35 @@
 
 Writes are atomic: data goes to a temporary name in the destination's directory, is fsynced, then
 renamed over the destination, and the directory is fsynced. A crash mid-save leaves the previous
-file intact and the new one either complete or absent. Remote URLs are staged in a local temporary
-file and uploaded whole once complete.
+file intact and the new one either complete or absent. On S3 a save streams as a multipart upload
+that becomes the object only when complete (``objstore``, ``writer.open_sink``); on other fsspec
+filesystems it is staged in a local temporary file and uploaded whole once complete.
+
+Remote reads are ranged requests, several in flight while the reader's threads decode
+(:class:`RemoteSource`). :func:`open_directory` gives a CheckpointManager its directory or
+bucket prefix, locked against a second manager.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import fcntl
 import os
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Iterator
 from typing import IO, Any, Protocol
 
-from .errors import DependencyError, Error
+from .errors import Error
+from .objstore import HEAD_BYTES, Lease, MultipartUpload, ObjectStore, StorageOptions, filesystem
 
 TEMP_MARKER = ".ckz-tmp-"
+LOCK_NAME = ".ckptzip.lock"
+#: Range requests a remote source keeps outstanding per reading thread (fetched ahead of the
+#: decoders, each a task's span of at most 4 MiB).
+FETCHES_PER_THREAD = 2
 
 PathLike = str | os.PathLike[str]
 
@@ -31,14 +44,6 @@ def local_path(path: PathLike) -> str:
     return text[len("file://"):] if text.startswith("file://") else text
 
 
-def _fsspec_fs(url: str) -> tuple[Any, str]:
-    try:
-        import fsspec
-    except ImportError:
-        raise DependencyError(f"{url}: URLs need fsspec: pip install fsspec") from None
-    return fsspec.core.url_to_fs(url)
-
-
 class Source(Protocol):
     name: str
     size: int
@@ -48,6 +53,11 @@ class Source(Protocol):
     def read_scratch(self, offset: int, length: int) -> bytes | memoryview:
         """Like ``read``, but the bytes may live in this thread's buffer for the source: valid
         until the thread's next ``read_scratch`` on it (the decoder's chunk spans)."""
+        ...
+
+    def expect(self, spans: list[tuple[int, int]], threads: int) -> None:
+        """A hint: these spans (offset, length) are read next, about in this order, by
+        ``threads`` threads. A remote source starts fetching them; local ones read on demand."""
         ...
 
     def close(self) -> None: ...
@@ -63,6 +73,9 @@ class BytesSource:
         return self.view[offset : offset + length]
 
     read_scratch = read
+
+    def expect(self, spans: list[tuple[int, int]], threads: int) -> None:
+        """In memory already: nothing to fetch."""
 
     def close(self) -> None:
         self.view.release()
@@ -120,6 +133,9 @@ class FileSource:
             done += got
         return view
 
+    def expect(self, spans: list[tuple[int, int]], threads: int) -> None:
+        """A local file is read on demand (``pread`` from the decoding threads)."""
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -127,36 +143,120 @@ class FileSource:
 
 
 class RemoteSource:
-    """An fsspec file; reads are serialized because fsspec file objects are not thread-safe."""
+    """An object read with ranged requests (thread-safe).
 
-    def __init__(self, url: str) -> None:
-        fs, path = _fsspec_fs(url)
+    Told what comes next (:meth:`expect`), it keeps up to ``FETCHES_PER_THREAD`` requests per
+    reading thread outstanding, so the object is fetched while the threads decode, and only the
+    spans asked for are fetched: a lazy ``get_tensor`` costs the head and that tensor's chunks.
+    The first request takes ``HEAD_BYTES`` at once (prelude and header in one round trip).
+    ``bytes_fetched`` and ``requests`` count what it fetched.
+    """
+
+    def __init__(self, url: str, storage_options: StorageOptions = None) -> None:
         self.name = url
-        try:
-            self.file: IO[bytes] = fs.open(path, "rb")
-        except FileNotFoundError:
-            raise Error(f"{url}: no such file") from None
-        self.size = int(fs.size(path))
-        self.lock = threading.Lock()
+        self.store, self.path = ObjectStore.open(url, storage_options)
+        self.size = self.store.size(self.path, url)
+        self.bytes_fetched = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+        # its own lock: a fetch done already runs its callback at once, maybe under self._lock
+        self._counting = threading.Lock()
+        self._ahead: deque[tuple[int, int]] = deque()
+        self._fetching: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
+        self._window = 0
+        head = min(self.size, HEAD_BYTES)
+        self._head = self._wait(self._fetch(0, head), 0, head) if head else b""
 
-    def read(self, offset: int, length: int) -> bytes:
-        with self.lock:
-            self.file.seek(offset)
-            data = self.file.read(length)
+    def _fetch(self, offset: int, length: int) -> concurrent.futures.Future[bytes]:
+        future = self.store.fetch(self.path, offset, offset + length)
+
+        def count(done: concurrent.futures.Future[bytes]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                with self._counting:
+                    self.bytes_fetched += len(done.result())
+                    self.requests += 1
+
+        future.add_done_callback(count)
+        return future
+
+    def _wait(self, future: concurrent.futures.Future[bytes], offset: int, length: int) -> bytes:
+        try:
+            data = future.result()
+        except FileNotFoundError:
+            raise Error(f"{self.name}: the object is gone (deleted while being read?)") from None
+        except Exception as exc:
+            raise Error(f"{self.name}: reading bytes {offset}+{length} failed "
+                        f"({type(exc).__name__}: {exc}); check the endpoint, the credentials and "
+                        f"that the object still exists, then retry") from exc
         if len(data) != length:
-            raise Error(f"{self.name}: short read at byte {offset}; the object changed under us")
+            raise Error(f"{self.name}: short read at byte {offset} (wanted {length} bytes, got "
+                        f"{len(data)}); the object changed while being read")
         return data
+
+    def expect(self, spans: list[tuple[int, int]], threads: int) -> None:
+        with self._lock:
+            for future in self._fetching.values():
+                future.cancel()
+            self._fetching.clear()
+            if not self.store.async_reads:
+                return
+            head = len(self._head)
+            self._ahead = deque(span for span in spans if span[0] + span[1] > head)
+            self._window = FETCHES_PER_THREAD * max(1, threads)
+            self._fill()
+
+    def _fill(self) -> None:
+        """Start fetches of the next expected spans while fewer than the window are outstanding
+        (call with the lock held)."""
+        while self._ahead and len(self._fetching) < self._window:
+            span = self._ahead.popleft()
+            self._fetching[span] = self._fetch(*span)
+
+    def read(self, offset: int, length: int) -> bytes | memoryview:
+        if offset + length <= len(self._head):
+            return memoryview(self._head)[offset : offset + length]
+        with self._lock:
+            future = self._fetching.pop((offset, length), None)
+            if future is None:
+                with contextlib.suppress(ValueError):
+                    self._ahead.remove((offset, length))
+            self._fill()
+        if future is None:
+            future = self._fetch(offset, length)
+        return self._wait(future, offset, length)
 
     read_scratch = read
 
     def close(self) -> None:
-        self.file.close()
+        with self._lock:
+            self._ahead.clear()
+            for future in self._fetching.values():
+                future.cancel()
+            self._fetching.clear()
 
 
-def open_source(path: PathLike) -> Source:
+def exists(path: PathLike, storage_options: StorageOptions = None) -> bool:
+    """Whether a file (or object, for a URL) is there."""
+    if not is_url(path):
+        return os.path.exists(local_path(path))
+    fs, fs_path = filesystem(os.fspath(path), storage_options)
+    fs.invalidate_cache(fs_path)
+    return bool(fs.exists(fs_path))
+
+
+def open_source(path: PathLike, storage_options: StorageOptions = None) -> Source:
     if is_url(path):
-        return RemoteSource(os.fspath(path))
+        return RemoteSource(os.fspath(path), storage_options)
     return FileSource(local_path(path))
+
+
+def remote_upload(path: PathLike, storage_options: StorageOptions = None) -> MultipartUpload | None:
+    """A streamed, all-or-nothing upload to ``path`` where its store has one (S3), else None
+    (local paths: :func:`atomic_write`; other stores: staged locally, put whole)."""
+    if not is_url(path):
+        return None
+    store, fs_path = ObjectStore.open(os.fspath(path), storage_options)
+    return store.upload(fs_path, os.fspath(path))
 
 
 def _umask() -> int:
@@ -178,9 +278,10 @@ def _fsync_dir(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
+def atomic_write(path: PathLike, storage_options: StorageOptions = None) -> Iterator[IO[bytes]]:
     """Yield a seekable binary file; on success it becomes ``path`` atomically, on error it is
-    removed and ``path`` is untouched."""
+    removed and ``path`` is untouched. A URL's file is a local temporary one, put whole at the
+    end (``writer.open_sink`` streams to S3 instead)."""
     remote = is_url(path)
     target = os.fspath(path) if remote else local_path(path)
     directory = tempfile.gettempdir() if remote else (os.path.dirname(os.path.abspath(target)))
@@ -199,8 +300,15 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
             handle.flush()
             os.fsync(handle.fileno())
         if remote:
-            fs, remote_path = _fsspec_fs(target)
-            fs.put_file(temp, remote_path)
+            fs, remote_path = filesystem(target, storage_options)
+            try:
+                fs.put_file(temp, remote_path)
+            except Exception as exc:
+                if isinstance(exc, OSError):
+                    raise
+                raise Error(f"{target}: upload failed ({type(exc).__name__}: {exc}); the previous "
+                            f"object, if any, is intact; check the endpoint and the credentials, "
+                            f"then retry") from exc
             os.unlink(temp)
         else:
             os.replace(temp, target)
@@ -214,3 +322,173 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
                 f"previous file, if any, is intact; free space or fix permissions and retry"
             ) from exc
         raise
+
+
+class Directory(Protocol):
+    """Where a CheckpointManager keeps its files: a local directory or a bucket prefix, held by
+    this manager alone for as long as it is open."""
+
+    #: The absolute path or the URL, for messages and for the files' own names.
+    location: str
+
+    def join(self, name: str) -> str:
+        """The path or URL of the file ``name`` in it."""
+        ...
+
+    def listing(self) -> dict[str, tuple[Any, ...]]:
+        """Its files by path or URL, each with a stamp that changes whenever the file does."""
+        ...
+
+    def stamp(self, path: str) -> tuple[Any, ...] | None:
+        """The stamp of one file (None: it does not exist)."""
+        ...
+
+    def remove(self, path: str) -> None: ...
+
+    def check(self) -> None:
+        """Raise if this manager no longer holds the directory (a lease that ran out)."""
+        ...
+
+    def close(self) -> None:
+        """Release the directory."""
+        ...
+
+
+class LocalDirectory:
+    """A local directory, held with an exclusive ``flock`` on ``.ckptzip.lock``: the kernel drops
+    it when the holder dies, so no stale lock outlives a process. Temporary files a crashed
+    writer left are removed on opening (the lock is held: nobody else writes)."""
+
+    def __init__(self, path: str) -> None:
+        self.location = os.path.abspath(path)
+        try:
+            os.makedirs(self.location, exist_ok=True)
+        except OSError as exc:
+            raise Error(f"{self.location}: cannot create the checkpoint directory "
+                        f"({exc.strerror or exc}); pick a directory this process may write") from exc
+        self._fd = self._lock()
+        try:
+            self._remove_stale_temp_files()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _lock(self) -> int:
+        path = os.path.join(self.location, LOCK_NAME)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise Error(f"{path}: cannot open the directory's lock file ({exc.strerror or exc}); "
+                        f"the manager needs write access to {self.location}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise Error(
+                f"{self.location}: another CheckpointManager (process {holder}) is writing this "
+                f"directory; close it first, or give this run its own directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _remove_stale_temp_files(self) -> None:
+        for name in os.listdir(self.location):
+            if TEMP_MARKER in name:
+                try:
+                    os.remove(os.path.join(self.location, name))
+                except OSError as exc:
+                    raise Error(f"{self.location}: cannot remove the stale temporary file {name} "
+                                f"({exc.strerror or exc}); remove it by hand") from exc
+
+    def join(self, name: str) -> str:
+        return os.path.join(self.location, name)
+
+    def listing(self) -> dict[str, tuple[Any, ...]]:
+        found = {}
+        for name in os.listdir(self.location):
+            path = self.join(name)
+            stamp = self.stamp(path)
+            if stamp is not None:
+                found[path] = stamp
+        return found
+
+    def stamp(self, path: str) -> tuple[Any, ...] | None:
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return (stat.st_size, stat.st_mtime_ns)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def check(self) -> None:
+        """A flock is held until released: nothing to check."""
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class ObjectDirectory:
+    """A prefix of an object store (``s3://bucket/run3``), held with a :class:`~ckptzip.objstore.Lease`
+    on ``<prefix>/.ckptzip.lock``. Uploads a killed writer left unfinished under the prefix are
+    aborted on opening (the lease is held: nobody else writes)."""
+
+    def __init__(self, url: str, storage_options: StorageOptions = None,
+                 lease_seconds: float | None = None) -> None:
+        self.location = url.rstrip("/")
+        self.store, self.path = ObjectStore.open(self.location, storage_options)
+        lock = self.join(LOCK_NAME)
+        self.lease = Lease(self.store, f"{self.path}/{LOCK_NAME}", lock,
+                           *(() if lease_seconds is None else (lease_seconds,)))
+        self.lease.acquire()
+        try:
+            self.store.abort_uploads(self.path)
+        except Exception as exc:
+            self.lease.release()
+            raise Error(f"{self.location}: cannot list or abort unfinished uploads under the prefix "
+                        f"({type(exc).__name__}: {exc}); the manager needs that permission") from exc
+
+    def join(self, name: str) -> str:
+        return f"{self.location}/{name}"
+
+    def listing(self) -> dict[str, tuple[Any, ...]]:
+        try:
+            entries = self.store.listing(self.path)
+        except Exception as exc:
+            raise Error(f"{self.location}: cannot list the prefix ({type(exc).__name__}: {exc}); "
+                        f"check the endpoint and the credentials") from exc
+        return {self.join(name): stamp for name, stamp in entries.items()}
+
+    def stamp(self, path: str) -> tuple[Any, ...] | None:
+        try:
+            return self.store.stamp(self.store.path_of(path))
+        except Exception as exc:
+            raise Error(f"{path}: cannot stat ({type(exc).__name__}: {exc}); check the endpoint "
+                        f"and the credentials") from exc
+
+    def remove(self, path: str) -> None:
+        self.lease.check()
+        try:
+            self.store.remove(self.store.path_of(path))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise Error(f"{path}: cannot delete ({type(exc).__name__}: {exc}); the manager needs "
+                        f"delete access to {self.location}") from exc
+
+    def check(self) -> None:
+        self.lease.check()
+
+    def close(self) -> None:
+        self.lease.release()
+
+
+def open_directory(location: PathLike, storage_options: StorageOptions = None,
+                   lease_seconds: float | None = None) -> Directory:
+    """A CheckpointManager's directory (a local path) or bucket prefix (a URL), held."""
+    if is_url(location):
+        return ObjectDirectory(os.fspath(location), storage_options, lease_seconds)
+    return LocalDirectory(local_path(location))

@@ -3,8 +3,10 @@ parallel, and write them in order behind a header."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import io
 import json
 import time
 import zlib
@@ -24,10 +26,12 @@ from .chain import Base
 from .container import FORMAT_MAJOR, FORMAT_MINOR, PRELUDE_SIZE, pack_prelude, store_header
 from .errors import ConfigError
 from .modes import policy_for
+from .objstore import MAX_PARTS, PART_BYTES, MultipartUpload, StorageOptions, parts_in_flight
 from .parallel import executor, gc_paused, ordered_map, resolve_threads, task_bytes
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, Policy
 from .progress import Progress
+from .storage import atomic_write, remote_upload
 from .tree import Leaf, flatten, host_copies, tensor_bytes
 
 #: Raw bytes handed to one worker task (several chunks, possibly of several small tensors), so
@@ -545,6 +549,75 @@ class FileSink(Sink):
             self.handle.seek(offset + shift)
             self.handle.write(data)
         self.reserved = header_size
+
+
+class StreamSink(Sink):
+    """Streams the container to an object store as it is coded, as a multipart upload.
+
+    The data section goes up in parts as they fill, a few in flight (the upload blocks beyond
+    that); its first part stays here until the header is known, and goes up last as part 1,
+    behind the prelude and the header. So the header takes its exact size (nothing reserved,
+    nothing moved), memory holds a few parts whatever the checkpoint's size, and the object
+    appears, whole, only when the upload completes.
+    """
+
+    def __init__(self, upload: MultipartUpload) -> None:
+        super().__init__()
+        self.upload = upload
+        self.part_bytes = PART_BYTES
+        self.first = bytearray()
+        self.buffer = bytearray()
+        self.number = 2
+
+    def reserve(self, header_size: Callable[[], int], data_size: int = 0, threads: int = 1) -> None:
+        self.part_bytes = max(PART_BYTES, -(-data_size // (MAX_PARTS - 1)))  # S3's part limit
+        self.upload.in_flight = parts_in_flight(threads)
+
+    def write(self, data: bytes) -> None:
+        self.position += len(data)
+        view = memoryview(data)
+        if len(self.first) < self.part_bytes:
+            take = self.part_bytes - len(self.first)
+            self.first += view[:take]
+            view = view[take:]
+        self.buffer += view
+        while len(self.buffer) >= self.part_bytes:
+            part = io.BytesIO()  # owning its bytes: the HTTP client reads it without a copy
+            with memoryview(self.buffer) as filled:
+                part.write(filled[: self.part_bytes])
+            del self.buffer[: self.part_bytes]
+            self.upload.put(self.number, part)
+            del part
+            self.number += 1
+
+    def finish(self, header: bytes) -> None:
+        stored, flags = store_header(header)
+        self.reserved = len(stored)
+        if self.buffer:  # the last part, the only one that may be small
+            self.upload.put(self.number, io.BytesIO(self.buffer))
+            self.buffer = bytearray()
+        first = io.BytesIO(pack_prelude(stored, flags) + stored)
+        first.seek(0, io.SEEK_END)
+        first.write(self.first)
+        self.first = bytearray()
+        self.upload.commit(first)
+
+
+@contextlib.contextmanager
+def open_sink(path: str, storage_options: StorageOptions = None) -> Iterator[Sink]:
+    """The sink of a save to ``path``, all or nothing: a local file (temporary name, fsync,
+    rename), a streamed multipart upload on S3 (aborted on failure), or on other fsspec stores
+    a local temporary file put whole at the end."""
+    upload = remote_upload(path, storage_options)
+    if upload is None:
+        with atomic_write(path, storage_options) as handle:
+            yield FileSink(handle)
+        return
+    try:
+        yield StreamSink(upload)
+    except BaseException:
+        upload.abort()
+        raise
 
 
 def _header_estimate(
