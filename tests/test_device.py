@@ -12,8 +12,8 @@ import torch
 
 import ckptzip
 from ckptzip import manager as manager_module
-from ckptzip.chain import open_base
 from ckptzip.manager import CheckpointManager
+from ckptzip.reader import open_base
 from ckptzip.tree import flatten
 from ckptzip.writer import Prepared, prepare
 from tests.test_manager import assert_same

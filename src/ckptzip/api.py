@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .chain import open_base, relative_location
+from .chain import relative_location
 from .errors import ConfigError
 from .objstore import StorageOptions
 from .parallel import gc_paused
-from .reader import CheckpointFile
+from .reader import CheckpointFile, open_base
 from .storage import BytesSource, PathLike
 from .writer import MemorySink, Prepared, SaveReport, encode_state, open_sink
 

@@ -21,13 +21,11 @@ import torch
 
 from .dtypes import DType
 from .errors import BaseMismatchError
-from .objstore import StorageOptions
-from .storage import BytesSource, is_url, local_path
-from .tree import flatten, tensor_bytes
+from .storage import is_url, local_path
+from .tree import flatten
 
 if TYPE_CHECKING:
     from .container import LeafInfo
-    from .reader import CheckpointFile
 
 
 @dataclass(frozen=True)
@@ -102,66 +100,6 @@ class MemoryBase(Base):
 
     def _load(self, name: str) -> np.ndarray:
         return self._leaves[name].host_bytes()
-
-
-class FileBase(Base):
-    """An earlier ``.ckz`` (itself possibly a delta: its own base is resolved the same way)."""
-
-    def __init__(self, checkpoint: CheckpointFile, *, owned: bool) -> None:
-        super().__init__()
-        self.checkpoint = checkpoint
-        self.owned = owned
-        self.id = checkpoint.id
-        self.depth = checkpoint.chain_depth
-        self.location = checkpoint.name
-        self._index = {leaf.name: leaf for leaf in checkpoint.leaves}
-
-    def tensor(self, name: str) -> BaseTensor | None:
-        leaf = self._index.get(name)
-        return None if leaf is None else BaseTensor(name, leaf.dtype, leaf.shape)
-
-    def stored(self, name: str) -> LeafInfo | None:
-        return self._index.get(name)
-
-    def _load(self, name: str) -> np.ndarray:
-        index = self._index[name].index
-        return tensor_bytes(self.checkpoint.read_leaves([index])[index])
-
-    def prefetch(self, names: list[str]) -> None:
-        # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
-        # tensor after tensor a small tensor's few chunks kept most of them idle
-        wanted = {self._index[name].index: name for name in names
-                  if name in self._index and name not in self._cache}
-        if len(wanted) < 2:
-            return
-        for index, tensor in self.checkpoint.read_leaves(sorted(wanted)).items():
-            if index in wanted:
-                self._cache[wanted[index]] = tensor_bytes(tensor)
-
-    def close(self) -> None:
-        super().close()
-        if self.owned:
-            self.checkpoint.close()
-
-
-def open_base(base: Any, *, threads: int | None = None,
-              storage_options: StorageOptions = None) -> Base | None:
-    """Turn a user's ``base=`` (a path or URL, bytes of a .ckz, an open CheckpointFile, a Base, or
-    an in-memory state) into a :class:`Base`; a URL is opened with ``storage_options``."""
-    from .reader import CheckpointFile
-
-    if base is None or isinstance(base, Base):
-        return base
-    if isinstance(base, CheckpointFile):
-        return FileBase(base, owned=False)
-    if isinstance(base, (str, os.PathLike)):
-        if not base_exists(base):
-            raise BaseMismatchError(f"base {os.fspath(base)}: no such checkpoint")
-        return FileBase(CheckpointFile.open(base, threads=threads, storage_options=storage_options),
-                        owned=True)
-    if isinstance(base, (bytes, bytearray, memoryview)):
-        return FileBase(CheckpointFile(BytesSource(base, "<base bytes>"), threads=threads), owned=True)
-    return MemoryBase(base)
 
 
 def base_exists(path: str | os.PathLike[str]) -> bool:

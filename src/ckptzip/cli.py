@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
-from .chain import base_exists, open_base, relative_location, resolve_relative
+from .chain import base_exists, relative_location, resolve_relative
 from .container import added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET
 from .objstore import StorageOptions
-from .reader import CheckpointFile
+from .reader import CheckpointFile, open_base
 from .sources import read_source, write_directory, write_safetensors, write_torch
 from .storage import exists
 from .writer import encode_state, open_sink

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 from .api import load, save
-from .chain import open_base, resolve_relative
+from .chain import resolve_relative
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .modes import policy_for
 from .objstore import StorageOptions
-from .reader import CheckpointFile
+from .reader import CheckpointFile, open_base
 from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers of this module
 from .storage import is_url, open_directory
 from .tree import Leaf, flatten, host_copies, unflatten

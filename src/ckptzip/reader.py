@@ -4,6 +4,7 @@ checksum after."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from . import _native
-from .chain import Base, base_exists, open_base, resolve_relative
+from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative
 from .codecs import TransformContext
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
@@ -20,8 +21,8 @@ from .errors import BaseMismatchError, CorruptError, Error, FormatError
 from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
-from .storage import PathLike, Source, open_source
-from .tree import TENSOR_KINDS, leaf_refs, unflatten, unique_name
+from .storage import BytesSource, PathLike, Source, open_source
+from .tree import TENSOR_KINDS, leaf_refs, tensor_bytes, unflatten, unique_name
 
 # leaf, chunk index, chunk, output slice, base slice (for residuals)
 _Job = tuple[LeafInfo, int, ChunkRef, np.ndarray, np.ndarray | None]
@@ -461,3 +462,60 @@ def _device(map_location: Any) -> torch.device | None:
         raise Error(f"map_location must be a device or device string, not {map_location!r}") from None
     return None if device.type == "cpu" else device
 
+
+class FileBase(Base):
+    """An earlier ``.ckz`` (itself possibly a delta: its own base is resolved the same way)."""
+
+    def __init__(self, checkpoint: CheckpointFile, *, owned: bool) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.owned = owned
+        self.id = checkpoint.id
+        self.depth = checkpoint.chain_depth
+        self.location = checkpoint.name
+        self._index = {leaf.name: leaf for leaf in checkpoint.leaves}
+
+    def tensor(self, name: str) -> BaseTensor | None:
+        leaf = self._index.get(name)
+        return None if leaf is None else BaseTensor(name, leaf.dtype, leaf.shape)
+
+    def stored(self, name: str) -> LeafInfo | None:
+        return self._index.get(name)
+
+    def _load(self, name: str) -> np.ndarray:
+        index = self._index[name].index
+        return tensor_bytes(self.checkpoint.read_leaves([index])[index])
+
+    def prefetch(self, names: list[str]) -> None:
+        # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
+        # tensor after tensor a small tensor's few chunks kept most of them idle
+        wanted = {self._index[name].index: name for name in names
+                  if name in self._index and name not in self._cache}
+        if len(wanted) < 2:
+            return
+        for index, tensor in self.checkpoint.read_leaves(sorted(wanted)).items():
+            if index in wanted:
+                self._cache[wanted[index]] = tensor_bytes(tensor)
+
+    def close(self) -> None:
+        super().close()
+        if self.owned:
+            self.checkpoint.close()
+
+
+def open_base(base: Any, *, threads: int | None = None,
+              storage_options: StorageOptions = None) -> Base | None:
+    """Turn a user's ``base=`` (a path or URL, bytes of a .ckz, an open CheckpointFile, a Base, or
+    an in-memory state) into a :class:`Base`; a URL is opened with ``storage_options``."""
+    if base is None or isinstance(base, Base):
+        return base
+    if isinstance(base, CheckpointFile):
+        return FileBase(base, owned=False)
+    if isinstance(base, (str, os.PathLike)):
+        if not base_exists(base):
+            raise BaseMismatchError(f"base {os.fspath(base)}: no such checkpoint")
+        return FileBase(CheckpointFile.open(base, threads=threads, storage_options=storage_options),
+                        owned=True)
+    if isinstance(base, (bytes, bytearray, memoryview)):
+        return FileBase(CheckpointFile(BytesSource(base, "<base bytes>"), threads=threads), owned=True)
+    return MemoryBase(base)

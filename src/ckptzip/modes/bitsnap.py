@@ -24,11 +24,12 @@ from typing import Any
 
 import torch
 
-from ..chain import Base, FileBase
+from ..chain import Base
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
+from ..reader import FileBase
 from ..tree import Leaf
 from .common import (
     GroupValues,
