@@ -13,7 +13,8 @@ import torch
 
 import ckptzip
 from ckptzip import manager as manager_module
-from ckptzip.manager import CheckpointManager, snapshot, step_file
+from ckptzip.manager import CheckpointManager, step_file
+from ckptzip.snapshot import snapshot
 
 
 def training_state(step: int) -> dict[str, Any]:
