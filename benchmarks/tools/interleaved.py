@@ -5,23 +5,27 @@ zipnn alternately on the same bytes, and keeping each one's best time, compares 
 same conditions. Ratios and MB/s (raw bytes per second) for the bf16 and fp32 weight sets and
 the GPT's Adam moments (the sets of benchmarks/lossless.py; MiniLM only where its package is).
 
-    python benchmarks/interleaved.py [--repeat 5]
+    python benchmarks/tools/interleaved.py [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
-from common import machine_info
 
 import ckptzip
 from ckptzip import peers
 from ckptzip.demo.datasets import gpt_training_run, minilm_state_dict
 from ckptzip.errors import DependencyError
 from ckptzip.tree import flatten
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import machine_info  # benchmarks/common.py
 
 
 def sets() -> dict[str, dict[str, torch.Tensor]]:

