@@ -108,6 +108,21 @@ def test_compare_includes_ckptzip() -> None:
     _check_rows(benchtool.compare(_tiny_state(), threads=2, repeat=1), tools)
 
 
+def test_compare_times_fresh_processes_and_both_ways_of_threads() -> None:
+    """At 2 threads a peer's row says which way (its own threads or a pool over the tensors)
+    each direction was faster; a fresh process decodes every tool's output bit for bit."""
+    tools = [benchtool.CKPTZIP, *(p.name for p in AVAILABLE[:1])]
+    rows = benchtool.compare(_tiny_state(), threads=2, repeat=1, peers=tools, fresh_repeat=1)
+    assert [r.tool for r in rows] == tools
+    assert all(r.fresh_decompress_mbps and r.fresh_decompress_mbps > 0 for r in rows)
+    assert rows[0].how == ""
+    for r in rows[1:]:
+        c, d = r.how.split(" / ")
+        assert {c, d} <= {benchtool.OWN, benchtool.POOL}
+    table = benchtool.format_table(rows, "tiny")
+    assert "fresh process" in table and "threads used as" in table
+
+
 def test_entropy_bound() -> None:
     rng = np.random.default_rng(1)
     noise = torch.from_numpy(rng.integers(0, 256, 1 << 17, dtype=np.uint8))
