@@ -241,7 +241,8 @@ def fresh_decode_seconds(spec: dict[str, Any], expected: str) -> float:
 
 
 def _fresh_decode(spec: dict[str, Any]) -> dict[str, Any]:
-    """The child's side of :func:`fresh_decode_seconds`: read, then time one decode."""
+    """The child's side of :func:`fresh_decode_seconds`: import the tool and read its input,
+    then time one decode."""
     blob = Path(spec["blob"]).read_bytes()
     threads = int(spec["threads"])
     if spec["tool"] == CKPTZIP:
@@ -252,6 +253,8 @@ def _fresh_decode(spec: dict[str, Any]) -> dict[str, Any]:
         outputs = [leaf.host_bytes() for leaf in flatten(state)[1]]
     else:
         peer = peer_registry.get(spec["tool"])
+        if not peer.available():  # imports the peer's package, as ckptzip's is, off the clock
+            raise DependencyError(peer.unavailable_reason() or spec["tool"])
         likes = [np.broadcast_to(np.zeros((), np.dtype(d)), shape) for d, shape, _ in spec["arrays"]]
         offsets = np.cumsum([0, *spec["lengths"]]).tolist()
         blobs = [blob[a:b] for a, b in pairwise(offsets)]
