@@ -427,8 +427,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs per measurement, best kept (default 3)")
     parser.add_argument("--fresh-repeat", type=int, default=None,
-                        help="fresh processes timing one load each, best kept (default 3, 1 with "
-                             "--quick; 0: none)")
+                        help="fresh processes timing one load each, best kept (default 3, none "
+                             "with --quick)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")
     parser.add_argument("--core", action="store_true",
                         help="time only the chunk coders, dense against delta, on one thread")
@@ -438,7 +438,7 @@ def main() -> None:
         return
     threads_list = args.threads or ([1] if args.quick else thread_counts("1,all"))
     repeat = args.repeat or (1 if args.quick else 3)
-    fresh_repeat = args.fresh_repeat if args.fresh_repeat is not None else 1 if args.quick else 3
+    fresh_repeat = args.fresh_repeat if args.fresh_repeat is not None else 0 if args.quick else 3
     info = machine_info()
     rows = run(args.quick, threads_list, repeat, fresh_repeat)
     rules = (f"MB/s = 10^6 raw bytes per second, best of {repeat}, the tools in turns; input copies "
