@@ -1,7 +1,9 @@
 """What every benchmark records beside its tables: machine, versions, command; and where it writes.
 
-Each script writes ``benchmarks/out/<name>.md`` (the tables under a header naming the machine and
-versions) and ``benchmarks/out/<name>.json`` (the same figures, plus that header as data).
+Each script writes ``<name>.md`` (the tables under a header naming the machine and versions) and
+``<name>.json`` (the same figures, plus that header as data) to ``benchmarks/out/`` (ignored by git:
+ad hoc runs), or with ``--out docs/scoreboard/raw`` to the committed raw outputs the scoreboard,
+docs/BENCHMARKS.md, quotes (``make bench`` runs them so).
 """
 
 from __future__ import annotations

@@ -7,14 +7,21 @@ newer state is coded against the base:
 * ckptzip delta: ``ckptzip.dumps(new, base=base)`` / ``ckptzip.loads(blob, base=base)``, which picks
   per tensor the zigzagged difference of monotone-mapped patterns (coded in buckets of the base's
   exponent or not) or dense, and for integer tensors also XOR;
-* zipnn delta: zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method), XOR time included;
+* zipnn delta: zipnn 0.5.4 on ``new ^ base`` per tensor (its delta method: the XOR, which is the
+  buffer zipnn then codes in place, is inside its compression clock, and the XOR back inside its
+  decompression clock);
 * ckptzip dense: the same state without a base, for the speed comparison;
-* zipnn dense: zipnn on ``new`` alone (a copy inside the timing, as the XOR is for its delta),
+* zipnn dense: zipnn on ``new`` alone (its input copied before the clock: zipnn overwrites it),
   so that each tool's delta speed is also read against its own dense path.
 
-Every decode is checked bit for bit. Weights are measured in fp32 and cast to bf16.
+Every decode is checked bit for bit, off the clocks. At N threads zipnn runs on its own threads
+tensor after tensor or on a pool of N threads over the tensors, whichever is faster for it (per
+direction; ``ckptzip.benchtool``). Loads are timed warm (repeated in this process) and in a fresh
+process (one decode; ckptzip's base state is decoded there before the clock). Weights are measured
+in fp32 and cast to bf16.
 
     python benchmarks/incremental.py           # trains 300 steps once (cached), then measures
+    python benchmarks/incremental.py --out docs/scoreboard/raw   # the scoreboard run (make bench)
     python benchmarks/incremental.py --quick   # tiny model, short run: a smoke test
     python benchmarks/incremental.py --core    # only the chunk coders, dense against delta
 """
@@ -24,9 +31,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,7 @@ import torch
 from common import OUT_DIR, info_markdown, machine_info, thread_counts, write_results
 
 import ckptzip
-from ckptzip import peers
+from ckptzip import benchtool, peers
 from ckptzip.codecs import BytePlanes, ContextPlanes, Entropy, Residual
 from ckptzip.demo.datasets import default_cache_dir
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer
@@ -98,21 +107,37 @@ class Row:
     compress_mbps: float
     decompress_mbps: float
     picks: str = ""
+    #: one load in a fresh process (0 when not measured)
+    fresh_decompress_mbps: float = 0.0
+    #: how zipnn used its threads, compressing / decompressing (``own`` or ``pool``)
+    how: str = ""
 
     @property
     def ratio(self) -> float:
         return self.raw_bytes / self.stored_bytes
 
 
-def interleaved_best(repeat: int, runs: dict[str, Callable[[], Any]]) -> dict[str, tuple[float, Any]]:
+Timed = Callable[[], tuple[float, Any]]
+
+
+def clocked(fn: Callable[[], Any]) -> Timed:
+    """A run whose clock covers all of ``fn``: (seconds, result)."""
+    def run() -> tuple[float, Any]:
+        started = time.perf_counter()
+        result = fn()
+        return time.perf_counter() - started, result
+    return run
+
+
+def interleaved_best(repeat: int, runs: dict[str, Timed]) -> dict[str, tuple[float, Any]]:
     """Best time (and last result) of each run, the runs taking turns round after round, so that a
-    slow spell of a shared machine falls on all of them alike."""
+    slow spell of a shared machine falls on all of them alike. Each run times itself, so that what
+    it prepares (input copies) stays off its clock."""
     best: dict[str, tuple[float, Any]] = {name: (float("inf"), None) for name in runs}
     for _ in range(repeat):
         for name, run in runs.items():
-            started = time.perf_counter()
-            result = run()
-            best[name] = (min(best[name][0], time.perf_counter() - started), result)
+            seconds, result = run()
+            best[name] = (min(best[name][0], seconds), result)
     return best
 
 
@@ -134,76 +159,138 @@ def picks(blob: bytes, raw: int) -> str:
     return ", ".join(f"{k} {v / raw:.0%}" for k, v in counts.most_common())
 
 
-def zipnn_runs(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor] | None, threads: int,
-               ) -> tuple[Callable[[], list[bytes]], Callable[[list[bytes]], None], int] | None:
-    """zipnn 0.5.4 per tensor on ``new ^ base`` (its delta method; the XOR inside the timing), or
-    on ``new`` alone with no base (its dense path, the yardstick of its delta's speed):
-    (compress, check-decompress of its blobs, raw bytes), or None without zipnn."""
-    zipnn = peers.get("zipnn")
-    if not zipnn.available():
-        return None
+@dataclass
+class ZipnnRuns:
+    """zipnn 0.5.4 per tensor on ``new ^ base`` (its delta method), or on ``new`` alone with no
+    base (its dense path, the yardstick of its delta's speed), one way of using its threads."""
+
+    triples: list[tuple[np.ndarray, np.ndarray | None, str]]  # (new bytes, base bytes, dtype)
+    threads: int
+    how: str
+    pool: ThreadPoolExecutor
+
+    @property
+    def raw(self) -> int:
+        return sum(a.size for a, _, _ in self.triples)
+
+    def compress(self) -> tuple[float, list[bytes]]:
+        zipnn = peers.get("zipnn")
+        # zipnn codes its input in place: dense gets copies made off the clock; the delta's XOR
+        # is a fresh buffer made inside it (that is the delta method's work)
+        inputs = [a.copy() if b is None else None for a, b, _ in self.triples]
+
+        def code(i: int, t: int) -> bytes:
+            a, b, dtype = self.triples[i]
+            work = inputs[i] if b is None else np.bitwise_xor(a, b)
+            return zipnn.compress(work, threads=t, dtype=dtype, scratch=True)
+
+        started = time.perf_counter()
+        blobs = benchtool.per_tensor(code, len(self.triples), self.threads, self.how, self.pool)
+        return time.perf_counter() - started, blobs
+
+    def decompress(self, blobs: list[bytes]) -> Timed:
+        zipnn = peers.get("zipnn")
+
+        def decode(i: int, t: int) -> np.ndarray:
+            a, b, dtype = self.triples[i]
+            out = zipnn.decompress(blobs[i], a, threads=t, dtype=dtype)
+            return out if b is None else np.bitwise_xor(out.view(np.uint8).reshape(-1), b)
+
+        def run() -> tuple[float, list[np.ndarray]]:
+            started = time.perf_counter()
+            outs = benchtool.per_tensor(decode, len(self.triples), self.threads, self.how, self.pool)
+            return time.perf_counter() - started, outs
+        return run
+
+    def check(self, outs: list[np.ndarray]) -> None:
+        for out, (a, _, _) in zip(outs, self.triples):
+            if not np.array_equal(out.view(np.uint8).reshape(-1), a):
+                raise SystemExit("zipnn: its blob did not decode exactly")
+
+    def fresh(self, directory: Path, blobs: list[bytes]) -> tuple[dict[str, Any], str]:
+        bases = [b for _, b, _ in self.triples if b is not None]
+        spec = benchtool.fresh_spec(directory, "zipnn", self.threads, blobs, how=self.how,
+                                    arrays=[(a, dtype) for a, _, dtype in self.triples],
+                                    base=b"".join(b.tobytes() for b in bases) if bases else None)
+        return spec, benchtool.digest([a for a, _, _ in self.triples])
+
+
+def zipnn_triples(new: dict[str, torch.Tensor], base: dict[str, torch.Tensor] | None,
+                  ) -> list[tuple[np.ndarray, np.ndarray | None, str]]:
+    """Each tensor's bytes, its base's (or None) and its dtype's name."""
     triples = []
     for name, t in new.items():
         a = t.contiguous().reshape(-1).view(torch.uint8).numpy()
         b = None if base is None else base[name].contiguous().reshape(-1).view(torch.uint8).numpy()
         dtype = "bfloat16" if t.dtype == torch.bfloat16 else str(t.dtype).removeprefix("torch.")
         triples.append((a, b, dtype))
-
-    def compress() -> list[bytes]:
-        return [zipnn.compress(a.copy() if b is None else np.bitwise_xor(a, b), threads=threads,
-                               dtype=dt, scratch=True) for a, b, dt in triples]
-
-    def decompress(blobs: list[bytes]) -> None:
-        for blob, (a, b, dt) in zip(blobs, triples):
-            out = zipnn.decompress(blob, a, threads=threads, dtype=dt)
-            if b is not None:
-                out = np.bitwise_xor(out, b)
-            if not np.array_equal(out.view(np.uint8).reshape(-1), a):
-                raise SystemExit("zipnn: its blob did not decode exactly")
-
-    return compress, decompress, sum(a.size for a, _, _ in triples)
+    return triples
 
 
 def measure(data: str, g: int, new: Any, base: Any, threads: int, repeat: int,
-            with_zipnn: bool) -> list[Row]:
-    """ckptzip dense, ckptzip delta and (on weights) zipnn's XOR delta of one state, their
-    compressions interleaved, then their decompressions."""
+            with_zipnn: bool, fresh_repeat: int) -> list[Row]:
+    """ckptzip dense, ckptzip delta and (on weights) zipnn's dense path and XOR delta of one
+    state, their compressions interleaved, then their decompressions; then one load each in
+    fresh processes."""
     raw = raw_size(new)
-    compress: dict[str, Callable[[], Any]] = {
-        "ckptzip dense": lambda: ckptzip.dumps(new, threads=threads),
-        "ckptzip delta": lambda: ckptzip.dumps(new, base=base, threads=threads),
+    compress: dict[str, Timed] = {
+        "ckptzip dense": clocked(lambda: ckptzip.dumps(new, threads=threads)),
+        "ckptzip delta": clocked(lambda: ckptzip.dumps(new, base=base, threads=threads)),
     }
-    zipnn = zipnn_runs(new, base, threads) if with_zipnn else None
-    zipnn_dense = zipnn_runs(new, None, threads) if with_zipnn else None
-    if zipnn is not None and zipnn_dense is not None:
-        compress["zipnn dense"] = zipnn_dense[0]
-        compress["zipnn xor-delta"] = zipnn[0]
+    zipnn: dict[str, ZipnnRuns] = {}
+    pool = ThreadPoolExecutor(threads)
+    if with_zipnn and peers.get("zipnn").available():
+        for tool, triples in (("zipnn dense", zipnn_triples(new, None)),
+                              ("zipnn xor-delta", zipnn_triples(new, base))):
+            for how in benchtool.ways(threads):
+                zipnn[f"{tool} ({how})"] = ZipnnRuns(triples, threads, how, pool)
+                compress[f"{tool} ({how})"] = zipnn[f"{tool} ({how})"].compress
     packed = interleaved_best(repeat, compress)
     dense_blob, delta_blob = packed["ckptzip dense"][1], packed["ckptzip delta"][1]
-    decompress: dict[str, Callable[[], Any]] = {
-        "ckptzip dense": lambda: ckptzip.loads(dense_blob, threads=threads),
-        "ckptzip delta": lambda: ckptzip.loads(delta_blob, base=base, threads=threads),
+    decompress: dict[str, Timed] = {
+        "ckptzip dense": clocked(lambda: ckptzip.loads(dense_blob, threads=threads)),
+        "ckptzip delta": clocked(lambda: ckptzip.loads(delta_blob, base=base, threads=threads)),
     }
-    if zipnn is not None and zipnn_dense is not None:
-        zipnn_dense_blobs, zipnn_blobs = packed["zipnn dense"][1], packed["zipnn xor-delta"][1]
-        decompress["zipnn dense"] = lambda: zipnn_dense[1](zipnn_dense_blobs)
-        decompress["zipnn xor-delta"] = lambda: zipnn[1](zipnn_blobs)
+    for name, runs in zipnn.items():
+        decompress[name] = runs.decompress(packed[name][1])
     unpacked = interleaved_best(repeat, decompress)
+    pool.shutdown()
+    for name, runs in zipnn.items():
+        runs.check(unpacked[name][1])
+    expected = benchtool.digest([leaf.host_bytes() for leaf in ckptzip.tree.flatten(new)[1]])
     rows = []
-    for tool, blob, with_base in (("ckptzip dense", dense_blob, None),
-                                  ("ckptzip delta", delta_blob, base)):
-        assert_exact(new, ckptzip.loads(blob, base=with_base), f"{tool} {data}")
-        rows.append(Row(data, g, threads, tool, raw, len(blob), raw / packed[tool][0] / 1e6,
-                        raw / unpacked[tool][0] / 1e6, picks(blob, raw)))
-    for tool, runs in (("zipnn dense", zipnn_dense), ("zipnn xor-delta", zipnn)):
-        if runs is not None:
-            stored = sum(len(b) for b in packed[tool][1])
-            rows.append(Row(data, g, threads, tool, runs[2], stored, runs[2] / packed[tool][0] / 1e6,
-                            runs[2] / unpacked[tool][0] / 1e6))
+    fresh_runs = []
+    with tempfile.TemporaryDirectory(prefix="ckptzip-incremental-") as tmp:
+        base_blob = ckptzip.dumps(base)
+        for tool, blob, with_base in (("ckptzip dense", dense_blob, None),
+                                      ("ckptzip delta", delta_blob, base)):
+            assert_exact(new, ckptzip.loads(blob, base=with_base), f"{tool} {data}")
+            rows.append(Row(data, g, threads, tool, raw, len(blob), raw / packed[tool][0] / 1e6,
+                            raw / unpacked[tool][0] / 1e6, picks(blob, raw)))
+            directory = Path(tmp) / tool.replace(" ", "-")
+            directory.mkdir()
+            fresh_runs.append((benchtool.fresh_spec(directory, benchtool.CKPTZIP, threads, [blob],
+                                                    base=base_blob if with_base else None), expected))
+        for tool in ("zipnn dense", "zipnn xor-delta"):
+            ways = [f"{tool} ({how})" for how in benchtool.ways(threads)]
+            if ways[0] not in zipnn:
+                continue
+            c = min(ways, key=lambda w: packed[w][0])
+            d = min(ways, key=lambda w: unpacked[w][0])
+            runs = zipnn[c]
+            stored = sum(len(b) for b in packed[c][1])
+            rows.append(Row(data, g, threads, tool, runs.raw, stored, runs.raw / packed[c][0] / 1e6,
+                            runs.raw / unpacked[d][0] / 1e6, how=f"{runs.how} / {zipnn[d].how}"))
+            directory = Path(tmp) / tool.replace(" ", "-")
+            directory.mkdir()
+            fresh_runs.append(zipnn[d].fresh(directory, packed[d][1]))
+        if fresh_repeat > 0:
+            for row, seconds in zip(rows, benchtool.fresh_best(fresh_runs, fresh_repeat)):
+                row.fresh_decompress_mbps = row.raw_bytes / seconds / 1e6
     return rows
 
 
-def run(quick: bool, threads_list: list[int], repeat: int) -> list[Row]:
+def run(quick: bool, threads_list: list[int], repeat: int, fresh_repeat: int) -> list[Row]:
     states = training_states(quick)
     steps = sorted(states)
     base_step = steps[0]
@@ -213,9 +300,9 @@ def run(quick: bool, threads_list: list[int], repeat: int) -> list[Row]:
         for threads in threads_list:
             for label, dtype in (("weights fp32", torch.float32), ("weights bf16", torch.bfloat16)):
                 new, base = weights(states[step], dtype), weights(states[base_step], dtype)
-                rows += measure(label, g, new, base, threads, repeat, with_zipnn=True)
+                rows += measure(label, g, new, base, threads, repeat, True, fresh_repeat)
             rows += measure("full state", g, states[step], states[base_step], threads, repeat,
-                            with_zipnn=False)
+                            False, fresh_repeat)
             print(f"measured interval {g} on {threads} thread(s)", file=sys.stderr)
     return rows
 
@@ -247,7 +334,7 @@ def core_row(label: str, interval: int, new: np.ndarray, base: np.ndarray, width
             return lambda: [p.encode_chunk(new[a:b]) for a, b in spans]
         return lambda: [p.encode_chunk(new[a:b], base[a:b]) for a, b in spans]
 
-    coded = interleaved_best(repeat, {k: encoder(p) for k, p in pipelines.items()})
+    coded = interleaved_best(repeat, {k: clocked(encoder(p)) for k, p in pipelines.items()})
 
     def decoder(p: Pipeline, chunks: list[bytes], out: np.ndarray) -> Callable[[], None]:
         def run() -> None:
@@ -255,7 +342,7 @@ def core_row(label: str, interval: int, new: np.ndarray, base: np.ndarray, width
                 p.decode_chunk(c, out[a:b], base[a:b] if p.residual is not None else None)
         return run
 
-    decoded = interleaved_best(repeat, {k: decoder(p, coded[k][1], outs[k])
+    decoded = interleaved_best(repeat, {k: clocked(decoder(p, coded[k][1], outs[k]))
                                         for k, p in pipelines.items()})
     for k, out in outs.items():
         if not np.array_equal(out, new):
@@ -308,8 +395,9 @@ def pays_below(delta_mbps: float, delta_ratio: float, dense_mbps: float, dense_r
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| data | interval | threads | tool | ratio | vs zipnn xor | compress MB/s "
-             "| decompress MB/s | speed vs dense (c / d) | delta ends first below (write / read "
-             "MB/s) | bytes coded as |", "|" + "---|" * 11]
+             "| decompress MB/s | decompress MB/s, fresh process | speed vs dense (c / d) "
+             "| delta ends first below (write / read MB/s) | bytes coded as "
+             "| zipnn's threads (c / d) |", "|" + "---|" * 13]
     index = {(r.data, r.interval, r.threads, r.tool): r for r in rows}
     for r in rows:
         zipnn = index.get((r.data, r.interval, r.threads, "zipnn xor-delta"))
@@ -324,8 +412,8 @@ def markdown(rows: list[Row]) -> str:
             pays = (f"{pays_below(r.compress_mbps, r.ratio, dense.compress_mbps, dense.ratio)} / "
                     f"{pays_below(r.decompress_mbps, r.ratio, dense.decompress_mbps, dense.ratio)}")
         lines.append(f"| {r.data} | {r.interval} | {r.threads} | {r.tool} | {r.ratio:.3f} | {vs_zipnn} | "
-                     f"{r.compress_mbps:.0f} | {r.decompress_mbps:.0f} | {vs_dense} | {pays} | "
-                     f"{r.picks} |")
+                     f"{r.compress_mbps:.0f} | {r.decompress_mbps:.0f} | "
+                     f"{r.fresh_decompress_mbps:.0f} | {vs_dense} | {pays} | {r.picks} | {r.how} |")
     return "\n".join(lines)
 
 
@@ -338,6 +426,9 @@ def main() -> None:
                         help="e.g. 1,2 or all (default 1,all)")
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs per measurement, best kept (default 3)")
+    parser.add_argument("--fresh-repeat", type=int, default=None,
+                        help="fresh processes timing one load each, best kept (default 3, none "
+                             "with --quick)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")
     parser.add_argument("--core", action="store_true",
                         help="time only the chunk coders, dense against delta, on one thread")
@@ -347,11 +438,18 @@ def main() -> None:
         return
     threads_list = args.threads or ([1] if args.quick else thread_counts("1,all"))
     repeat = args.repeat or (1 if args.quick else 3)
+    fresh_repeat = args.fresh_repeat if args.fresh_repeat is not None else 0 if args.quick else 3
     info = machine_info()
-    rows = run(args.quick, threads_list, repeat)
-    text = "## Incremental checkpoints\n\n" + info_markdown(info) + "\n\n" + markdown(rows) + "\n"
+    rows = run(args.quick, threads_list, repeat, fresh_repeat)
+    rules = (f"MB/s = 10^6 raw bytes per second, best of {repeat}, the tools in turns; input copies "
+             "and bit-exact checks off the clocks. Fresh process: one load in a new process, best "
+             f"of {fresh_repeat}. zipnn at N threads: its own threads tensor after tensor (own) or "
+             "a pool of N threads over the tensors (pool), whichever is faster, per direction.")
+    text = ("## Incremental checkpoints\n\n" + info_markdown(info) + "\n\n" + rules + "\n\n"
+            + markdown(rows) + "\n")
     print(text)
-    data = {"machine": info, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}
+    data = {"machine": info, "repeat": repeat, "fresh_repeat": fresh_repeat,
+            "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}
     write_results("incremental", text, data, args.out)
 
 

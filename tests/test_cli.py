@@ -193,3 +193,31 @@ def test_adaptive_error_budget_from_the_command_line(tmp_path: Path, capsys) -> 
         main(["compress", "--mode", "adaptive", "--error-budget", "weight:0.3", str(paths[1])])
     assert exit_info.value.code == 2
     assert "state=number pairs" in capsys.readouterr().err
+
+
+def test_verbose_shows_each_tensor(tmp_path: Path, model_file: Path, capsys) -> None:
+    """``-v`` prints a line per tensor on compress, decompress, verify and inspect (chunks); a
+    lossy tensor's line carries its recorded error. Without it, none."""
+    packed = str(model_file) + ".ckz"
+    assert main(["compress", str(model_file)]) == 0
+    assert "emb.weight" not in capsys.readouterr().err
+    for command in (["compress", "-v", "-f", str(model_file)], ["decompress", "-v", "-f", packed],
+                    ["verify", "-v", packed]):
+        assert main(command) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
+        by_name = {line.split(":")[0].strip(): line for line in lines}
+        assert sorted(by_name) == ["emb.weight", "ids", "norm.bias"]
+        emb = by_name["emb.weight"]
+        assert "bfloat16 300x64, 38,400 -> " in emb and "byteplanes(2,1)+entropy" in emb
+        assert "x)" in emb and "error" not in emb
+    assert main(["inspect", "-v", packed]) == 0
+    assert "chunks" in capsys.readouterr().out.splitlines()[1]
+
+    weights = torch.randn(300, 200)
+    torch.save({"model": {"w": weights}}, tmp_path / "a.pt")
+    torch.save({"model": {"w": weights + 1e-3 * torch.randn_like(weights)}}, tmp_path / "b.pt")
+    assert main(["compress", "-q", str(tmp_path / "a.pt")]) == 0
+    assert main(["compress", "-v", "--mode", "adaptive", "--base", str(tmp_path / "a.pt.ckz"),
+                 str(tmp_path / "b.pt")]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if "model.w:" in line)
+    assert "float32 300x200, 240,000 -> " in line and ", error mse=" in line and "rel=" in line

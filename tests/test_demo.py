@@ -145,3 +145,43 @@ def test_job_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "2 deltas" in line and "val loss" in line
     restored = ckptzip.load(tmp_path / "step-000012.ckz")
     assert restored["step"] == 12 and isinstance(restored["optimizer"]["param_groups"][0]["betas"], tuple)
+
+
+class _Terminal:
+    """A stand-in for stderr on a terminal: what the progress bar wrote."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(ckptzip, "save"), reason="ckptzip.save is not implemented yet")
+def test_job_shows_a_bar_of_training_steps_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a terminal the training steps get a bar between the checkpoint lines, lifted for each
+    line; piped (the test above, stderr not a terminal) nothing is drawn."""
+    from ckptzip.progress import Progress
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(Progress, "DELAY", 0.0)
+    monkeypatch.setattr(Progress, "INTERVAL", 0.0)
+    argv = ["--config", "tiny", "--steps", "8", "--every", "4", "--out", str(tmp_path),
+            "--lossy", "none"]
+    assert job.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\r" not in out and "step 4/8" in out and "step 8/8" in out
+    assert "training [" in terminal.text and "8/8 steps" in terminal.text
+    assert terminal.text.endswith("\n")
+    bars = [chunk for chunk in terminal.text.split("\r") if chunk.startswith("training [")]
+    assert [int(b.split("] ")[1].split()[1].split("/")[0]) for b in bars[:2]] == [1, 2]

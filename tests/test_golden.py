@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ckptzip
-from tests.golden.make_golden import golden_state
+from tests.golden.make_golden import golden_files, golden_state
 
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.ckz"))
 
@@ -51,6 +51,16 @@ def test_golden_file_reads_back_exactly(path: Path) -> None:
 
 def test_current_writer_round_trips_the_golden_state() -> None:
     assert_identical(golden_state(), ckptzip.loads(ckptzip.dumps(golden_state())))
+
+
+
+def test_generator_writes_the_committed_files_byte_for_byte() -> None:
+    """tests/golden/make_golden.py reproduces every committed golden file, so each one has a
+    known origin (a difference means the writer's output moved: add files, never rewrite)."""
+    written = golden_files()
+    assert sorted(written) == [p.name for p in GOLDEN]
+    for path in GOLDEN:
+        assert written[path.name] == path.read_bytes(), path.name
 
 
 LOSSY_GOLDEN = sorted((Path(__file__).parent / "golden" / "lossy").glob("v1.0-*[!e].ckz"))

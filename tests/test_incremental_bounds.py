@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_incremental_bounds_quick():
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "incremental_bounds.py"),
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "probes" / "incremental_bounds.py"),
                           "--quick"], check=True, timeout=170, capture_output=True, text=True).stdout
     bounds, predictions, joint = out.strip().split("\n\n")
     rows = [line.split("|")[1:-1] for line in bounds.splitlines()[2:] if line.startswith("|")]
@@ -89,9 +89,9 @@ def test_incremental_core_quick():
 
 
 def test_ab_builds_quick():
-    """``benchmarks/ab_builds.py``: one build against itself writes the same streams and bytes
+    """``benchmarks/tools/ab_builds.py``: one build against itself writes the same streams and bytes
     in every row, with speeds for both."""
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ab_builds.py"),
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tools" / "ab_builds.py"),
                           str(REPO / "src"), str(REPO / "src"), "--quick", "--rounds", "1",
                           "--repeat", "1"], check=True, timeout=300, capture_output=True,
                          text=True).stdout
@@ -108,10 +108,10 @@ def test_ab_builds_quick():
 
 
 def test_profile_chunks_quick():
-    """``benchmarks/profile_chunks.py``: the loop's speed for a delta row and the dense one, an
+    """``benchmarks/tools/profile_chunks.py``: the loop's speed for a delta row and the dense one, an
     interval the data lacks refused by name; under perf (where installed) a table of functions
     whose times per element add up to at most the loop's."""
-    script = str(REPO / "benchmarks" / "profile_chunks.py")
+    script = str(REPO / "benchmarks" / "tools" / "profile_chunks.py")
     for row, op in ((["bf16", "10"], "decode"), (["fp32", "0"], "encode")):
         out = subprocess.run([sys.executable, script, *row, "--op", op, "--quick", "--seconds",
                               "0.2"], check=True, timeout=170, capture_output=True, text=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,6 +107,44 @@ def test_compare_includes_ckptzip() -> None:
     tools = benchtool.default_tools()
     assert tools[0] == benchtool.CKPTZIP
     _check_rows(benchtool.compare(_tiny_state(), threads=2, repeat=1), tools)
+
+
+def test_compare_times_fresh_processes_and_both_ways_of_threads() -> None:
+    """At 2 threads a peer's row says which way (its own threads or a pool over the tensors)
+    each direction was faster; a fresh process decodes every tool's output bit for bit."""
+    tools = [benchtool.CKPTZIP, *(p.name for p in AVAILABLE[:1])]
+    rows = benchtool.compare(_tiny_state(), threads=2, repeat=1, peers=tools, fresh_repeat=1)
+    assert [r.tool for r in rows] == tools
+    assert all(r.fresh_decompress_mbps and r.fresh_decompress_mbps > 0 for r in rows)
+    assert rows[0].how == ""
+    for r in rows[1:]:
+        c, d = r.how.split(" / ")
+        assert {c, d} <= {benchtool.OWN, benchtool.POOL}
+    table = benchtool.format_table(rows, "tiny")
+    assert "fresh process" in table and "threads used as" in table
+
+
+def test_fresh_process_decodes_a_delta_against_its_base(tmp_path: Path) -> None:
+    """A fresh process decodes ckptzip's delta with the base state's blob decoded off the clock,
+    and a peer's XOR delta with the base's raw bytes XORed back; both checked by digest."""
+    torch.manual_seed(0)
+    base = {"w": torch.randn(64, 32)}
+    new = {"w": base["w"] + 1e-3 * torch.randn(64, 32)}
+    expected = benchtool.digest([new["w"].numpy()])
+    blob = ckptzip.dumps(new, base=base)
+    (tmp_path / "c").mkdir()
+    spec = benchtool.fresh_spec(tmp_path / "c", benchtool.CKPTZIP, 1, [blob], base=ckptzip.dumps(base))
+    assert benchtool.fresh_decode_seconds(spec, expected) > 0
+    with pytest.raises(ckptzip.CorruptError, match="bit for bit"):
+        benchtool.fresh_decode_seconds(spec, benchtool.digest([base["w"].numpy()]))
+    peer = peers.get("zstd-1")
+    if not peer.available():
+        return
+    a, b = new["w"].numpy().view(np.uint8).reshape(-1), base["w"].numpy().view(np.uint8).reshape(-1)
+    (tmp_path / "p").mkdir()
+    spec = benchtool.fresh_spec(tmp_path / "p", peer.name, 1, [peer.compress(a ^ b, threads=1)],
+                                arrays=[(a, "uint8")], base=b.tobytes())
+    assert benchtool.fresh_decode_seconds(spec, benchtool.digest([a])) > 0
 
 
 def test_entropy_bound() -> None:

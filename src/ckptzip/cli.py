@@ -23,7 +23,7 @@ from typing import Any
 
 from . import __version__
 from .chain import base_exists, relative_location, resolve_relative
-from .container import added_leaves
+from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET
 from .objstore import StorageOptions
@@ -57,16 +57,28 @@ torch.load(weights_only=True).
 
 
 class Reporter:
+    """Messages on stderr: ``info`` unless ``-q``, ``detail`` (per tensor) with ``-v``."""
+
     def __init__(self, verbosity: int) -> None:
         self.verbosity = verbosity
+
+    @property
+    def verbose(self) -> bool:
+        return self.verbosity >= 2
 
     def info(self, message: str) -> None:
         if self.verbosity >= 1:
             print(message, file=sys.stderr)
 
     def detail(self, message: str) -> None:
-        if self.verbosity >= 2:
+        if self.verbose:
             print(message, file=sys.stderr)
+
+    def tensors(self, ckpt: CheckpointFile) -> None:
+        """With ``-v``: a line per stored tensor of ``ckpt`` (:func:`_leaf_line`)."""
+        if self.verbose:
+            for leaf in ckpt.leaves:
+                self.detail(_leaf_line(_leaf_row(leaf)))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +90,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "storage_options: key=..., secret=..., client_kwargs.endpoint_url=URL "
                              "(dots nest; a JSON value such as 20 or true is parsed; repeatable)")
     parser.add_argument("-q", "--quiet", action="count", default=0, help="print nothing but errors")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="say more")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="say more: a line per tensor (dtype, shape, raw and stored bytes, ratio, "
+                             "pipeline, a lossy tensor's recorded error)")
 
 
 def _output_options(parser: argparse.ArgumentParser, done: str) -> None:
@@ -263,6 +277,9 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
                 base.close()
         say.info(f"{src} -> {out}: {report.raw_bytes:,} -> {report.stored_bytes:,} bytes "
                  f"({report.ratio:.3f}x, {report.raw_bytes / 1e6 / max(report.seconds, 1e-9):.0f} MB/s)")
+        if say.verbose:
+            with CheckpointFile.open(out, base=args.base) as written:
+                say.tensors(written)
         if args.rm:
             _remove(src)
     return 0
@@ -293,6 +310,7 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
                 stem = os.path.splitext(stem)[0] + EXTENSION[kind]
             out = _output_for(src, args, stem)
             state = ckpt.load(progress=args.quiet == 0)
+            say.tensors(ckpt)
         if kind == "safetensors":
             write_safetensors(state, source, out, storage_options(args))
         elif kind == "dir":
@@ -370,21 +388,32 @@ def _codec_summary(configs: list[dict[str, Any]]) -> str:
     return "+".join(parts) or "raw"
 
 
+def _leaf_row(leaf: LeafInfo) -> dict[str, Any]:
+    """What ``inspect`` and ``-v`` say of one stored tensor."""
+    return {
+        "name": leaf.name, "dtype": leaf.dtype.name, "shape": list(leaf.shape),
+        "codec": _codec_summary(leaf.pipeline.get_config()),
+        "raw_bytes": leaf.nbytes, "stored_bytes": leaf.stored_bytes,
+        "ratio": leaf.nbytes / leaf.stored_bytes if leaf.stored_bytes else None,
+        "chunks": len(leaf.chunks), "error": leaf.extra.get("error"),
+    }
+
+
+def _leaf_line(row: dict[str, Any]) -> str:
+    """One tensor in a line: ``name: dtype shape, raw -> stored bytes (ratio), pipeline[, error]``."""
+    shape = "x".join(map(str, row["shape"])) or "()"
+    ratio = f"{row['ratio']:.3f}x" if row["ratio"] else "-"
+    error = f", error {_error_summary(row['error'])}" if row["error"] else ""
+    return (f"  {row['name']}: {row['dtype']} {shape}, {row['raw_bytes']:,} -> "
+            f"{row['stored_bytes']:,} bytes ({ratio}), {row['codec']}{error}")
+
+
 def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads,
                                      storage_options=storage_options(args)) as ckpt:
             raw = ckpt.header.raw
-            rows: list[dict[str, Any]] = [
-                {
-                    "name": leaf.name, "dtype": leaf.dtype.name, "shape": list(leaf.shape),
-                    "codec": _codec_summary(leaf.pipeline.get_config()),
-                    "raw_bytes": leaf.nbytes, "stored_bytes": leaf.stored_bytes,
-                    "ratio": leaf.nbytes / leaf.stored_bytes if leaf.stored_bytes else None,
-                    "chunks": len(leaf.chunks), "error": leaf.extra.get("error"),
-                }
-                for leaf in ckpt.leaves
-            ]
+            rows = [_leaf_row(leaf) for leaf in ckpt.leaves]
             added = added_leaves(ckpt.leaves)  # parts of tensors, not of the state
             raw_total = sum(r["raw_bytes"] for i, r in enumerate(rows) if i not in added)
             summary: dict[str, Any] = {
@@ -407,13 +436,16 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
             print(f"base {depth}: {link['path'] or '<in-memory state>'} (id {link['id']}): "
                   f"{link['status']}")
         width = max([len(r["name"]) for r in rows] + [6])
+        chunks = f" {'chunks':>6}" if say.verbose else ""
         print(f"{'tensor':<{width}}  {'dtype':<14} {'shape':<18} {'codec':<28} {'raw':>12} "
-              f"{'stored':>12} {'ratio':>7}")
+              f"{'stored':>12} {'ratio':>7}{chunks}")
         for r in rows:
             ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
             error = "  " + _error_summary(r["error"]) if r["error"] else ""
+            chunks = f" {r['chunks']:>6}" if say.verbose else ""
             print(f"{r['name']:<{width}}  {r['dtype']:<14} {'x'.join(map(str, r['shape'])) or '()':<18} "
-                  f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}{error}")
+                  f"{r['codec']:<28} {r['raw_bytes']:>12,} {r['stored_bytes']:>12,} {ratio:>7}{chunks}"
+                  f"{error}")
         total_ratio = f"{summary['ratio']:.3f}" if summary["ratio"] else "-"
         counted = f"{summary['tensors']} tensors"
         if summary["added_leaves"]:
@@ -430,6 +462,7 @@ def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
             with CheckpointFile.open(src, threads=args.threads,
                                      storage_options=storage_options(args)) as ckpt:
                 report = ckpt.verify()
+                say.tensors(ckpt)
             say.info(f"{src}: OK ({report.tensors} tensors, {report.chunks} chunks, "
                      f"{report.raw_bytes:,} bytes)")
         except Error as exc:

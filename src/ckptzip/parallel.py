@@ -23,7 +23,7 @@ TASK_BYTES = 4 << 20
 #: Tasks per thread at least, where the data allows it: in tasks of TASK_BYTES, a 22 MB state
 #: makes 6 tasks, which leaves 10 of 16 threads idle. One: since a task's chunks are coded in
 #: one native call, each task costs its thread a few trips for the GIL, and on 16 cores one task
-#: per thread beat four on every set (docs/results/h100-threads-0e95b8a.txt: 11.4 against
+#: per thread beat four on every set (docs/journal/results/h100-threads-0e95b8a.txt: 11.4 against
 #: 15.8 ms for a dumps() of the 43 MB fp32 weights, 33.5 against 39.4 for the 130 MB state).
 TASKS_PER_THREAD = 1
 

@@ -14,7 +14,7 @@ from .pipeline import Pipeline
 from .tree import Leaf
 
 #: Raw bytes per chunk: the unit of parallel work, of checksums, and of one frequency table per
-#: byte plane (local statistics). Measured in docs/BENCHMARKS.md.
+#: byte plane (local statistics). Measured in docs/journal/benchmarks.md.
 DEFAULT_CHUNK_BYTES = 256 << 10
 
 
@@ -111,7 +111,7 @@ class LosslessPolicy:
         byte planes coded in buckets of the base's exponent. On every training state measured
         (weights in fp32 and bf16, Adam's moments, 10-200 steps apart) neither XOR nor the same
         difference coded without buckets came out smaller, and their trials cost a delta save
-        up to 8 % of its time each (docs/BENCHMARKS.md), so they are not tried. Other floats:
+        up to 8 % of its time each (docs/journal/benchmarks.md), so they are not tried. Other floats:
         the difference in plain byte planes. Integers: the difference, or XOR (zipnn's delta).
 
         Zigzag moves the sign to bit 0, so differences are split without rotation; after XOR

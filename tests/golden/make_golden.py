@@ -1,14 +1,21 @@
 """Write the golden .ckz files that pin format version 1 (run once per format change).
 
-    python tests/golden/make_golden.py
+    python tests/golden/make_golden.py [DIR]      # default: beside this script
+
+- `v1.0-lossless.ckz`: `golden_state()` saved by the writer, its header deflated (flag bit 0).
+- `v1.0-lossless-plain-header.ckz`: the same header and data section, the header stored as plain
+  JSON (flags 0) and padded with spaces to 4095 bytes, the room the file writer reserved for it
+  before headers were deflated: the form every file had then.
 
 Each file is committed; tests/test_golden.py checks that this ckptzip reads every one of them back
-to exactly `golden_state()`. Never regenerate a file of an older format version: new versions add
-new files.
+to exactly `golden_state()`, and that this script still writes them byte for byte. Never
+regenerate a file of an older format version: new versions add new files.
 """
 
 from __future__ import annotations
 
+import struct
+import sys
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -47,13 +54,37 @@ def golden_state() -> dict[str, Any]:
     }
 
 
-def main() -> None:
+#: The stored header of `v1.0-lossless-plain-header.ckz`: plain JSON padded to this many bytes.
+PLAIN_HEADER_BYTES = 4095
+
+
+def plain_header(blob: bytes, size: int = PLAIN_HEADER_BYTES) -> bytes:
+    """``blob`` (a .ckz) with its header stored as plain JSON padded with spaces to ``size``
+    bytes, and flags 0; the data section is kept as it is."""
+    from ckptzip.container import PRELUDE_SIZE, load_header, pack_prelude
+
+    flags, length = struct.unpack_from("<IQ", blob, 12)
+    header = load_header(blob[PRELUDE_SIZE : PRELUDE_SIZE + length], flags, "<golden>")
+    padded = header.rstrip(b" ").ljust(size, b" ")
+    if len(padded) != size:
+        raise ValueError(f"the header is {len(header)} bytes, over the {size} bytes of room")
+    return pack_prelude(padded, 0) + padded + blob[PRELUDE_SIZE + length :]
+
+
+def golden_files() -> dict[str, bytes]:
+    """Every golden file of format version 1, by name, as this ckptzip writes it."""
     import ckptzip
 
-    path = HERE / "v1.0-lossless.ckz"
-    ckptzip.save(golden_state(), path, metadata={"golden": "v1.0"}, threads=1)
-    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    blob = ckptzip.dumps(golden_state(), metadata={"golden": "v1.0"}, threads=1)
+    return {"v1.0-lossless.ckz": blob, "v1.0-lossless-plain-header.ckz": plain_header(blob)}
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0]) if argv else HERE
+    for name, blob in golden_files().items():
+        (out / name).write_bytes(blob)
+        print(f"wrote {out / name} ({len(blob)} bytes)")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

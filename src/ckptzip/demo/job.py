@@ -15,6 +15,7 @@ import torch
 import ckptzip
 from ckptzip.demo.datasets import flat_tensors
 from ckptzip.demo.train import CONFIGS, Trainer, evaluate, load_data, make_trainer, same_state
+from ckptzip.progress import Progress
 
 RESUME_CHECK_STEPS = 10
 VAL_BATCHES = 10
@@ -221,7 +222,9 @@ def resume_step(checkpoints: list[int], steps: int) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns 0 when every checkpoint round-trips and the resume is exact."""
     args = parse_args(argv)
-    say = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
+    # on a terminal, a bar for the training steps between the checkpoint lines (none when piped)
+    bar = Progress(args.steps, "training", enabled=not args.quiet, unit="steps")
+    say = (lambda _msg: None) if args.quiet else bar.write
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     config = CONFIGS[args.config]
@@ -245,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     previous: Path | None = None
     lossy = None if args.lossy == "none" else LossyChain(args.lossy)
     for i, target in enumerate(checkpoints):
-        losses += trainer.train(train_data, target - trainer.step)
+        losses += trainer.train(train_data, target - trainer.step,
+                                on_step=lambda step, _loss: bar.set(step))
         state = trainer.state()
         path = out / f"step-{target:06d}.ckz"
         report = ckptzip.save(state, path, base=previous, keyframe_every=args.keyframe_every,
@@ -279,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             steps = min(RESUME_CHECK_STEPS, checkpoints[i + 1] - target)  # stay before the next save
             trainer, resume = check_resume(trainer, loaded, train_data, steps, args.steps, args.seed)
             losses += resume.losses
+            bar.set(trainer.step)
             say(f"resumed from {path.name}: {'exact' if resume.exact else 'NOT exact'}")
 
+    bar.close()
     block = config.model.block_size
     val_loss = evaluate(trainer.model, val_data, VAL_BATCHES, config.batch_size, block)
     tail = losses[-10:]

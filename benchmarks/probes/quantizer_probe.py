@@ -12,19 +12,23 @@ errors 0.22, 0.35 and 0.5 (least-squares, as the adaptive budget bounds them):
   error, order-0 entropy of the integers (the textbook entropy-coded uniform quantizer);
 * ``ecsq_dz``: the same with a dead zone (rounding offset 0.3 instead of 0.5).
 
-    python benchmarks/quantizer_probe.py
+    python benchmarks/probes/quantizer_probe.py
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
-from fidelity import FULL
 
 from ckptzip.demo.train import load_data, make_trainer
 from ckptzip.modes import quantize as adaptive
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fidelity import FULL  # benchmarks/fidelity.py
 
 
 def entropy_bits(values: np.ndarray) -> float:

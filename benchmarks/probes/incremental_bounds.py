@@ -17,17 +17,21 @@ byte planes. Printed per interval and dtype:
 * the cost of coding the residual's top 16 bits as one symbol per element (with escapes) instead
   of two byte planes: half the entropy coder's steps, if the bits hold.
 
-    python benchmarks/incremental_bounds.py           # about 10 s once the states are cached
-    python benchmarks/incremental_bounds.py --quick   # the tiny model's short run (the tests)
+    python benchmarks/probes/incremental_bounds.py           # about 10 s once the states are cached
+    python benchmarks/probes/incremental_bounds.py --quick   # the tiny model's short run (the tests)
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
-from incremental import training_states, weights
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from incremental import training_states, weights  # benchmarks/incremental.py
 
 CHUNK = 65536
 

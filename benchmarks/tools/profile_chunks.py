@@ -1,16 +1,16 @@
 """Where a chunk coder's time goes, per element: one row's chunks coded in a loop, under perf.
 
 The speed tables say how fast the delta coder runs against the dense one; this says where the
-time goes inside each. It codes one row of ``benchmarks/ab_builds.py``'s data (the GPT weights
+time goes inside each. It codes one row of ``benchmarks/tools/ab_builds.py``'s data (the GPT weights
 of ``benchmarks/incremental.py`` in the policy's 256 KiB chunks: ``bf16 10`` is the bf16 weights
 10 steps after the base coded against it, ``bf16 0`` the same weights coded dense) in a loop for
 a few seconds, and, with ``--perf``, records only the loop (``perf record`` started disabled and
 enabled through a control fifo, so the data loading and, for decoding, the first encode are not
 in the profile) and prints each native function's share of the loop and its time per element.
 
-    python benchmarks/profile_chunks.py bf16 10 --op decode --perf
-    python benchmarks/profile_chunks.py bf16 0 --op decode --perf     # the dense yardstick
-    python benchmarks/profile_chunks.py bf16 10 --op encode --quick   # tiny model, no perf
+    python benchmarks/tools/profile_chunks.py bf16 10 --op decode --perf
+    python benchmarks/tools/profile_chunks.py bf16 0 --op decode --perf     # the dense yardstick
+    python benchmarks/tools/profile_chunks.py bf16 10 --op encode --quick   # tiny model, no perf
 
 Needs ``perf`` (linux-tools) for ``--perf``; the time per element of a function is its share of
 the loop's samples times the loop's time per element (the process runs on one thread).

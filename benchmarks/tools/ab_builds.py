@@ -9,8 +9,8 @@ interval's weights as a yardstick. It also says whether the two builds wrote the
 
     git worktree add /tmp/old REV
     (cd /tmp/old && python setup.py build_ext --inplace -q)
-    python benchmarks/ab_builds.py /tmp/old/src src [--rounds 5]
-    python benchmarks/ab_builds.py src src --quick --rounds 1   # tiny model: a smoke test
+    python benchmarks/tools/ab_builds.py /tmp/old/src src [--rounds 5]
+    python benchmarks/tools/ab_builds.py src src --quick --rounds 1   # tiny model: a smoke test
 
 Each path is a directory holding an importable, built ``ckptzip`` (a checkout's ``src``).
 """
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from ckptzip.pipeline import Pipeline
 
 HERE = Path(__file__).resolve().parent
+#: benchmarks/, where incremental.py (the data) and common.py live.
+BENCHMARKS = HERE.parent
 
 
 def chunk_sets(quick: bool) -> dict[str, np.ndarray]:
@@ -44,7 +46,7 @@ def chunk_sets(quick: bool) -> dict[str, np.ndarray]:
     if not cache.exists():
         import torch
 
-        sys.path.insert(0, str(HERE))
+        sys.path.insert(0, str(BENCHMARKS))
         import incremental
 
         states = incremental.training_states(quick)
@@ -143,7 +145,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for build, path in (("A", args.a), ("B", args.b)):
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(path).resolve()),
-                                                               str(HERE)]))
+                                                               str(BENCHMARKS)]))
             run = subprocess.run([sys.executable, __file__, "--child", "--repeat",
                                   str(args.repeat)] + (["--quick"] if args.quick else []),
                                  env=env, capture_output=True, text=True)
