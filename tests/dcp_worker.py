@@ -157,3 +157,9 @@ if __name__ == "__main__":
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # the work is done and checked: leave without the interpreter's teardown, where gloo's
+    # threads once aborted a rank ("terminate called without an active exception", SIGABRT) on
+    # a loaded machine after a successful load
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
