@@ -337,8 +337,10 @@ class AdaptivePolicy(JointPolicy):
         array = v * kept
         positive = array > 0
         logs = sample_sorted(array[positive].double().log())
-        sizes = [size for size in (1, *CODEBOOKS)  # one centroid: the mask alone, where v varies little
-                 if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget]
+        # one centroid: the mask alone, where v varies little; each size is fitted only when the
+        # smaller ones did not keep the budget (lazily: the fits of large codebooks cost most)
+        sizes = (size for size in (1, *CODEBOOKS)
+                 if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
         context = TransformContext(leaf.name, support=kept)
         for size in sizes:
             quantizer = KMeans(size, leaf.dtype.name, "log")
