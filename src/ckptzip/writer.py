@@ -318,12 +318,14 @@ def prepare(
     mode_options: dict[str, Any] | None = None,
     progress: bool = False,
     resumed: bool = False,
+    threads: int | None = None,
 ) -> Prepared:
     """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
-    ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
-    so the base's bytes need not stay cached until the write. ``progress``: a bar on a terminal
-    while the transforms run (minutes for a large state on a CPU). ``resumed``: the training
-    that made ``state`` went on from ``base`` as decoded (see :func:`ckptzip.save`)."""
+    ``base``) where the tensors are, on ``threads`` threads (None: every core). Each
+    transformed leaf's base reference is checksummed now, so the base's bytes need not stay
+    cached until the write. ``progress``: a bar on a terminal while the transforms run
+    (minutes for a large state on a CPU). ``resumed``: the training that made ``state`` went
+    on from ``base`` as decoded (see :func:`ckptzip.save`)."""
     policy = policy_for(mode, **(mode_options or {}))
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
@@ -335,7 +337,8 @@ def prepare(
         bar.total = max(total, 1)
         bar.update(size)
 
-    plans = policy.plan_state(leaves, base, planned, resumed=resumed)
+    plans = policy.plan_state(leaves, base, planned, resumed=resumed,
+                              threads=resolve_threads(threads))
     bar.close()
     exact = {index: plan for index, plan in plans.items() if isinstance(plan, Exact)}
     for index, encoding in sorted(plans.items(), key=lambda p: p[0]):
@@ -761,7 +764,7 @@ def encode_state(
     # a Prepared state was planned already: its mode, base and policy hold
     prepared = state if isinstance(state, Prepared) else prepare(
         state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options,
-        progress=progress, resumed=resumed)
+        progress=progress, resumed=resumed, threads=n_threads)
     mode, base, policy = prepared.mode, prepared.base, prepared.policy
     tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header: dict[str, Any] = {
