@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import _native
 from ..chain import Base
 from ..codecs import (
     BytePlanes,
@@ -135,7 +136,11 @@ def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tenso
 
 
 def magnitude(tensor: torch.Tensor) -> float:
-    """``|x|``, the L2 norm, summed in float64 without a float64 copy of the tensor."""
+    """``|x|``, the L2 norm, summed in float64 without a float64 copy of the tensor (by the
+    native core on the host)."""
+    if _native_floats(tensor):
+        return math.sqrt(_native.sum_squares(tensor.contiguous().reshape(-1).numpy(), None,
+                                             tensor.element_size()))
     return float(torch.linalg.vector_norm(tensor, dtype=torch.float64))
 
 
@@ -144,7 +149,15 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     exact where the two are within a factor of two of each other (Sterbenz), as a decoded value
     and its original are, else rounded to 2**-24 of itself; its norm is summed in float64."""
     dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
-    return magnitude(a.to(dtype) - b.to(dtype))
+    a, b = a.to(dtype), b.to(dtype)
+    if _native_floats(a) and _native_floats(b) and a.shape == b.shape:
+        return math.sqrt(_native.sum_squares(a.contiguous().reshape(-1).numpy(),
+                                             b.contiguous().reshape(-1).numpy(), a.element_size()))
+    return magnitude(a - b)
+
+
+def _native_floats(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
 
 
 def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,

@@ -286,16 +286,29 @@ def _factor(values: torch.Tensor) -> Factor:
     return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), entropy_bits(counts))
 
 
+def _columns(factor: Factor, rank: int) -> Factor:
+    """The first ``rank`` columns of a quantized factor matrix, under its codebook, with the
+    bits of their codes."""
+    codes = factor.codes[:, :rank].contiguous()
+    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).cpu().numpy()
+    return Factor(factor.quantizer, factor.pruned[:, :rank].contiguous(), codes,
+                  factor.decoded[:, :rank].contiguous(), entropy_bits(counts))
+
+
 def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """The least-squares ``U`` of ``matrix ~ U right^T``, by the normal equations with a ridge of
-    1e-10 of the Gram matrix's mean diagonal, so that a quantized ``right`` with a column pruned
-    to zero still solves (on every device: CUDA's ``lstsq`` assumes full rank). The product
+    """The least-squares ``U`` of ``matrix ~ U right^T`` (:func:`_solve_left`). The product
     with the matrix runs in its precision (fp32), the small solve in fp64."""
     wide = right.double()
-    gram = wide.T @ wide
+    return _solve_left(wide.T @ wide, (matrix @ right.to(matrix.dtype)).double())
+
+
+def _solve_left(gram: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+    """``U`` of the normal equations ``U gram = projected`` (``gram = R^T R``, ``projected =
+    M R``), with a ridge of 1e-10 of the Gram matrix's mean diagonal, so that a quantized ``R``
+    with a column pruned to zero still solves (on every device: CUDA's ``lstsq`` assumes full
+    rank)."""
     ridge = 1e-10 * float(gram.diagonal().mean()) + 1e-300
     eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
-    projected = (matrix @ right.to(matrix.dtype)).double()
     return torch.linalg.solve(gram + ridge * eye, projected.T).T
 
 
@@ -336,17 +349,28 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
         top = min(top, RANDOMIZED_TOP)
         right = _randomized_right_vectors(matrix, min(top + 10, min(matrix.shape)))[:, :top]
     right = _canonical_signs(right.double())
-    stage = LowRank(0, 1)  # leaf numbers do not enter the arithmetic
+    # the right factor of every rank is a slice of one quantization of the top vectors (their
+    # columns are orthonormal, so each rank's would have had the same grid), and each rank's left
+    # factor is fitted to one product of the matrix with it
+    v_top = _factor(right)
+    projected = (matrix @ v_top.decoded).double()
+    gram = v_top.decoded.double().T @ v_top.decoded.double()
+    # each rank's residual bits are estimated on evenly spaced rows (all of a small matrix),
+    # without the product's other rows
+    height = matrix.shape[0]
+    wanted = min(height, -(-TRIAL_SAMPLES // matrix.shape[1]))
+    rows = torch.linspace(0, height - 1, wanted, device=matrix.device).round().long().unique()
+    sampled = matrix[rows]
+    fraction, count = rows.numel() / height, sampled.numel()
     tried: dict[int, Factored] = {}
 
     def trial(rank: int) -> Factored:
         if rank not in tried:
-            v = _factor(right[:, :rank])
-            u = _factor(_fit_left(matrix, v.decoded))
-            context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
-            residual = stage.encode(delta, context)
-            bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget, TRIAL_SAMPLES)
-                    + 2 * 8 * FACTOR_HEADER_BYTES)
+            v = _columns(v_top, rank)
+            u = _factor(_solve_left(gram[:rank, :rank], projected[:, :rank]))
+            residual = sampled - u.decoded[rows] @ v.decoded.T
+            bits = (u.bits + v.bits + 2 * 8 * FACTOR_HEADER_BYTES
+                    + unbiased_bits(residual, scale_sq * fraction, budget, count) / fraction)
             tried[rank] = Factored(rank, bits, u, v, residual)
         return tried[rank]
 
@@ -361,4 +385,9 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
         if 1 <= rank <= top and trial(rank).bits < best.bits:
             best = tried[rank]
-    return best if best.bits < unbiased_bits(delta, scale_sq, budget, TRIAL_SAMPLES) else None
+    whole = unbiased_bits(sampled, scale_sq * fraction, budget, count) / fraction
+    if best.bits >= whole:
+        return None
+    context = TransformContext("<factors>", siblings={0: best.u.decoded, 1: best.v.decoded})
+    best.residual = LowRank(0, 1).encode(delta, context)  # leaf numbers do not enter the arithmetic
+    return best

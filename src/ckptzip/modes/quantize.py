@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from .. import _native
 from ..codecs import KMeans
 from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, spread_sample
 
@@ -35,6 +36,8 @@ SEARCH_SAMPLES = 1 << 16
 #: plan it picks is checked on the whole tensor as decoded.
 SORT_SAMPLES = 1 << 17
 
+#: Levels either side of zero :func:`uniform_table` bins natively (beyond, torch's ops do).
+NATIVE_LEVELS = 1023
 #: Uniform (entropy-coded scalar) quantizer candidates: rounding offsets (0.5 rounds to the
 #: nearest level; smaller ones widen the zero bin, a dead zone) and steps, as multiples of the
 #: values' RMS, tried from the coarsest down.
@@ -175,7 +178,19 @@ def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | 
 
 def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[torch.Tensor, np.ndarray]:
     """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
-    and the ascending means of its non-empty other levels (the codebook)."""
+    and the ascending means of its non-empty other levels (the codebook). On the host the native
+    core does it in one pass, for levels up to ``NATIVE_LEVELS`` either side."""
+    if values.device.type == "cpu" and values.dtype in (torch.float32, torch.float64):
+        source = values.contiguous()
+        pruned = torch.empty_like(source)
+        sums = np.zeros(2 * NATIVE_LEVELS + 1)
+        counts = np.zeros(2 * NATIVE_LEVELS + 1, dtype=np.uint64)
+        top = _native.uniform_bins(source.reshape(-1).numpy(), pruned.reshape(-1).numpy(), sums,
+                                   counts, source.element_size(), step, offset, NATIVE_LEVELS)
+        if top >= 0:
+            counts[NATIVE_LEVELS] = 0  # the zero bin is exactly zero, not a level
+            used = counts > 0
+            return pruned.reshape(values.shape), sums[used] / counts[used].astype(np.float64)
     flat = values.reshape(-1).double()
     levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
     top = int(levels.abs().max()) if levels.numel() else 0

@@ -1,35 +1,65 @@
 #include "quantize.h"
 
-/* Thresholds padded with +inf to 256 entries: a branch-free binary search of 8 halvings then
- * counts those below a value for any count up to 255. */
-static void padded(const double *thresholds, size_t count, double table[256]) {
-    for (size_t i = 0; i < 256; i++) table[i] = i < count ? thresholds[i] : __builtin_inf();
-}
+#include <math.h>
 
-/* The number of padded thresholds strictly below v: the first index whose threshold is >= v. */
-static inline unsigned below(const double table[256], double v) {
-    unsigned index = 0;
-    for (unsigned half = 128; half; half >>= 1)
-        index += table[index + half - 1] < v ? half : 0;
-    return index + (table[index] < v);
+/* Two ways to count the thresholds below each of a block of values, both free of branches on
+ * the (unpredictable) comparisons:
+ * - few thresholds (LINEAR_MOST, floats only): compare each value with every threshold, a loop
+ *   over the block the compiler vectorizes;
+ * - more: a binary search of 8 halvings over the thresholds padded with +inf to 256, the
+ *   halvings of the block's values interleaved, so that their loads overlap.
+ * Float values compare with float thresholds chosen so that the answer is the double one's:
+ * for a double t and a float v, t < v exactly when v > t', t' the largest float below t where
+ * t is not a float (no float lies between t' and t), t itself where it is. */
+#define BLOCK 64
+#define LINEAR_MOST 32
+
+#define CODES(T, TABLE, V, RUN, OUT, COUNT, LINEAR)                                               \
+    do {                                                                                          \
+        uint32_t below_[BLOCK] = {0};                                                             \
+        if ((COUNT) <= (LINEAR)) {                                                                \
+            for (size_t k = 0; k < (COUNT); k++) {                                                \
+                T t_ = (TABLE)[k];                                                                \
+                for (size_t j = 0; j < BLOCK; j++) below_[j] += (uint32_t)(t_ < (V)[j]);          \
+            }                                                                                     \
+        } else {                                                                                  \
+            for (uint32_t half = 128; half; half >>= 1)                                           \
+                for (size_t j = 0; j < BLOCK; j++)                                                \
+                    below_[j] += half & (0u - (uint32_t)((TABLE)[below_[j] + half - 1] < (V)[j])); \
+            for (size_t j = 0; j < BLOCK; j++) below_[j] += (uint32_t)((TABLE)[below_[j]] < (V)[j]); \
+        }                                                                                         \
+        for (size_t j = 0; j < (RUN); j++)                                                        \
+            (OUT)[j] = (uint8_t)((V)[j] == 0 ? 0 : 1 + below_[j]);                                \
+    } while (0)
+
+/* The largest float t' with t < v exactly when t' < v, for every float v (see above). */
+static float float_threshold(double t) {
+    float up = (float)t;
+    if ((double)up < t) up = nextafterf(up, __builtin_inff());
+    return (double)up == t ? up : nextafterf(up, -__builtin_inff());
 }
 
 int ckz_nearest_codes(const void *x, size_t elem_size, size_t n, const double *thresholds,
                       size_t count, uint8_t *out) {
     if ((elem_size != 4 && elem_size != 8) || count >= CKZ_MAX_CENTROIDS) return -1;
-    double table[256];
-    padded(thresholds, count, table);
     if (elem_size == 4) {
+        float table[256], values[BLOCK];
+        for (size_t i = 0; i < 256; i++)
+            table[i] = i < count ? float_threshold(thresholds[i]) : __builtin_inff();
         const float *f = (const float *)x;
-        for (size_t i = 0; i < n; i++) {
-            double v = (double)f[i];
-            out[i] = (uint8_t)(v == 0.0 ? 0 : 1 + below(table, v));
+        for (size_t i = 0; i < n; i += BLOCK) {
+            size_t run = n - i < BLOCK ? n - i : BLOCK;
+            for (size_t j = 0; j < BLOCK; j++) values[j] = f[i + (j < run ? j : 0)];
+            CODES(float, table, values, run, out + i, count, LINEAR_MOST);
         }
     } else {
+        double table[256], values[BLOCK];
+        for (size_t i = 0; i < 256; i++) table[i] = i < count ? thresholds[i] : __builtin_inf();
         const double *d = (const double *)x;
-        for (size_t i = 0; i < n; i++) {
-            double v = d[i];
-            out[i] = (uint8_t)(v == 0.0 ? 0 : 1 + below(table, v));
+        for (size_t i = 0; i < n; i += BLOCK) {
+            size_t run = n - i < BLOCK ? n - i : BLOCK;
+            for (size_t j = 0; j < BLOCK; j++) values[j] = d[i + (j < run ? j : 0)];
+            CODES(double, table, values, run, out + i, count, 0);
         }
     }
     return 0;
@@ -64,4 +94,63 @@ size_t ckz_table_lookup(const uint8_t *codes, size_t n, const double *table, siz
     size_t first = 0;
     while (codes[first] < size) first++;
     return first;
+}
+
+long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, double offset,
+                      unsigned limit, void *pruned, double *sums, uint64_t *counts) {
+    if ((elem_size != 4 && elem_size != 8) || !(step > 0) || limit > CKZ_MAX_UNIFORM_LEVEL)
+        return -1;
+    for (size_t b = 0; b < 2 * (size_t)limit + 1; b++) sums[b] = 0.0, counts[b] = 0;
+    long top = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = elem_size == 4 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+        double magnitude = floor(fabs(v) / step + offset);
+        if (!(magnitude <= (double)limit)) return -1; /* beyond the limit, or NaN */
+        long level = (long)magnitude;
+        if (level > top) top = level;
+        long signed_level = v < 0 ? -level : level;
+        size_t bin = (size_t)(signed_level + (long)limit);
+        sums[bin] += v;
+        counts[bin]++;
+        if (elem_size == 4)
+            ((float *)pruned)[i] = level ? (float)v : 0.0f;
+        else
+            ((double *)pruned)[i] = level ? v : 0.0;
+    }
+    return top;
+}
+
+/* Sums of squares with eight accumulators: independent chains the CPU overlaps, in a fixed
+ * order (the result depends on n only, not on the machine). */
+#define SUM_SQUARES(T, EXPR)                                                                     \
+    do {                                                                                         \
+        const T *p = (const T *)a, *q = (const T *)b;                                            \
+        (void)q;                                                                                 \
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
+        size_t i = 0;                                                                            \
+        for (; i + 8 <= n; i += 8)                                                               \
+            for (unsigned k = 0; k < 8; k++) {                                                   \
+                double d = (EXPR);                                                               \
+                acc[k] += d * d;                                                                 \
+            }                                                                                    \
+        for (unsigned k = 0; i < n; i++, k++) {                                                  \
+            double d = (EXPR);                                                                   \
+            acc[k] += d * d;                                                                     \
+        }                                                                                        \
+        total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])); \
+    } while (0)
+
+double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n) {
+    double total = 0.0;
+    if (elem_size == 4 && b)
+        SUM_SQUARES(float, (double)(p[i + k] - q[i + k]));
+    else if (elem_size == 4)
+        SUM_SQUARES(float, (double)p[i + k]);
+    else if (elem_size == 8 && b)
+        SUM_SQUARES(double, p[i + k] - q[i + k]);
+    else if (elem_size == 8)
+        SUM_SQUARES(double, p[i + k]);
+    else
+        return -1.0;
+    return total;
 }

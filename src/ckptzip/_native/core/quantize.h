@@ -23,4 +23,21 @@ int ckz_nearest_codes(const void *x, size_t elem_size, size_t n, const double *t
 size_t ckz_table_lookup(const uint8_t *codes, size_t n, const double *table, size_t size,
                         size_t elem_size, void *out);
 
+/* The sum over n floats (elem_size 4) or doubles (8) of a[i]^2, or with b of (a[i] - b[i])^2,
+ * the difference taken in the element type (exact for values within a factor of two of each
+ * other) and squared and summed in double, in an order fixed by n. -1 for a bad elem_size. */
+double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n);
+
+/* The most levels either side of zero ckz_uniform_bins counts. */
+#define CKZ_MAX_UNIFORM_LEVEL 4095
+
+/* The uniform quantizer of the lossy modes' search, over n floats (elem_size 4) or doubles (8):
+ * level = sign(x) * floor(|x| / step + offset), in double. For each level l in -limit..limit,
+ * sums[l + limit] and counts[l + limit] get the sum and the number of the values at it (arrays of
+ * 2 limit + 1), and pruned[i] = x[i], or zero at level 0. Returns the largest |level|, or -1 for
+ * a level beyond `limit` (or a NaN), a step not > 0, a bad elem_size or a limit above
+ * CKZ_MAX_UNIFORM_LEVEL (then nothing is meaningful). */
+long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, double offset,
+                      unsigned limit, void *pruned, double *sums, uint64_t *counts);
+
 #endif

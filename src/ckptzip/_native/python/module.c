@@ -181,6 +181,110 @@ static PyObject *py_dither_shift(PyObject *self, PyObject *args, PyObject *kw) {
     return result;
 }
 
+PyDoc_STRVAR(uniform_bins_doc,
+             "uniform_bins(src, pruned, sums, counts, elem_size, step, offset, limit) -> int\n\n"
+             "The uniform quantizer's levels sign(x) floor(|x| / step + offset) of src (float32 or\n"
+             "float64): per level -limit..limit, the sum (sums, float64) and number (counts,\n"
+             "uint64) of its values; pruned = src with level 0 zeroed. Returns the largest |level|,\n"
+             "or -1 when a level is beyond limit (nothing is then meaningful).");
+static PyObject *py_uniform_bins(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "pruned", "sums", "counts", "elem_size", "step", "offset",
+                             "limit", NULL};
+    PyObject *so, *po, *sumo, *co;
+    long elem_size;
+    double step, offset;
+    unsigned int limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOlddI:uniform_bins", kwlist, &so, &po, &sumo,
+                                     &co, &elem_size, &step, &offset, &limit))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (limit > CKZ_MAX_UNIFORM_LEVEL || !(step > 0) || !(offset >= 0 && offset < 1))
+        return PyErr_Format(PyExc_ValueError, "need 0 < step, 0 <= offset < 1 and limit <= %d",
+                            CKZ_MAX_UNIFORM_LEVEL);
+    Py_buffer s, p, sums, counts;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(po, &p, 1, "pruned")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (get_buffer(sumo, &sums, 1, "sums")) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&p);
+        return NULL;
+    }
+    if (get_buffer(co, &counts, 1, "counts")) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&p);
+        PyBuffer_Release(&sums);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    size_t bins = 2 * (size_t)limit + 1;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        if (p.len != s.len)
+            PyErr_Format(PyExc_ValueError, "pruned holds %zd bytes, src %zd", p.len, s.len);
+        else if ((size_t)sums.len != 8 * bins || (size_t)counts.len != 8 * bins)
+            PyErr_Format(PyExc_ValueError, "sums and counts must hold %zu 8-byte values", bins);
+        else if (overlaps(&s, &p) || overlaps(&sums, &counts) || overlaps(&s, &sums) ||
+                 overlaps(&s, &counts) || overlaps(&p, &sums) || overlaps(&p, &counts))
+            PyErr_SetString(PyExc_ValueError, "the buffers overlap");
+        else {
+            long top;
+            Py_BEGIN_ALLOW_THREADS
+            top = ckz_uniform_bins(s.buf, (size_t)elem_size, (size_t)s.len / (size_t)elem_size,
+                                   step, offset, limit, p.buf, (double *)sums.buf,
+                                   (uint64_t *)counts.buf);
+            Py_END_ALLOW_THREADS
+            result = PyLong_FromLong(top);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&p);
+    PyBuffer_Release(&sums);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
+PyDoc_STRVAR(sum_squares_doc,
+             "sum_squares(a, b, elem_size) -> float\n\n"
+             "The sum of a[i]^2 (b None) or of (a[i] - b[i])^2 over float32 or float64 values (by\n"
+             "elem_size), the difference in the element type, squares summed in float64.");
+static PyObject *py_sum_squares(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"a", "b", "elem_size", NULL};
+    PyObject *ao, *bo;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOl:sum_squares", kwlist, &ao, &bo, &elem_size))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    Py_buffer a, b;
+    int with_b = bo != Py_None;
+    if (get_buffer(ao, &a, 0, "a")) return NULL;
+    if (with_b && get_buffer(bo, &b, 0, "b")) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(a.len, elem_size, "a") == 0) {
+        if (with_b && b.len != a.len)
+            PyErr_Format(PyExc_ValueError, "b holds %zd bytes, a %zd", b.len, a.len);
+        else {
+            double total;
+            Py_BEGIN_ALLOW_THREADS
+            total = ckz_sum_squares(a.buf, with_b ? b.buf : NULL, (size_t)elem_size,
+                                    (size_t)a.len / (size_t)elem_size);
+            Py_END_ALLOW_THREADS
+            result = PyFloat_FromDouble(total);
+        }
+    }
+    PyBuffer_Release(&a);
+    if (with_b) PyBuffer_Release(&b);
+    return result;
+}
+
 /* A buffer of doubles (thresholds, a codebook) of at most `most` entries. */
 static int get_doubles(PyObject *obj, Py_buffer *view, size_t most, const char *name) {
     if (get_buffer(obj, view, 0, name)) return -1;
@@ -993,6 +1097,8 @@ static PyMethodDef methods[] = {
     KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
     KW("dither_shift", py_dither_shift, dither_shift_doc),
     KW("nearest_codes", py_nearest_codes, nearest_codes_doc),
+    KW("uniform_bins", py_uniform_bins, uniform_bins_doc),
+    KW("sum_squares", py_sum_squares, sum_squares_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("split_planes", py_split, split_doc),
     KW("merge_planes", py_merge, merge_doc),
