@@ -183,14 +183,16 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
     if values.device.type == "cpu" and values.dtype in (torch.float32, torch.float64):
         source = values.contiguous()
         pruned = torch.empty_like(source)
-        sums = np.zeros(2 * NATIVE_LEVELS + 1)
-        counts = np.zeros(2 * NATIVE_LEVELS + 1, dtype=np.uint64)
-        top = _native.uniform_bins(source.reshape(-1).numpy(), pruned.reshape(-1).numpy(), sums,
-                                   counts, source.element_size(), step, offset, NATIVE_LEVELS)
+        level_sums = np.zeros(2 * NATIVE_LEVELS + 1)
+        level_counts = np.zeros(2 * NATIVE_LEVELS + 1, dtype=np.uint64)
+        top = _native.uniform_bins(source.reshape(-1).numpy(), pruned.reshape(-1).numpy(),
+                                   level_sums, level_counts, source.element_size(), step, offset,
+                                   NATIVE_LEVELS)
         if top >= 0:
-            counts[NATIVE_LEVELS] = 0  # the zero bin is exactly zero, not a level
-            used = counts > 0
-            return pruned.reshape(values.shape), sums[used] / counts[used].astype(np.float64)
+            level_counts[NATIVE_LEVELS] = 0  # the zero bin is exactly zero, not a level
+            filled = level_counts > 0
+            return (pruned.reshape(values.shape),
+                    level_sums[filled] / level_counts[filled].astype(np.float64))
     flat = values.reshape(-1).double()
     levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
     top = int(levels.abs().max()) if levels.numel() else 0
