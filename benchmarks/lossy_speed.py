@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -120,10 +121,11 @@ def synthetic_states(gigabytes: float, seed: int = 0) -> tuple[dict[str, Any], d
     return first, state(), sum(p.numel() for p in params.values())
 
 
-def timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, Any]:
-    started = time.perf_counter()
+def timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, float, Any]:
+    """Wall seconds, this process's CPU seconds (all its threads) and the result of a call."""
+    started, cpu = time.perf_counter(), time.process_time()
     result = run(*args, **kwargs)
-    return time.perf_counter() - started, result
+    return time.perf_counter() - started, time.process_time() - cpu, result
 
 
 def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: int,
@@ -134,25 +136,40 @@ def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: in
     ckptzip.save(first, keyframe, mode="lossless")
     rows: dict[tuple[str, int], dict[str, Any]] = {
         (m, t): {"state": name, "mode": m, "threads": t, "params": params, "raw_bytes": raw,
-                 "save_s": [], "load_s": []} for m in modes for t in threads}
+                 "save_s": [], "load_s": [], "save_cpu_s": [], "load_cpu_s": []}
+        for m in modes for t in threads}
     for round_ in range(repeat):
         for count in threads:
             torch.set_num_threads(count)
             for mode in modes:
                 row = rows[(mode, count)]
                 path = workdir / f"{name}-{mode}-{count}.ckz"
-                seconds, report = timed(ckptzip.save, second, path, mode=mode, base=keyframe,
-                                        resumed=True, threads=count)
+                seconds, cpu, report = timed(ckptzip.save, second, path, mode=mode,
+                                             base=keyframe, resumed=True, threads=count)
                 row["save_s"].append(seconds)
+                row["save_cpu_s"].append(cpu)
                 row["stored_bytes"] = report.stored_bytes
-                seconds, _ = timed(ckptzip.load, path, threads=count)
+                seconds, cpu, _ = timed(ckptzip.load, path, threads=count)
                 row["load_s"].append(seconds)
+                row["load_cpu_s"].append(cpu)
                 print(f"{name} round {round_ + 1}: {mode:>8} x{count}: save "
                       f"{raw / row['save_s'][-1] / 1e6:7.1f} MB/s, load "
                       f"{raw / row['load_s'][-1] / 1e6:7.1f} MB/s, ratio "
                       f"{raw / report.stored_bytes:.1f}x", file=sys.stderr, flush=True)
                 path.unlink()
     return list(rows.values())
+
+
+def earlier_ratios(text: str) -> dict[tuple[str, str], float]:
+    """The ratio of each (state, mode) of an earlier run: from its JSON, or from the lines it
+    printed as it went (a run stopped before it wrote its JSON)."""
+    if text.lstrip().startswith("{"):
+        return {(row["state"], row["mode"]): row["raw_bytes"] / row["stored_bytes"]
+                for row in json.loads(text)["rows"]}
+    found = {}
+    for match in re.finditer(r"^(\w+) round \d+: +(\w+) x\d+: .* ratio ([\d.]+)x$", text, re.M):
+        found[(match[1], match[2])] = float(match[3])
+    return found
 
 
 def speed_range(raw: int, seconds: list[float]) -> str:
@@ -164,23 +181,26 @@ def speed_range(raw: int, seconds: list[float]) -> str:
 
 def markdown(rows: list[dict[str, Any]], before: dict[tuple[str, str], float]) -> str:
     lines = [
-        "MB/s: raw fp32 bytes of the full state (weights and both Adam moments) per second, the "
-        "range over the interleaved rounds. Ratio: those bytes over the delta checkpoint's stored "
-        "bytes" + (" (before: the ratio at the earlier run given by --before)." if before else "."),
+        "MB/s: raw fp32 bytes of the full state (weights and both Adam moments) per second of "
+        "wall time, the range over the interleaved rounds. MB/CPU-s: the same bytes per second of "
+        "this process's CPU time (all its threads): the speed per busy core, which a machine "
+        "shared with other work slows less than the wall clock. Ratio: those bytes over the delta "
+        "checkpoint's stored bytes"
+        + (" (before: the ratio at the earlier run given by --before)." if before else "."),
         "",
-        "| state | params | mode | threads | save MB/s | save MB/s per thread | load MB/s | ratio "
-        + ("| ratio before " if before else "") + "|",
-        "|---|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if before else ""),
+        "| state | params | mode | threads | save MB/s | save MB/CPU-s | load MB/s | load MB/CPU-s "
+        "| ratio " + ("| ratio before " if before else "") + "|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else ""),
     ]
     for row in rows:
         raw = row["raw_bytes"]
-        per_thread = [s * row["threads"] for s in row["save_s"]]
         ratio = raw / row["stored_bytes"]
         previous = before.get((row["state"], row["mode"]))
         lines.append(
             f"| {row['state']} | {row['params'] / 1e6:.1f}M | {row['mode']} | {row['threads']} | "
-            f"{speed_range(raw, row['save_s'])} | {speed_range(raw, per_thread)} | "
-            f"{speed_range(raw, row['load_s'])} | {ratio:.1f}x |"
+            f"{speed_range(raw, row['save_s'])} | {speed_range(raw, row['save_cpu_s'])} | "
+            f"{speed_range(raw, row['load_s'])} | {speed_range(raw, row['load_cpu_s'])} | "
+            f"{ratio:.1f}x |"
             + (f" {previous:.1f}x |" if previous else (" - |" if before else "")))
     return "\n".join(lines)
 
@@ -196,14 +216,14 @@ def main() -> None:
     parser.add_argument("--synthetic-gb", type=float, default=1.0)
     parser.add_argument("--demo-steps", type=int, default=20)
     parser.add_argument("--demo-delta", type=int, default=5)
-    parser.add_argument("--before", type=Path, help="a JSON of an earlier run: its ratios")
+    parser.add_argument("--before", type=Path,
+                        help="an earlier run's JSON, or its log (the lines it prints): its ratios")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
     threads = sorted(set(args.threads))
     before: dict[tuple[str, str], float] = {}
     if args.before:
-        for row in json.loads(args.before.read_text())["rows"]:
-            before[(row["state"], row["mode"])] = row["raw_bytes"] / row["stored_bytes"]
+        before = earlier_ratios(args.before.read_text())
     info = machine_info()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as workdir:
