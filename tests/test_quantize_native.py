@@ -119,3 +119,30 @@ def test_planning_on_threads_makes_the_same_bytes(mode: str, chain_states) -> No
         with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(two), base=chain_states[0]) as f:
             added = [leaf.name for leaf in f.leaves if ":" in leaf.name]
         assert len({name.split(":")[0] for name in added}) >= 2, added
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 17, 1001])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_squares_of_every_length(n: int, dtype: type) -> None:
+    """Eight accumulators and a tail: every length sums each element once (the tail once read
+    past the end: fuzz_quantize found it)."""
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    squares = float((a.astype(np.float64) ** 2).sum())
+    assert N.sum_squares(a, None, a.itemsize) == pytest.approx(squares, rel=1e-12)
+    difference = (a - b).astype(np.float64)  # taken in the element type, as the kernel does
+    assert N.sum_squares(a, b, a.itemsize) == pytest.approx(float((difference ** 2).sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize("levels", [1023, 0])
+def test_uniform_table_native_and_torch_agree(levels: int, monkeypatch) -> None:
+    """The native bins and torch's ops (levels beyond NATIVE_LEVELS) give the same table and
+    the same pruned values."""
+    from ckptzip.modes import quantize
+
+    values = torch.randn(30_001, generator=torch.Generator().manual_seed(2)) ** 3
+    native, table = quantize.uniform_table(values, 0.37, 0.35)
+    monkeypatch.setattr(quantize, "NATIVE_LEVELS", levels)
+    other, other_table = quantize.uniform_table(values, 0.37, 0.35)
+    assert torch.equal(native.abs(), other.abs()) and np.allclose(table, other_table, rtol=1e-12)
+    assert bool(((native == values) | (native == 0)).all())

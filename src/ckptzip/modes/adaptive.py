@@ -41,7 +41,16 @@ from ..dtypes import from_name
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, coded, decode, finish, finished, honoured, magnitude
+from .common import (
+    GroupValues,
+    JointPolicy,
+    coded,
+    finish,
+    finish_decoded,
+    finished,
+    honoured,
+    magnitude,
+)
 from .factoring import BOUND_SIGMAS, Rounding, cheapest_roundings, factor_update, grid
 from .pairing import MOMENTS
 from .quantize import CODEBOOKS, fitted
@@ -335,21 +344,22 @@ class AdaptivePolicy(JointPolicy):
         budget = self.budget["exp_avg_sq"]
         array = v * kept
         positive = array > 0
-        logs = sample_sorted(array[positive].double().log())
+        count = int(positive.sum())
+        logs = np.log(sample_sorted(array[positive]))  # the log is monotone: sorted still
         # one centroid: the mask alone, where v varies little; each size is fitted only when the
         # smaller ones did not keep the budget (lazily: the fits of large codebooks cost most)
         sizes = (size for size in (1, *CODEBOOKS)
                  if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
-        context = TransformContext(leaf.name, support=kept)
         for size in sizes:
             quantizer = KMeans(size, leaf.dtype.name, "log")
             if sibling is None:
-                encoded = finish(leaf, array, quantizer)
+                encoded, decoded = finish_decoded(leaf, array, quantizer)
             else:
-                encoded = finish(leaf, array, quantizer, support=(Support(sibling), kept))
-            decoded = decode(encoded.pipeline.transforms, encoded.array, context)
-            ratio = (decoded.double()[positive] / array.double()[positive]).sqrt() - 1
-            error = float(ratio.pow(2).mean().sqrt()) if ratio.numel() else 0.0
+                encoded, decoded = finish_decoded(leaf, array, quantizer,
+                                                  support=(Support(sibling), kept))
+            # sqrt(v^ / v) - 1 where v is stored (1 - 1 elsewhere), its RMS summed in float64
+            quotient = torch.where(positive, decoded.float() / array.float().clamp_min(1e-45), 1.0)
+            error = math.sqrt(magnitude(quotient.sqrt() - 1) ** 2 / count) if count else 0.0
             if error <= budget and honoured(encoded):
                 finished(encoded)
                 encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)

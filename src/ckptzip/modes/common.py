@@ -10,6 +10,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -154,6 +155,18 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
         return math.sqrt(_native.sum_squares(a.contiguous().reshape(-1).numpy(),
                                              b.contiguous().reshape(-1).numpy(), a.element_size()))
     return magnitude(a - b)
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every element is finite: on the host, a NaN or an infinity makes the native sum
+    of squares non-finite (one pass, nothing allocated); only where that sum overflows, from
+    finite values, does the element-wise check run."""
+    if _native_floats(tensor):
+        total = _native.sum_squares(tensor.contiguous().reshape(-1).numpy(), None,
+                                    tensor.element_size())
+        if math.isfinite(total):
+            return True
+    return bool(torch.isfinite(tensor).all())
 
 
 def _native_floats(tensor: torch.Tensor) -> bool:
@@ -306,7 +319,7 @@ class JointPolicy(LosslessPolicy):
                     setattr(group, role, None)
             values = self._values(leaves, group, base)
             tensors = (values.w, values.w_base, values.m, values.v)
-            if not all(bool(torch.isfinite(t).all()) for t in tensors if t is not None):
+            if not all(_all_finite(t) for t in tensors if t is not None):
                 names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
                                                            group.exp_avg_sq) if i is not None)
                 warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
@@ -381,15 +394,16 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     return same
 
 
-def finish(
+def finish_decoded(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
     lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
     zeros: tuple[ExactZeros, torch.Tensor] | None = None,
     rounding: tuple[TensorToTensor, ...] = (), bound: float | None = None, **more: float,
-) -> Encoded:
-    """Store ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
+) -> tuple[Encoded, torch.Tensor]:
+    """The plan that stores ``array``, and the tensor a reader will decode from it. Store
+    ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
@@ -427,4 +441,11 @@ def finish(
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
     record = error_record(reference, decoded, bound=bound, **more)
-    return Encoded(coded(stages, array), array, {"error": record}, uses_base=residual)
+    return Encoded(coded(stages, array), array, {"error": record}, uses_base=residual), decoded
+
+
+def finish(
+    leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, **options: Any,
+) -> Encoded:
+    """:func:`finish_decoded`'s plan, without the tensor a reader decodes."""
+    return finish_decoded(leaf, array, quantizer, **options)[0]

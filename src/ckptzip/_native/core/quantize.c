@@ -121,8 +121,8 @@ long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, do
 }
 
 /* Sums of squares with eight accumulators: independent chains the CPU overlaps, in a fixed
- * order (the result depends on n only, not on the machine). */
-#define SUM_SQUARES(T, EXPR)                                                                     \
+ * order (the result depends on n only, not on the machine). DIFF(j) is element j's term. */
+#define SUM_SQUARES(T, DIFF)                                                                     \
     do {                                                                                         \
         const T *p = (const T *)a, *q = (const T *)b;                                            \
         (void)q;                                                                                 \
@@ -130,26 +130,30 @@ long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, do
         size_t i = 0;                                                                            \
         for (; i + 8 <= n; i += 8)                                                               \
             for (unsigned k = 0; k < 8; k++) {                                                   \
-                double d = (EXPR);                                                               \
+                double d = DIFF(i + k);                                                          \
                 acc[k] += d * d;                                                                 \
             }                                                                                    \
         for (unsigned k = 0; i < n; i++, k++) {                                                  \
-            double d = (EXPR);                                                                   \
+            double d = DIFF(i);                                                                  \
             acc[k] += d * d;                                                                     \
         }                                                                                        \
         total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])); \
     } while (0)
+#define FLOAT_DIFF(j) ((double)(p[j] - q[j]))
+#define FLOAT_VALUE(j) ((double)p[j])
+#define DOUBLE_DIFF(j) (p[j] - q[j])
+#define DOUBLE_VALUE(j) (p[j])
 
 double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n) {
     double total = 0.0;
     if (elem_size == 4 && b)
-        SUM_SQUARES(float, (double)(p[i + k] - q[i + k]));
+        SUM_SQUARES(float, FLOAT_DIFF);
     else if (elem_size == 4)
-        SUM_SQUARES(float, (double)p[i + k]);
+        SUM_SQUARES(float, FLOAT_VALUE);
     else if (elem_size == 8 && b)
-        SUM_SQUARES(double, p[i + k] - q[i + k]);
+        SUM_SQUARES(double, DOUBLE_DIFF);
     else if (elem_size == 8)
-        SUM_SQUARES(double, p[i + k]);
+        SUM_SQUARES(double, DOUBLE_VALUE);
     else
         return -1.0;
     return total;

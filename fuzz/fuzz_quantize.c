@@ -1,0 +1,114 @@
+/* fuzz_quantize.c - libFuzzer harness for the lossy stages' element-wise passes (quantize.h,
+ * dither.h): the code look-up a reader runs on a file's codes and codebook, and the passes a
+ * writer runs on a tensor's values, on whatever bytes the fuzzer gives.
+ *
+ * Input: control byte | 2 bytes: the thresholds' count T (mod 255) | rest: data.  Control bits
+ * 0-1 pick the element size (float or double, bit 0), bits 2-7 a step's exponent.  Checked:
+ * - table_lookup decodes codes below the table's size and names the first code beyond it;
+ * - nearest_codes gives 0 exactly at zeros, codes in 1..T+1 elsewhere, monotone in the value;
+ * - uniform_bins' counts add up to the values, its pruned values are the originals or zero, and
+ *   it refuses levels beyond its limit rather than writing past its bins;
+ * - dither_shift by a step and back restores the values within a rounding each way, in place;
+ * - sum_squares is finite and >= 0 on finite input.
+ * Any outcome but a crash or a sanitizer report is fine otherwise.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "dither.h"
+#include "quantize.h"
+
+#define LIMIT 63
+
+static double finite_or_zero(double v) { return isfinite(v) ? v : 0.0; }
+
+static int ascending(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 3) return 0;
+    unsigned control = data[0];
+    size_t count = (size_t)(data[1] | data[2] << 8) % CKZ_MAX_CENTROIDS;
+    data += 3, size -= 3;
+    size_t elem = (control & 1) ? 8 : 4;
+    double step = ldexp(1.0, (int)(control >> 2) - 40);
+
+    /* the reader's look-up: codes are the data's bytes, the table the first entries */
+    size_t table_size = 1 + count % 256;
+    double table[256];
+    for (size_t i = 0; i < table_size; i++) table[i] = (double)i - 7.5;
+    double *out = malloc(size * 8 + 8);
+    size_t done = ckz_table_lookup(data, size, table, table_size, elem, out);
+    size_t first_bad = 0;
+    while (first_bad < size && data[first_bad] < table_size) first_bad++;
+    if (done != first_bad) abort();
+    for (size_t i = 0; i < done; i++) {
+        double got = elem == 4 ? (double)((float *)out)[i] : out[i];
+        if (got != table[data[i]]) abort();
+    }
+
+    /* the writer's passes on the data as values */
+    size_t n = size / elem;
+    void *values = malloc(n * elem + 8);
+    memcpy(values, data, n * elem);
+    for (size_t i = 0; i < n; i++) {
+        if (elem == 4) {
+            float *f = (float *)values;
+            f[i] = (float)finite_or_zero(f[i]);
+        } else {
+            double *d = (double *)values;
+            d[i] = finite_or_zero(d[i]);
+        }
+    }
+    double *thresholds = malloc((count + 1) * sizeof(double));
+    for (size_t k = 0; k < count; k++)
+        thresholds[k] = ((double)k - (double)count / 2) * step;
+    qsort(thresholds, count, sizeof(double), ascending);
+    uint8_t *codes = malloc(n + 1);
+    if (ckz_nearest_codes(values, elem, n, thresholds, count, codes)) abort();
+    for (size_t i = 0; i < n; i++) {
+        double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+        if ((v == 0.0) != (codes[i] == 0) || codes[i] > count + 1) abort();
+        size_t below = 0;
+        while (below < count && thresholds[below] < v) below++;
+        if (v != 0.0 && codes[i] != 1 + below) abort();
+    }
+
+    double sums[2 * LIMIT + 1];
+    uint64_t counts[2 * LIMIT + 1];
+    void *pruned = malloc(n * elem + 8);
+    long top = ckz_uniform_bins(values, elem, n, step, 0.5, LIMIT, pruned, sums, counts);
+    if (top > LIMIT) abort();
+    if (top >= 0) {
+        uint64_t total = 0;
+        for (size_t b = 0; b < 2 * LIMIT + 1; b++) total += counts[b];
+        if (total != n) abort();
+        for (size_t i = 0; i < n; i++) {
+            double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+            double p = elem == 4 ? (double)((float *)pruned)[i] : ((double *)pruned)[i];
+            if (p != v && p != 0.0) abort();
+        }
+    }
+
+    double energy = ckz_sum_squares(values, NULL, elem, n);
+    if (!(energy >= 0.0)) abort();
+
+    /* the dither there and back, in place: within one rounding of the shift each way */
+    void *shifted = malloc(n * elem + 8);
+    memcpy(shifted, values, n * elem);
+    if (ckz_dither_shift(shifted, shifted, elem, n, control * 2654435761u, step, 1)) abort();
+    if (ckz_dither_shift(shifted, shifted, elem, n, control * 2654435761u, step, -1)) abort();
+    for (size_t i = 0; i < n; i++) {
+        double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+        double w = elem == 4 ? (double)((float *)shifted)[i] : ((double *)shifted)[i];
+        double slack = 2 * step + fabs(v) * (elem == 4 ? 0x1p-22 : 0x1p-51);
+        if (isfinite(v) && isfinite(w) && fabs(w - v) > slack) abort();
+    }
+    free(out), free(values), free(thresholds), free(codes), free(pruned), free(shifted);
+    return 0;
+}
