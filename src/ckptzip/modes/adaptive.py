@@ -45,6 +45,7 @@ from .common import (
     GroupValues,
     JointPolicy,
     coded,
+    distance,
     finish,
     finish_decoded,
     finished,
@@ -320,12 +321,14 @@ class AdaptivePolicy(JointPolicy):
             # the projection, what the state moves training by, at a larger L2 error.
             context = TransformContext(leaf.name)
             codes = quantizer.encode(pruned, context)
-            rebuilt = quantizer.decode(codes, context).double()
-            original = array.double()
-            projection = float((rebuilt * original).sum())
-            least_squares = math.sqrt(float((rebuilt - original).pow(2).sum()) / max(scale_sq, 1e-300))
+            rebuilt = quantizer.decode(codes, context)
+            # the projection <r, x> by polarization, from three native sums in float64
+            error_sq = distance(rebuilt, array) ** 2
+            original_sq = magnitude(array) ** 2
+            projection = (magnitude(rebuilt) ** 2 + original_sq - error_sq) / 2
+            least_squares = math.sqrt(error_sq / max(scale_sq, 1e-300))
             if projection > 0:
-                quantizer.scale_table(float(original.pow(2).sum()) / projection)
+                quantizer.scale_table(original_sq / projection)
         encoded = finish(leaf, pruned, quantizer, residual=residual, base=base, codes=codes,
                          bound=bound)
         encoded.extra["error"]["quantizer"] = "uniform" if choice.step > 0 else "kmeans"
@@ -357,9 +360,13 @@ class AdaptivePolicy(JointPolicy):
             else:
                 encoded, decoded = finish_decoded(leaf, array, quantizer,
                                                   support=(Support(sibling), kept))
-            # sqrt(v^ / v) - 1 where v is stored (1 - 1 elsewhere), its RMS summed in float64
-            quotient = torch.where(positive, decoded.float() / array.float().clamp_min(1e-45), 1.0)
-            error = math.sqrt(magnitude(quotient.sqrt() - 1) ** 2 / count) if count else 0.0
+            # sqrt(v^ / v) - 1 where v is stored (0 elsewhere), its RMS summed in float64. As
+            # (v^ - v) / (v (sqrt(v^ / v) + 1)) it keeps float32's relative precision however
+            # small: v^ - v is exact where the two are within a factor of two
+            stored = torch.where(positive, array.float(), 1.0)
+            restored = torch.where(positive, decoded.float(), 1.0)
+            relative = (restored - stored) / (stored * ((restored / stored).sqrt() + 1))
+            error = math.sqrt(magnitude(relative) ** 2 / count) if count else 0.0
             if error <= budget and honoured(encoded):
                 finished(encoded)
                 encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)
