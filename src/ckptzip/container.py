@@ -580,10 +580,10 @@ def _parse_leaf(
         if numel is not None and numel != math.prod(dims):
             raise FormatError(f"{where}: its {transform.codec_id} stage declares {numel} elements, "
                               f"the tensor has {math.prod(dims)}")
-    if pipeline.residual is not None and not isinstance(entry.get("base"), dict):
+    if pipeline.needs_base and not isinstance(entry.get("base"), dict):
         raise FormatError(f"{where}: a residual pipeline without a base reference")
     if pipeline.serializer is not None:
-        width = getattr(pipeline.serializer, "width", 1)
+        width = pipeline.serializer.width
     chunk_bytes = _int(entry.get("chunk", default_chunk), "chunk size", where, 1, MAX_CHUNK_BYTES)
     if chunk_bytes % width:
         raise FormatError(f"{where}: chunk size {chunk_bytes} is not a multiple of {width}")

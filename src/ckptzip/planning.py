@@ -56,7 +56,7 @@ def has_base_tensor(leaf: Leaf, base: Base) -> bool:
 
 def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | None) -> LeafPlan:
     array = encoding.array
-    width = encoding.pipeline.serializer.segments() if encoding.pipeline.serializer else 1
+    width = encoding.pipeline.serializer.width if encoding.pipeline.serializer else 1
     chunk_bytes = max(width, policy.chunk_bytes(leaf) // width * width)
     extra = dict(encoding.extra)
     if encoding.pipeline.transforms:  # else the stored array is the leaf itself (a change mask)

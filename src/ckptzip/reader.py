@@ -218,8 +218,8 @@ class CheckpointFile:
                 # a chunk-level residual decodes to the bytes its raw CRC covers, so a wrong base
                 # shows there and its own CRC is checked only then; transforms need it checked now
                 bases[i] = self._base_raw(leaf, check=bool(leaf.pipeline.transforms)
-                                          or leaf.pipeline.residual is None)
-            chunk_base = bases.get(i) if leaf.pipeline.residual is not None else None
+                                          or not leaf.pipeline.needs_base)
+            chunk_base = bases.get(i) if leaf.pipeline.needs_base else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
                 end = start + chunk.raw_length
@@ -298,7 +298,7 @@ class CheckpointFile:
             spec = leaf.pipeline.native_spec(base is not None)
             if spec is not None:
                 batch.append((chunk.offset - first.offset, chunk.length, chunk.crc, out,
-                              None if leaf.pipeline.residual is None else base, *spec,
+                              base if leaf.pipeline.needs_base else None, *spec,
                               chunk.raw_crc))
                 batch_jobs.append(job)
                 continue

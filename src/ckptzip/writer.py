@@ -129,7 +129,7 @@ def _encode_task(plans: list[LeafPlan], task: _Task) -> list[_Segment]:
         pipeline = plan.pipeline
         spec = None if plan.precoded else pipeline.native_spec(base_chunk is not None)
         if spec is not None:
-            batch.append((raw, None if pipeline.residual is None else base_chunk, *spec))
+            batch.append((raw, base_chunk if pipeline.needs_base else None, *spec))
             batch_leaves.append(index)
             continue
         flush()
