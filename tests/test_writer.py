@@ -194,3 +194,17 @@ def test_tasks_shrink_to_keep_every_thread_busy() -> None:
     assert ckptzip.dumps(state, threads=8) == one
     out = ckptzip.loads(one, threads=8)
     assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+def test_save_report_names_the_file_and_each_tensors_stored_bytes(tmp_path) -> None:
+    """A SaveReport carries what dcp.CompressedWriter needs of the file it wrote: the content id
+    and the stored bytes at each key path (a tied tensor's at both of its paths)."""
+    shared = torch.randn(64, 32)
+    state = {"a": shared, "b": {"c": torch.arange(1000)}, "tied": shared, "raw": b"xyz" * 50}
+    path = tmp_path / "r.ckz"
+    report = ckptzip.save(state, path)
+    with ckptzip.open(path) as f:
+        assert report.id == f.id and len(report.id) == 32
+        stored = {leaf.name: leaf.stored_bytes for leaf in f.leaves}
+    assert report.stored_bytes_at == {"a": stored["a"], "b.c": stored["b.c"], "tied": stored["a"],
+                                      "raw": stored["raw"]}
