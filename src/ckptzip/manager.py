@@ -311,7 +311,7 @@ class CheckpointManager:
         try:
             prepared = prepare(state, mode=self.mode, base=base,
                                keyframe_every=self.keyframe_every, mode_options=self.mode_options,
-                               resumed=self._resumed(path, resumed_from))
+                               resumed=self._resumed(path, resumed_from), threads=self.threads)
             host = prepared.to_host()
         except BaseException:
             if base is not None:

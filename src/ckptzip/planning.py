@@ -18,6 +18,7 @@ from .chain import Base
 from .container import base_entry, encoded_entry
 from .errors import ConfigError
 from .modes import policy_for
+from .parallel import resolve_threads
 from .pipeline import Pipeline
 from .policy import Encoded, Exact, Policy
 from .progress import Progress
@@ -185,12 +186,14 @@ def prepare(
     mode_options: dict[str, Any] | None = None,
     progress: bool = False,
     resumed: bool = False,
+    threads: int | None = None,
 ) -> Prepared:
     """Flatten ``state`` and run the mode's whole-state transforms (lossy modes, against
-    ``base``) where the tensors are. Each transformed leaf's base reference is checksummed now,
-    so the base's bytes need not stay cached until the write. ``progress``: a bar on a terminal
-    while the transforms run (minutes for a large state on a CPU). ``resumed``: the training
-    that made ``state`` went on from ``base`` as decoded (see :func:`ckptzip.save`)."""
+    ``base``) where the tensors are, on ``threads`` threads (None: every core). Each
+    transformed leaf's base reference is checksummed now, so the base's bytes need not stay
+    cached until the write. ``progress``: a bar on a terminal while the transforms run
+    (minutes for a large state on a CPU). ``resumed``: the training that made ``state`` went
+    on from ``base`` as decoded (see :func:`ckptzip.save`)."""
     policy = policy_for(mode, **(mode_options or {}))
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
@@ -202,7 +205,8 @@ def prepare(
         bar.total = max(total, 1)
         bar.update(size)
 
-    plans = policy.plan_state(leaves, base, planned, resumed=resumed)
+    plans = policy.plan_state(leaves, base, planned, resumed=resumed,
+                              threads=resolve_threads(threads))
     bar.close()
     exact = {index: plan for index, plan in plans.items() if isinstance(plan, Exact)}
     for index, encoding in sorted(plans.items(), key=lambda p: p[0]):

@@ -53,13 +53,14 @@ class Policy(Protocol):
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
                    progress: Planned | None = None, *,
-                   resumed: bool = False) -> dict[int, Encoded | Exact]:
+                   resumed: bool = False, threads: int = 1) -> dict[int, Encoded | Exact]:
         """Transform whichever tensors the mode treats jointly (weights with their moments),
         by leaf index, or mark them :class:`Exact`; every other leaf is coded on its own with
         :meth:`pipeline_for`. Plans at indices ``len(leaves)``, ``len(leaves) + 1``, ... add
         leaves (their ``added``). ``progress`` hears of the raw bytes planned as the work goes
         (a progress bar). ``resumed``: training went on from ``base`` as decoded (it resumed
-        from a load of it), not from the true state the base was saved from."""
+        from a load of it), not from the true state the base was saved from. ``threads``: how
+        many threads may plan (the plans do not depend on it)."""
 
     def check_state(self, leaves: list[Leaf]) -> None:
         """Raise :class:`ConfigError` now where the mode's options cannot work with this state
@@ -88,7 +89,7 @@ class LosslessPolicy:
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
                    progress: Planned | None = None, *,
-                   resumed: bool = False) -> dict[int, Encoded | Exact]:
+                   resumed: bool = False, threads: int = 1) -> dict[int, Encoded | Exact]:
         return {}
 
     def check_state(self, leaves: list[Leaf]) -> None:

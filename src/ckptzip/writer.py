@@ -254,7 +254,7 @@ def encode_state(
     # a Prepared state was planned already: its mode, base and policy hold
     prepared = state if isinstance(state, Prepared) else prepare(
         state, mode=mode, base=base, keyframe_every=keyframe_every, mode_options=mode_options,
-        progress=progress, resumed=resumed)
+        progress=progress, resumed=resumed, threads=n_threads)
     mode, base, policy = prepared.mode, prepared.base, prepared.policy
     tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header = new_header(mode, user_metadata, tree, source)

@@ -108,6 +108,11 @@ class TensorToTensor(Codec):
         state does not hold them), with the names a reader gives them; none by default."""
         return {}
 
+    def renumbered(self, numbers: Mapping[int, int]) -> TensorToTensor:
+        """This stage with each sibling leaf index found in ``numbers`` replaced by its value (a
+        plan made with provisional indices gets its final ones); itself by default."""
+        return self
+
     def sibling_problem(self, shape: tuple[int, ...],
                         siblings: dict[int, tuple[str, tuple[int, ...]]]) -> str | None:
         """Why the sibling leaves a header declares (``(dtype name, shape)`` by index, for each

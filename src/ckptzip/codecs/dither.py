@@ -103,15 +103,25 @@ class Dither(TensorToTensor):
 
     # Both directions compute in float64, where u * step is exact, and return float32 (float64
     # for float64 input), so the writer's reconstruction is the reader's to the bit.
+    # On the host the native core does it in one pass, with the same float64 arithmetic.
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        dtype = torch.promote_types(tensor.dtype, torch.float32)
-        return (tensor.double() + self.shift(tensor.shape, tensor.device)).to(dtype)
+        return self._shifted(tensor, 1)
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         if not tensor.is_floating_point():
             raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
+        return self._shifted(tensor, -1)
+
+    def _shifted(self, tensor: torch.Tensor, sign: int) -> torch.Tensor:
         dtype = torch.promote_types(tensor.dtype, torch.float32)
-        return (tensor.double() - self.shift(tensor.shape, tensor.device)).to(dtype)
+        if tensor.device.type != "cpu":
+            return (tensor.double() + sign * self.shift(tensor.shape, tensor.device)).to(dtype)
+        values = tensor.to(dtype).contiguous()
+        out = torch.empty_like(values)
+        if values.numel():
+            _native.dither_shift(values.reshape(-1).numpy(), out.reshape(-1).numpy(),
+                                 values.element_size(), self.seed, self.step, sign)
+        return out
 
 
 def scaled_offsets(shape: torch.Size | tuple[int, ...], seed: int, step: float,

@@ -51,6 +51,9 @@ class LowRank(TensorToTensor):
     def added_leaves(self, name: str) -> dict[int, str]:
         return {self.u: f"{name}:lowrank.u", self.v: f"{name}:lowrank.v"}
 
+    def renumbered(self, numbers: Mapping[int, int]) -> LowRank:
+        return LowRank(numbers.get(self.u, self.u), numbers.get(self.v, self.v))
+
     def sibling_problem(self, shape: tuple[int, ...],
                         siblings: dict[int, tuple[str, tuple[int, ...]]]) -> str | None:
         u, v = siblings[self.u][1], siblings[self.v][1]

@@ -12,6 +12,7 @@ same, so the stages after it may code those elements however is cheapest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -60,6 +61,9 @@ class ExactZeros(TensorToTensor):
 
     def added_leaves(self, name: str) -> dict[int, str]:
         return {self.leaf: f"{name}:changed"}
+
+    def renumbered(self, numbers: Mapping[int, int]) -> ExactZeros:
+        return ExactZeros(numbers.get(self.leaf, self.leaf))
 
     def sibling_problem(self, shape: tuple[int, ...], siblings: dict[int, tuple[str, tuple[int, ...]]],
                         ) -> str | None:

@@ -41,8 +41,8 @@ from ..dtypes import from_name
 from ..errors import ConfigError
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
-from .common import GroupValues, JointPolicy, coded, decode, finish, finished, honoured
-from .factoring import BOUND_SIGMAS, Rounding, factor_update, grid, roundings
+from .common import GroupValues, JointPolicy, coded, decode, finish, finished, honoured, magnitude
+from .factoring import BOUND_SIGMAS, Rounding, cheapest_roundings, factor_update, grid
 from .pairing import MOMENTS
 from .quantize import CODEBOOKS, fitted
 
@@ -155,7 +155,7 @@ class AdaptivePolicy(JointPolicy):
         kept = None
         if group.exp_avg is not None and values.m is not None:
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
-                                                  float(values.m.double().pow(2).sum()), "exp_avg")
+                                                  magnitude(values.m) ** 2, "exp_avg")
         if group.exp_avg is not None and group.exp_avg in plans:
             m_plan = plans[group.exp_avg]
             kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
@@ -185,7 +185,7 @@ class AdaptivePolicy(JointPolicy):
         if base.stored(leaf.name) is None:
             budget = min(budget, UNRECORDED_BASE_BUDGET)
         delta = w - w_base
-        scale_sq = energy = float(delta.double().pow(2).sum())
+        scale_sq = energy = magnitude(delta) ** 2
         inherited = self.carried * base_error_energy(base, leaf.name)
         if inherited > 0:  # the budget is relative to the update, not to the base's error
             scale_sq = max(energy - inherited, UPDATE_FLOOR * energy)
@@ -272,15 +272,14 @@ class AdaptivePolicy(JointPolicy):
         update's energy enters with 7 significant digits: its last bits depend on the order of
         the sum, which differs between devices. ``active``: the elements an
         :class:`~ckptzip.codecs.ExactZeros` mask leaves to be coded (all by default)."""
-        best = None
-        for rounding in roundings(array, scale_sq, budget, seed, active, BOUND_SIGMAS):
+        for rounding in cheapest_roundings(array, scale_sq, budget, seed, active, BOUND_SIGMAS):
             quantizer = grid(rounding.levels, rounding.step, leaf.dtype.name)
-            if quantizer is not None and (best is None or rounding.bits < best[2].bits):
+            if quantizer is not None:
                 stages: tuple[TensorToTensor, ...] = (
                     (Dither(seed, rounding.step),) if rounding.dithered else ())
-                best = ((rounding.levels.double() * rounding.step).to(array.dtype), quantizer,
+                return ((rounding.levels.double() * rounding.step).to(array.dtype), quantizer,
                         rounding, stages)
-        return best
+        return None
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,
                   residual: bool = False, base: torch.Tensor | None = None,

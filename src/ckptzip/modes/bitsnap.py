@@ -37,6 +37,7 @@ from .common import (
     coded,
     decode,
     delta_error,
+    distance,
     error_record,
     finish,
     finished,
@@ -124,7 +125,7 @@ class BitsnapPolicy(JointPolicy):
         context = TransformContext(leaf.name, w_base)
         array = sparse.encode(delta.reshape(leaf.shape), context)
         decoded = decode(stages, array, context)
-        bound = no_worse(leaf.dtype.itemsize) * float((leaf.tensor.double() - w_base.double()).norm())
+        bound = no_worse(leaf.dtype.itemsize) * distance(leaf.tensor, w_base)
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean()),
                                   rel_delta=delta_error(leaf.tensor, decoded, w_base), bound=bound),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 import re
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from ..codecs import (
 )
 from ..dtypes import from_torch
 from ..errors import ConfigError
+from ..parallel import ordered_map
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf
@@ -42,6 +45,11 @@ SCOPES = ("floats", "optimized")
 #: one is at most twice as far from the true one as the value before rounding.
 NO_WORSE = {4: 1 + 2**-9, 8: 1 + 2**-9}
 NO_WORSE_NARROW = 2 + 2**-8
+#: A group planned on its own numbers the leaves it adds (a change mask, low-rank factors)
+#: provisionally, from a range of this many below this index; :func:`_renumber` gives them
+#: their final indices, after the state's own leaves, in group order.
+PROVISIONAL_LEAVES = 1 << 30
+LEAVES_PER_GROUP = 16
 
 
 class NonFiniteWarning(UserWarning):
@@ -92,10 +100,10 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float 
     """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
     with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
     up) and a ``within`` flag: whether the achieved error, unrounded, kept it."""
-    diff = (decoded.double() - original.double()).reshape(-1)
-    norm = float(original.double().norm())
-    error = float(diff.norm())
-    record = {"mse": float(diff.pow(2).mean()) if diff.numel() else 0.0,
+    norm = magnitude(original)
+    error = distance(decoded, original)
+    count = original.numel()
+    record = {"mse": error * error / count if count else 0.0,
               "rel": error / norm if norm else float(error > 0)}
     record.update(more)
     rounded = {k: float(f"{v:.4g}") for k, v in record.items()}
@@ -121,9 +129,22 @@ def finished(encoded: Encoded) -> Encoded | Exact:
 
 def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor) -> float:
     """The error relative to the update since the base: ``|x^ - x| / |x - base|``."""
-    update = float((original.double() - base.double()).norm())
-    error = float((decoded.double() - original.double()).norm())
+    update = distance(original, base)
+    error = distance(decoded, original)
     return error / update if update else float(error > 0)
+
+
+def magnitude(tensor: torch.Tensor) -> float:
+    """``|x|``, the L2 norm, summed in float64 without a float64 copy of the tensor."""
+    return float(torch.linalg.vector_norm(tensor, dtype=torch.float64))
+
+
+def distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``|a - b|``. The difference is taken in the tensors' (promoted, at least float32) type:
+    exact where the two are within a factor of two of each other (Sterbenz), as a decoded value
+    and its original are, else rounded to 2**-24 of itself; its norm is summed in float64."""
+    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
+    return magnitude(a.to(dtype) - b.to(dtype))
 
 
 def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,
@@ -181,23 +202,37 @@ class JointPolicy(LosslessPolicy):
         self.keep_exact = tuple(keep_exact)
         #: Whether this checkpoint's training went on from the base as decoded (plan_state).
         self.resumed = False
-        self._next_leaf = 0
+        #: The next added leaf's provisional index, per planning thread (:meth:`add_leaf`).
+        self._numbering = threading.local()
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
-                   progress: Planned | None = None, *,
-                   resumed: bool = False) -> dict[int, Encoded | Exact]:
+                   progress: Planned | None = None, *, resumed: bool = False,
+                   threads: int = 1) -> dict[int, Encoded | Exact]:
+        """Each group planned on its own, on ``threads`` threads. A group numbers the leaves it
+        adds provisionally, from a range of its own; once planned, in order, they take the next
+        final indices, so the plans do not depend on the thread count."""
         if base is None:
             return {}
         plans: dict[int, Encoded | Exact] = {}
         self.resumed = resumed
-        self._next_leaf = len(leaves)
         self._warn_unhandled(leaves)
         groups = self.groups(leaves, base, plans)
         self.survey(leaves, groups, base)
         sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
                      if i is not None) for v in groups]
-        for values, size in zip(groups, sizes):
-            plans.update(self.plan_group(leaves, values, base))
+        first = PROVISIONAL_LEAVES - len(groups) * LEAVES_PER_GROUP
+        if first < len(leaves):
+            raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
+
+        def plan(position: int) -> tuple[int, dict[int, Encoded | Exact]]:
+            start = first + position * LEAVES_PER_GROUP
+            self._numbering.next = start
+            return start, self.plan_group(leaves, groups[position], base)
+
+        added = len(leaves)
+        for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads), sizes):
+            added = _renumber(group_plans, start, added)
+            plans.update(group_plans)
             if progress is not None:
                 progress(size, sum(sizes))
         return plans
@@ -213,15 +248,18 @@ class JointPolicy(LosslessPolicy):
         nothing by default."""
 
     def add_leaf(self, count: int = 1) -> int:
-        """The index of the first of ``count`` leaves the plan adds to the file (after the
-        state's own and those added before)."""
-        index = self._next_leaf
-        self._next_leaf += count
+        """The provisional index of the first of ``count`` leaves the group being planned adds
+        to the file (:meth:`plan_state` gives them their final ones)."""
+        index: int = self._numbering.next
+        if index + count > PROVISIONAL_LEAVES:
+            raise AssertionError("a group added more leaves than LEAVES_PER_GROUP")
+        self._numbering.next = index + count
         return index
 
     def next_leaf(self) -> int:
         """The index :meth:`add_leaf` will give next, without taking it (a trial plan)."""
-        return self._next_leaf
+        index: int = self._numbering.next
+        return index
 
     def _warn_unhandled(self, leaves: list[Leaf]) -> None:
         """Warn, naming them, of per-parameter optimizer states the mode does not know (an SGD
@@ -303,6 +341,22 @@ class JointPolicy(LosslessPolicy):
                            get(group.exp_avg), get(group.exp_avg_sq))
 
 
+def _renumber(plans: dict[int, Encoded | Exact], start: int, added: int) -> int:
+    """Give the leaves a group added, numbered provisionally from ``start``, their final indices
+    from ``added`` on, in ``plans`` and in the stages that read them; returns the next free one."""
+    numbers = {index: added + i for i, index in enumerate(sorted(i for i in plans if i >= start))}
+    if not numbers:
+        return added
+    for index in list(plans):
+        plan = plans.pop(index)
+        if isinstance(plan, Encoded):
+            pipeline = plan.pipeline
+            plan.pipeline = dataclasses.replace(
+                pipeline, transforms=tuple(t.renumbered(numbers) for t in pipeline.transforms))
+        plans[numbers.get(index, index)] = plan
+    return added + len(numbers)
+
+
 def _same_bits(leaf: Leaf, base: Base) -> bool:
     """Whether ``leaf`` holds exactly the bits of the base's decoded tensor of its name."""
     found = base.tensor(leaf.name)
@@ -354,8 +408,9 @@ def finish(
     kept = int((array != 0).sum())
     more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
     if bound is None:
-        left_out = reference.double() - (base.double() if residual and base is not None else 0)
-        bound = no_worse(leaf.dtype.itemsize) * float(left_out.norm())
+        left_out = (distance(reference, base) if residual and base is not None
+                    else magnitude(reference))
+        bound = no_worse(leaf.dtype.itemsize) * left_out
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
     record = error_record(reference, decoded, bound=bound, **more)

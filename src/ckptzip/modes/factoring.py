@@ -22,6 +22,7 @@ not: training absorbs it, even at an error the size of the update.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ import torch
 
 from ..codecs import Dither, KMeans, LowRank, TransformContext
 from ..codecs.dither import offsets
-from .quantize import entropy_bits, fitted
+from .quantize import entropy_bits, uniform_table
 
 #: Both sides of a matrix are at least this for its update to be factored.
 LOWRANK_MIN_SIDE = 16
@@ -40,17 +41,26 @@ RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: decoded), so it only trades factor bits against residual bits: on the fidelity model's delta
 #: at step 100, 0.2 made the smallest file (0.05: +7%, 0.1: +2%, 0.3: +3%).
 FACTOR_BUDGET = 0.2
+#: The factors' grid step, in units of their RMS, for that error: ``sqrt(12) * FACTOR_BUDGET``.
+FACTOR_STEP = math.sqrt(12) * FACTOR_BUDGET
 #: Header bytes a factor leaf costs (its pipeline with the codebook, its leaf entry), which the
 #: rank search charges it.
 FACTOR_HEADER_BYTES = 200
-#: Elements the size estimates look at (an evenly strided sample beyond).
-ESTIMATE_SAMPLES = 1 << 20
+#: Elements the size estimates and the grid step's bisection look at (an evenly strided sample
+#: beyond); the realized error is then checked on the whole tensor as decoded.
+ESTIMATE_SAMPLES = 1 << 17
 #: Elements the rank search's estimates of a residual's bits look at: it tries a dozen ranks per
 #: matrix, each rounded both ways (their draws were a third of an adaptive save of the demo's
 #: 10.8M GPT); the entropy of a sample this size is within a fraction of a percent.
-TRIAL_SAMPLES = 1 << 17
-#: Matrices whose smaller side is larger than this get a randomized SVD of the top ranks.
-EXACT_SVD_SIDE = 1024
+TRIAL_SAMPLES = 1 << 16
+#: How close to the coarsest grid step within the budget the bisection of :func:`unbiased_step`
+#: comes: a step 0.1% finer than it could be costs 0.0015 bits an element.
+STEP_TOLERANCE = 1e-3
+#: Matrices whose smaller side is larger than this get a randomized SVD (in fp32) of the top
+#: ranks, up to :data:`RANDOMIZED_TOP`: a full SVD of a 384 x 1536 update took 80 ms, and the
+#: ranks the search picks on the demo's GPT are 2 to 24.
+EXACT_SVD_SIDE = 256
+RANDOMIZED_TOP = 64
 #: Most grid levels a uint8 code addresses (code 0 is zero): ``-127 .. 127``.
 MAX_LEVEL = 127
 #: The randomized SVD's seed (large matrices): a save does not depend on torch's random state.
@@ -100,8 +110,8 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
 
     # a step above every value rounds each |x| to 0 or step: the mean error is step sum|x| -
     # sum x^2, the root of a quadratic in the step (without the spread's term: checked below)
-    absolute = float(magnitudes.double().sum())
-    squares = float(magnitudes.double().pow(2).sum())
+    absolute = float(magnitudes.sum(dtype=torch.float64))
+    squares = float(torch.linalg.vector_norm(magnitudes, dtype=torch.float64)) ** 2
     beyond = (target + squares) / absolute
     if beyond >= top and (not sigmas or error(beyond) <= target):
         return beyond
@@ -109,7 +119,7 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
     # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
     fine, coarse = min(math.sqrt(target / (magnitudes.numel() / 4)), top), top
     for _ in range(32):
-        if coarse <= fine * (1 + 1e-6):
+        if coarse <= fine * (1 + STEP_TOLERANCE):
             break
         middle = math.sqrt(fine * coarse)
         if error(middle) <= target:
@@ -187,6 +197,29 @@ def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
     return found
 
 
+def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
+                       active: int | None = None, sigmas: float = 0.0) -> Iterator[Rounding]:
+    """:func:`roundings`, the cheaper way first, each drawn on the whole of ``values`` only when
+    the caller asks for it (it takes the first whose levels fit its code). Above
+    ``ESTIMATE_SAMPLES`` values, a sample's levels tell which way is cheaper."""
+    ways = [(step, dithered) for step, dithered in (
+        (unbiased_step(values, scale_sq, budget, sigmas), False),
+        (dithered_step(values, scale_sq, budget, active, sigmas), True)) if step > 0]
+
+    def drawn(of: torch.Tensor, step: float, dithered: bool) -> Rounding:
+        return Rounding((dithered_levels if dithered else unbiased_levels)(of, step, seed), step,
+                        dithered)
+
+    sample, fraction = _sample(values)
+    if len(ways) == 2 and fraction == 1:  # small: both drawn, as :func:`roundings` does
+        yield from sorted((drawn(values, *way) for way in ways), key=lambda r: r.bits)
+        return
+    if len(ways) == 2:
+        ways.sort(key=lambda way: drawn(sample, *way).bits)
+    for way in ways:
+        yield drawn(values, *way)
+
+
 def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
                   samples: int = ESTIMATE_SAMPLES) -> float:
     """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget``, the
@@ -235,22 +268,35 @@ class Factored:
 
 
 def _factor(values: torch.Tensor) -> Factor:
+    """``values`` rounded to the nearest level of a uniform grid whose step, ``FACTOR_STEP``
+    times their RMS, makes the relative error about :data:`FACTOR_BUDGET` (a uniform error of
+    ``step**2 / 12`` per element), each level decoded at its values' mean. No search: the
+    residual absorbs the factors' error, which only trades their bits against its own."""
     values = values.float().contiguous()
-    choice, quantizer, pruned = fitted(values, float(values.double().pow(2).sum()),
-                                       FACTOR_BUDGET, "float32", kmeans=False)
+    rms = (float(torch.linalg.vector_norm(values, dtype=torch.float64)) / math.sqrt(values.numel())
+           if values.numel() else 0.0)
+    top = float(values.abs().max()) if values.numel() else 0.0
+    step = max(FACTOR_STEP * rms, top / MAX_LEVEL) if rms > 0 else 1.0
+    pruned, table = uniform_table(values, step, 0.5)
+    quantizer = KMeans(max(table.size, 1), "float32")
+    quantizer.set_table(table if table.size else np.zeros(1))
     context = TransformContext("<factor>")
     codes = quantizer.encode(pruned, context)
-    return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), choice.bits)
+    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).numpy()
+    return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), entropy_bits(counts))
 
 
 def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """The least-squares ``U`` of ``matrix ~ U right^T``, by the normal equations with a ridge of
     1e-10 of the Gram matrix's mean diagonal, so that a quantized ``right`` with a column pruned
-    to zero still solves (on every device: CUDA's ``lstsq`` assumes full rank)."""
-    gram = right.T @ right
+    to zero still solves (on every device: CUDA's ``lstsq`` assumes full rank). The product
+    with the matrix runs in its precision (fp32), the small solve in fp64."""
+    wide = right.double()
+    gram = wide.T @ wide
     ridge = 1e-10 * float(gram.diagonal().mean()) + 1e-300
     eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
-    return torch.linalg.solve(gram + ridge * eye, (matrix @ right).T).T
+    projected = (matrix @ right.to(matrix.dtype)).double()
+    return torch.linalg.solve(gram + ridge * eye, projected.T).T
 
 
 def _randomized_right_vectors(matrix: torch.Tensor, q: int) -> torch.Tensor:
@@ -280,22 +326,23 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     update rounded whole; else None."""
     if delta.dim() < 2 or min(delta.shape[0], delta[0].numel()) < LOWRANK_MIN_SIDE:
         return None
-    matrix = delta.reshape(delta.shape[0], -1).double()
+    matrix = delta.reshape(delta.shape[0], -1).float()
     top = min(min(matrix.shape) // 4, RANKS[-1])
     if not scale_sq > 0 or top < 1:
         return None
     if min(matrix.shape) <= EXACT_SVD_SIDE:
-        right = torch.linalg.svd(matrix, full_matrices=False)[2][:top].T
+        right = torch.linalg.svd(matrix.double(), full_matrices=False)[2][:top].T
     else:
+        top = min(top, RANDOMIZED_TOP)
         right = _randomized_right_vectors(matrix, min(top + 10, min(matrix.shape)))[:, :top]
-    right = _canonical_signs(right)
+    right = _canonical_signs(right.double())
     stage = LowRank(0, 1)  # leaf numbers do not enter the arithmetic
     tried: dict[int, Factored] = {}
 
     def trial(rank: int) -> Factored:
         if rank not in tried:
             v = _factor(right[:, :rank])
-            u = _factor(_fit_left(matrix, v.decoded.double()))
+            u = _factor(_fit_left(matrix, v.decoded))
             context = TransformContext("<trial>", siblings={0: u.decoded, 1: v.decoded})
             residual = stage.encode(delta, context)
             bits = (u.bits + v.bits + unbiased_bits(residual, scale_sq, budget, TRIAL_SAMPLES)

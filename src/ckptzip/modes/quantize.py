@@ -15,13 +15,14 @@ Both are stored through the ``kmeans`` stage (a uniform quantizer's level means 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from ..codecs import KMeans
-from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted
+from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, spread_sample
 
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
@@ -29,18 +30,18 @@ CODEBOOKS = (2, 4, 8, 15, 31, 63, 255)
 #: Values each candidate's k-means is fitted on (an evenly strided sample of the sorted values).
 SEARCH_SAMPLES = 1 << 16
 #: Above this many values the search runs on a sample of this size, spread over the tensor
-#: (its two sorts of the whole tensor took 30% of an adaptive save of a 4096 x 4096 state); the
-#: pruned energy it reads off the sample is within a fraction of a percent of the whole's.
-SORT_SAMPLES = 1 << 20
-#: A prime above any tensor's element count: ``i * SPREAD mod n`` visits the tensor evenly
-#: without following its rows (an every-k-th sample of a matrix takes the same columns).
-SPREAD = 2_305_843_009_213_693_951  # 2**61 - 1
+#: (its two sorts of the whole tensor were a third of an adaptive save); the pruned energy and
+#: the bits it reads off the sample are within a percent of the whole's, and the error of the
+#: plan it picks is checked on the whole tensor as decoded.
+SORT_SAMPLES = 1 << 17
 
 #: Uniform (entropy-coded scalar) quantizer candidates: rounding offsets (0.5 rounds to the
 #: nearest level; smaller ones widen the zero bin, a dead zone) and steps, as multiples of the
 #: values' RMS, tried from the coarsest down.
 UNIFORM_OFFSETS = (0.5, 0.35, 0.2)
-UNIFORM_STEPS = tuple(float(x) for x in np.geomspace(8.0, 0.02, 48))
+UNIFORM_STEPS = (8.0, 0.02)
+#: Halvings of the log of the step range (400x) in the uniform search: to within 0.04% of a step.
+UNIFORM_BISECTIONS = 14
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,12 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
                        kmeans=kmeans)
         return replace(found, kept=min(n, round(found.kept / fraction)),
                        bits=found.bits / fraction)
-    ordered = flat.sort().values
+    ordered = ascending(flat)
     if not kmeans:
         uniform = _uniform(ordered, scale_sq, budget)
         if uniform is not None:
             return uniform
-    magnitudes = flat.abs().sort(descending=True).values
+    magnitudes = ascending(flat.abs()).flip(0)
     energy = torch.cat([flat.new_zeros(1), magnitudes.pow(2).cumsum(0)])
     total = float(energy[-1])
     best: Choice | None = None
@@ -89,6 +90,7 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
         pruned = max(total - float(energy[kept]), 0.0)
         if math.sqrt(pruned / scale_sq) > budget:
             break
+        candidates: Iterable[Choice]
         if kept == 0:
             candidates = [Choice(0, 1, 0.0, math.sqrt(total / scale_sq))]
         else:
@@ -103,17 +105,15 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
     if best is None:  # nothing fits: the most accurate candidate
         kept = round(FRACTIONS[0] * n)
         pruned = max(total - float(energy[kept]), 0.0)
-        best = _candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:])[0]
+        best = next(_candidates(ordered, magnitudes, kept, n, pruned, scale_sq, CODEBOOKS[-1:]))
     return best
 
 
-def spread_sample(flat: torch.Tensor, count: int) -> torch.Tensor:
-    """``count`` elements of ``flat``, at indices ``i * SPREAD mod n`` (distinct: the prime is
-    coprime to ``n``), in int64 arithmetic that cannot overflow."""
-    n = flat.numel()
-    index = torch.arange(count, dtype=torch.int64, device=flat.device)
-    # (i * SPREAD) mod n without overflow: SPREAD mod n is below n, i below 2**20, n below 2**43
-    return flat[(index * (SPREAD % n)) % n]
+def ascending(values: torch.Tensor) -> torch.Tensor:
+    """``values`` (1-D) sorted: by numpy's sort on the host (twice as fast as torch's here)."""
+    if values.device.type != "cpu":
+        return values.sort().values
+    return torch.from_numpy(np.sort(values.contiguous().numpy()))
 
 
 def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
@@ -150,26 +150,26 @@ def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | 
                       entropy_bits(counts) * scale, error, step, offset)
 
     best: Choice | None = None
+    coarsest, finest = UNIFORM_STEPS[0] * rms, UNIFORM_STEPS[-1] * rms
     for offset in UNIFORM_OFFSETS:
-        coarse = None  # the finest step that misses the budget
-        for relative_step in UNIFORM_STEPS:  # coarsest first
-            choice = candidate(relative_step * rms, offset)
-            if choice is None:
-                break
-            if choice.error > budget:
-                coarse = choice.step
-                continue
-            fine = choice.step  # fits: bisect towards the coarser neighbour, which misses
-            for _ in range(10 if coarse is not None else 0):
-                assert coarse is not None
+        # the error grows with the step, and below some step the levels overflow a uint8 code
+        # (no candidate): bisect, on a log scale, for the coarsest step that still fits
+        choice = candidate(coarsest, offset)
+        if choice is None or choice.error > budget:
+            fits, coarse, fine = None, coarsest, finest
+            found = candidate(fine, offset)
+            if found is not None and found.error <= budget:
+                fits = found
+            for _ in range(UNIFORM_BISECTIONS):
                 middle = math.sqrt(fine * coarse)
                 trial = candidate(middle, offset)
-                if trial is not None and trial.error <= budget:
-                    choice, fine = trial, middle
-                else:
+                if trial is not None and trial.error > budget:
                     coarse = middle
-            best = choice if best is None or choice.bits < best.bits else best
-            break
+                else:
+                    fine, fits = middle, trial if trial is not None else fits
+            choice = fits
+        if choice is not None and (best is None or choice.bits < best.bits):
+            best = choice
     return best
 
 
@@ -190,8 +190,9 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
 
 
 def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
-                scale_sq: float, codebooks: tuple[int, ...]) -> list[Choice]:
-    """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive."""
+                scale_sq: float, codebooks: tuple[int, ...]) -> Iterator[Choice]:
+    """Each codebook size's bits and error when the ``kept`` largest of ``n`` values survive,
+    fitted as they are asked for (the search stops at the first that fits)."""
     threshold = magnitudes[kept - 1:kept].to(ordered.dtype)
     # the survivors are the two tails of the sorted values
     negative = int(torch.searchsorted(ordered, -threshold, right=True))
@@ -202,12 +203,10 @@ def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: i
     sample = survivors.cpu().numpy()
     scale = count / sample.size
     mask_bits = n * _binary_entropy(kept / n)
-    choices = []
     for k in codebooks:
         fit = lloyd_sorted(sample, k)
         bits = mask_bits + entropy_bits(fit.counts) * scale
-        choices.append(Choice(kept, k, bits, math.sqrt((pruned + fit.sse * scale) / scale_sq)))
-    return choices
+        yield Choice(kept, k, bits, math.sqrt((pruned + fit.sse * scale) / scale_sq))
 
 
 def _binary_entropy(p: float) -> float:

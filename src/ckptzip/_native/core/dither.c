@@ -28,3 +28,42 @@ void ckz_dither_offsets(double *out, size_t count, uint64_t start, uint32_t seed
         j += run;
     }
 }
+
+/* The offset of one index for a seed's key (as ckz_dither_offsets computes it). */
+static inline double offset_of(uint32_t low, uint32_t key) {
+    uint32_t h = mix(low ^ key);
+    return ((double)(h >> 8) + 0.5) * (1.0 / 16777216.0) - 0.5;
+}
+
+int ckz_dither_shift(const void *in, void *out, size_t elem_size, size_t count, uint32_t seed,
+                     double step, int sign) {
+    if ((elem_size != 4 && elem_size != 8) || (sign != 1 && sign != -1)) return -1;
+    size_t j = 0;
+    while (j < count) {
+        uint64_t index = j;
+        uint32_t high = (uint32_t)(index >> 32);
+        uint32_t key = mix(mix(high) ^ seed);
+        uint64_t room = (((uint64_t)high + 1) << 32) - index;
+        size_t run = count - j < room ? count - j : (size_t)room;
+        uint32_t low = (uint32_t)index;
+        /* each element: x + (u * step) or x - (u * step) in double, as torch's ops compute
+         * (tensor.double() +- offsets * step), rounded once to the output's type */
+        if (elem_size == 4) {
+            const float *x = (const float *)in + j;
+            float *y = (float *)out + j;
+            for (size_t i = 0; i < run; i++) {
+                double shift = offset_of(low + (uint32_t)i, key) * step;
+                y[i] = (float)(sign > 0 ? (double)x[i] + shift : (double)x[i] - shift);
+            }
+        } else {
+            const double *x = (const double *)in + j;
+            double *y = (double *)out + j;
+            for (size_t i = 0; i < run; i++) {
+                double shift = offset_of(low + (uint32_t)i, key) * step;
+                y[i] = sign > 0 ? x[i] + shift : x[i] - shift;
+            }
+        }
+        j += run;
+    }
+    return 0;
+}

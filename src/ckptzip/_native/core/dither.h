@@ -9,4 +9,11 @@
  * h = mix(lo ^ mix(mix(hi) ^ seed)) of the index's low and high 32 bits. */
 void ckz_dither_offsets(double *out, size_t count, uint64_t start, uint32_t seed);
 
+/* out[i] = in[i] + sign * (offset of element i for seed) * step, for count floats (elem_size 4)
+ * or doubles (8), in double arithmetic rounded once to the element type: the dither stage's
+ * encode (sign 1) and decode (sign -1) of a whole tensor in one pass. in may be out. Returns 0,
+ * or -1 for a bad elem_size or sign. */
+int ckz_dither_shift(const void *in, void *out, size_t elem_size, size_t count, uint32_t seed,
+                     double step, int sign);
+
 #endif

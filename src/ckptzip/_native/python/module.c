@@ -13,6 +13,7 @@
 #include "memory.h"
 #include "planes.h"
 #include "pymemory.h"
+#include "quantize.h"
 #include "residual.h"
 #include "stream.h"
 
@@ -131,6 +132,160 @@ static PyObject *py_dither_offsets(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(dither_shift_doc,
+             "dither_shift(src, dst, elem_size, seed, step, sign) -> None\n\n"
+             "dst[i] = src[i] + sign * offset(i, seed) * step in float64 arithmetic, rounded once to\n"
+             "the elements' type (float32 or float64 by elem_size; sign 1 or -1): the dither stage\n"
+             "over a whole tensor. dst may be src.");
+static PyObject *py_dither_shift(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "dst", "elem_size", "seed", "step", "sign", NULL};
+    PyObject *so, *dobj;
+    long elem_size;
+    unsigned long seed;
+    double step;
+    int sign;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOlkdi:dither_shift", kwlist, &so, &dobj,
+                                     &elem_size, &seed, &step, &sign))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (sign != 1 && sign != -1) return PyErr_Format(PyExc_ValueError, "sign %d is not 1 or -1", sign);
+    if (seed > 0xffffffffUL)
+        return PyErr_Format(PyExc_ValueError, "seed %lu exceeds 32 bits", seed);
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        if (d.len != s.len)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, src %zd", d.len, s.len);
+        else if (overlaps(&s, &d) && s.buf != d.buf)
+            PyErr_SetString(PyExc_ValueError, "src and dst overlap without being the same");
+        else {
+            Py_BEGIN_ALLOW_THREADS
+            ckz_dither_shift(s.buf, d.buf, (size_t)elem_size, (size_t)s.len / (size_t)elem_size,
+                             (uint32_t)seed, step, sign);
+            Py_END_ALLOW_THREADS
+            result = Py_None;
+            Py_INCREF(result);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+/* A buffer of doubles (thresholds, a codebook) of at most `most` entries. */
+static int get_doubles(PyObject *obj, Py_buffer *view, size_t most, const char *name) {
+    if (get_buffer(obj, view, 0, name)) return -1;
+    if (view->len % 8 || (size_t)view->len / 8 > most) {
+        PyErr_Format(PyExc_ValueError, "%s must hold at most %zu float64 values, not %zd bytes",
+                     name, most, view->len);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(nearest_codes_doc,
+             "nearest_codes(src, thresholds, dst, elem_size) -> None\n\n"
+             "dst[i] (uint8) = 0 where src[i] (float32 or float64, by elem_size) is zero, else 1 +\n"
+             "the number of the ascending float64 thresholds (at most 254) below it: the code of\n"
+             "the nearest entry of a sorted codebook, given the midpoints between its entries.");
+static PyObject *py_nearest_codes(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "thresholds", "dst", "elem_size", NULL};
+    PyObject *so, *to, *dobj;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:nearest_codes", kwlist, &so, &to, &dobj,
+                                     &elem_size))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    Py_buffer s, t, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_doubles(to, &t, CKZ_MAX_CENTROIDS - 1, "thresholds")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        size_t n = (size_t)s.len / (size_t)elem_size;
+        if ((size_t)d.len != n)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd codes for %zu values", d.len, n);
+        else if (overlaps(&s, &d))
+            PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        else {
+            Py_BEGIN_ALLOW_THREADS
+            ckz_nearest_codes(s.buf, (size_t)elem_size, n, (const double *)t.buf,
+                              (size_t)t.len / 8, (uint8_t *)d.buf);
+            Py_END_ALLOW_THREADS
+            result = Py_None;
+            Py_INCREF(result);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+PyDoc_STRVAR(table_lookup_doc,
+             "table_lookup(codes, table, dst, elem_size) -> int\n\n"
+             "dst[i] = table[codes[i]] (codes uint8, table float64 of at most 256 entries, dst\n"
+             "float32 or float64 by elem_size). Returns len(codes), or the index of the first code\n"
+             "beyond the table (dst is then meaningless).");
+static PyObject *py_table_lookup(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"codes", "table", "dst", "elem_size", NULL};
+    PyObject *co, *to, *dobj;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:table_lookup", kwlist, &co, &to, &dobj,
+                                     &elem_size))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    Py_buffer c, t, d;
+    if (get_buffer(co, &c, 0, "codes")) return NULL;
+    if (get_doubles(to, &t, 256, "table")) {
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    size_t n = (size_t)c.len;
+    if ((size_t)d.len != n * (size_t)elem_size)
+        PyErr_Format(PyExc_ValueError, "dst holds %zd bytes for %zu values of %ld bytes", d.len,
+                     n, elem_size);
+    else if (overlaps(&c, &d))
+        PyErr_SetString(PyExc_ValueError, "codes and dst overlap");
+    else {
+        size_t done;
+        Py_BEGIN_ALLOW_THREADS
+        done = ckz_table_lookup((const uint8_t *)c.buf, n, (const double *)t.buf,
+                                (size_t)t.len / 8, (size_t)elem_size, d.buf);
+        Py_END_ALLOW_THREADS
+        result = PyLong_FromSize_t(done);
+    }
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&d);
+    return result;
 }
 
 /* split_planes and merge_planes share argument handling; `split` picks the direction. */
@@ -836,6 +991,9 @@ static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
     KW("byte_histogram", py_byte_histogram, byte_histogram_doc),
     KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
+    KW("dither_shift", py_dither_shift, dither_shift_doc),
+    KW("nearest_codes", py_nearest_codes, nearest_codes_doc),
+    KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("split_planes", py_split, split_doc),
     KW("merge_planes", py_merge, merge_doc),
     KW("encode", py_encode, encode_doc),
