@@ -95,7 +95,7 @@ class _Scale(ckptzip.codecs.TensorToTensor):
 class _HalfPolicy(ckptzip.policy.LosslessPolicy):
     mode = "test-half"
 
-    def plan_state(self, leaves, base, progress=None, *, resumed=False):
+    def plan_state(self, leaves, base, progress=None, *, resumed=False, threads=1):
         from ckptzip.codecs.base import TransformContext
 
         planned = {}
