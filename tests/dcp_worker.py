@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 
-from ckptzip import writer
+from ckptzip import sinks
 from ckptzip.dcp import CompressedReader, CompressedWriter
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -102,13 +102,13 @@ def save(root: str) -> None:
 
     dcp.save(states(model, optim, 2), storage_writer=writer_for(f"{root}/fail"))
     if dist.get_rank() == 1:
-        def failing(sink: writer.Sink, data: bytes) -> None:
+        def failing(sink: sinks.Sink, data: bytes) -> None:
             # a small file's coded chunks may go out in one write (a task's at once): every
             # write fails, the first included
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        writer.FileSink.write = failing  # type: ignore[method-assign]
-        writer.StreamSink.write = failing  # type: ignore[method-assign]
+        sinks.FileSink.write = failing  # type: ignore[method-assign]
+        sinks.StreamSink.write = failing  # type: ignore[method-assign]
     try:
         dcp.save(states(model, optim, 2), storage_writer=writer_for(f"{root}/fail"))
     except CheckpointException as exc:  # DCP re-raises rank 1's failure on every rank

@@ -13,9 +13,9 @@ import torch
 import ckptzip
 from ckptzip import manager as manager_module
 from ckptzip.manager import CheckpointManager
+from ckptzip.planning import Prepared, prepare
 from ckptzip.reader import open_base
 from ckptzip.tree import flatten
-from ckptzip.writer import Prepared, prepare
 from tests.test_manager import assert_same
 
 

@@ -241,7 +241,7 @@ def test_context_bucketed_planes_are_exact_and_chosen_when_they_pay() -> None:
 def test_trials_size_a_quick_sample_and_a_full_one_only_when_close(monkeypatch) -> None:
     """Against a base, each tensor's candidates are sized on a 16 KiB sample first; the 64 KiB
     one follows only when the two best scores lie within TRIAL_MARGIN of each other."""
-    from ckptzip import pipeline, writer
+    from ckptzip import pipeline, planning
 
     sized: list[int] = []
     real = pipeline.Pipeline.encoded_size
@@ -250,11 +250,11 @@ def test_trials_size_a_quick_sample_and_a_full_one_only_when_close(monkeypatch) 
     base = torch.randn(200_000)
     state = {"w": base + 1e-4 * torch.randn(200_000)}  # a small update: the delta wins clearly
     blob = ckptzip.dumps(state, base={"w": base})
-    assert sized and set(sized) == {writer.QUICK_TRIAL_BYTES}
-    monkeypatch.setattr(writer, "TRIAL_MARGIN", 100.0)  # no score counts as clear: both samples
+    assert sized and set(sized) == {planning.QUICK_TRIAL_BYTES}
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 100.0)  # no score counts as clear: both samples
     sized.clear()
     assert ckptzip.dumps(state, base={"w": base}) == blob  # the same choice either way
-    assert sorted(set(sized)) == [writer.QUICK_TRIAL_BYTES, writer.TRIAL_BYTES]
+    assert sorted(set(sized)) == [planning.QUICK_TRIAL_BYTES, planning.TRIAL_BYTES]
 
 
 def test_ctxplanes_must_follow_a_residual() -> None:

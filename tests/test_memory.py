@@ -174,7 +174,7 @@ def test_in_memory_result_is_the_same_joined_or_assembled(monkeypatch: pytest.Mo
     """MemorySink keeps small results' chunks for one final join and copies large ones in as
     they come, behind room for the header as estimated: the header is padded to that room
     and nothing else differs (the same data section, the same content id)."""
-    from ckptzip.writer import MemorySink
+    from ckptzip.sinks import MemorySink
 
     state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
     joined = ckptzip.dumps(state, threads=2)
@@ -192,11 +192,11 @@ def test_in_memory_result_is_the_same_joined_or_assembled(monkeypatch: pytest.Mo
 def test_in_memory_header_that_outgrows_its_room_moves_the_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ckptzip import writer
+    from ckptzip import sinks, writer
 
     state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
     joined = ckptzip.dumps(state)
-    monkeypatch.setattr(writer.MemorySink, "JOIN_BYTES", 0)
+    monkeypatch.setattr(sinks.MemorySink, "JOIN_BYTES", 0)
     monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
     assert ckptzip.dumps(state) == joined  # moved behind the exact header: no padding
 
@@ -209,7 +209,7 @@ def test_header_estimate_made_midway_sees_the_plans_as_they_were(
     then must be the one it would have made before the first chunk."""
     import copy
 
-    from ckptzip import writer
+    from ckptzip import sinks, writer
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
@@ -224,7 +224,7 @@ def test_header_estimate_made_midway_sees_the_plans_as_they_were(
 
     base, new = train(2), train(3)
     joined = ckptzip.dumps(new, mode="excp", base=base)
-    monkeypatch.setattr(writer.MemorySink, "JOIN_BYTES", _header(joined)["data_length"] // 2)
+    monkeypatch.setattr(sinks.MemorySink, "JOIN_BYTES", _header(joined)["data_length"] // 2)
     made: list[tuple[int, int]] = []
     real = writer._header_estimate
 
@@ -264,7 +264,7 @@ def test_parallel_assembly_matches_the_calling_thread(monkeypatch: pytest.Monkey
     """With several threads, the pool copies chunks into the result at places the calling
     thread set aside in order: the bytes must be those of a one-thread assembly, through
     batches of one chunk and through the buffer growing past a small size hint."""
-    from ckptzip.writer import MemorySink
+    from ckptzip.sinks import MemorySink
 
     state = {f"t{i}": torch.randn(300, 700) for i in range(6)}
     monkeypatch.setattr(MemorySink, "JOIN_BYTES", 0)

@@ -6,20 +6,20 @@ import pytest
 import torch
 
 import ckptzip
-from ckptzip import writer
+from ckptzip import sinks, writer
 
 
 def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypatch) -> None:
     state = {f"t{i}": torch.randn(3000 + i) for i in range(40)}
     monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
     moves: list[int] = []
-    original = writer.FileSink._move_data
+    original = sinks.FileSink._move_data
 
-    def counting_move(sink: writer.FileSink, header_size: int) -> None:
+    def counting_move(sink: sinks.FileSink, header_size: int) -> None:
         moves.append(header_size)
         original(sink, header_size)
 
-    monkeypatch.setattr(writer.FileSink, "_move_data", counting_move)
+    monkeypatch.setattr(sinks.FileSink, "_move_data", counting_move)
     path = tmp_path / "grown.ckz"
     report = ckptzip.save(state, path)
     assert len(moves) == 1
@@ -35,9 +35,9 @@ def test_header_room_is_a_close_overestimate(tmp_path, monkeypatch) -> None:
     """A file's header is padded up to the writer's estimate (large files keep it): the
     estimate must cover the header, and the padding stay below the header's own size (here
     300 tensors of one chunk each, where the margin of 8 bytes a tensor weighs most)."""
-    monkeypatch.setattr(writer.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
     moves: list[int] = []
-    monkeypatch.setattr(writer.FileSink, "_move_data", lambda sink, size: moves.append(size))
+    monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(30)])
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 64)).sum().backward()
@@ -95,7 +95,7 @@ class _Scale(ckptzip.codecs.TensorToTensor):
 class _HalfPolicy(ckptzip.policy.LosslessPolicy):
     mode = "test-half"
 
-    def plan_state(self, leaves, base, progress=None, *, resumed=False):
+    def plan_state(self, leaves, base, progress=None, *, resumed=False, threads=1):
         from ckptzip.codecs.base import TransformContext
 
         planned = {}
@@ -194,3 +194,17 @@ def test_tasks_shrink_to_keep_every_thread_busy() -> None:
     assert ckptzip.dumps(state, threads=8) == one
     out = ckptzip.loads(one, threads=8)
     assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+def test_save_report_names_the_file_and_each_tensors_stored_bytes(tmp_path) -> None:
+    """A SaveReport carries what dcp.CompressedWriter needs of the file it wrote: the content id
+    and the stored bytes at each key path (a tied tensor's at both of its paths)."""
+    shared = torch.randn(64, 32)
+    state = {"a": shared, "b": {"c": torch.arange(1000)}, "tied": shared, "raw": b"xyz" * 50}
+    path = tmp_path / "r.ckz"
+    report = ckptzip.save(state, path)
+    with ckptzip.open(path) as f:
+        assert report.id == f.id and len(report.id) == 32
+        stored = {leaf.name: leaf.stored_bytes for leaf in f.leaves}
+    assert report.stored_bytes_at == {"a": stored["a"], "b.c": stored["b.c"], "tied": stored["a"],
+                                      "raw": stored["raw"]}

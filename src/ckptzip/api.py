@@ -11,9 +11,11 @@ from .chain import relative_location
 from .errors import ConfigError
 from .objstore import StorageOptions
 from .parallel import gc_paused
+from .planning import Prepared
 from .reader import CheckpointFile, open_base
+from .sinks import MemorySink, open_sink
 from .storage import BytesSource, PathLike
-from .writer import MemorySink, Prepared, SaveReport, encode_state, open_sink
+from .writer import SaveReport, encode_state
 
 
 def save(
@@ -53,7 +55,7 @@ def save(
     """
     started = time.perf_counter()
     target = os.fspath(path)
-    if isinstance(state, Prepared):  # planned by ckptzip.writer.prepare, which opened its base
+    if isinstance(state, Prepared):  # planned by ckptzip.planning.prepare, which opened its base
         if base is not None:
             raise ConfigError("a prepared state carries its base: pass base= to prepare(), not save()")
         opened = state.base

@@ -13,6 +13,7 @@ import math
 import os
 import urllib.parse
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,17 @@ def resolve_relative(delta: str, location: str) -> str:
     if is_url(delta):
         return delta.rsplit("/", 1)[0] + "/" + location
     return os.path.join(os.path.dirname(local_path(delta)), location)
+
+
+def walk_chain(path: str, base_of: Callable[[str], str | None]) -> list[str]:
+    """``path`` and the files of its base chain, nearest first, as far as ``base_of`` (the base
+    a file names, resolved; None: a keyframe, or not known) knows them; a cycle ends the walk."""
+    chain: list[str] = []
+    current: str | None = path
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = base_of(current)
+    return chain
 
 
 def _origin(url: str) -> tuple[str, str]:

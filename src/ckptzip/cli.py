@@ -28,9 +28,10 @@ from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET
 from .objstore import StorageOptions
 from .reader import CheckpointFile, open_base
+from .sinks import open_sink
 from .sources import read_source, write_directory, write_safetensors, write_torch
 from .storage import exists
-from .writer import encode_state, open_sink
+from .writer import encode_state
 
 SUFFIX = ".ckz"
 COMMANDS = ("compress", "decompress", "inspect", "verify", "flatten", "bench", "demo")
@@ -302,7 +303,7 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
-            source = ckpt.header.raw.get("source") or {}
+            source = ckpt.header.source or {}
             native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
             stem = src[: -len(SUFFIX)] if src.endswith(SUFFIX) else src + ".restored"
@@ -329,17 +330,17 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
-            raw = ckpt.header.raw
-            if ckpt.base_ref is None:
+            header = ckpt.header
+            if header.base is None:
                 say.info(f"{src}: already a keyframe; nothing to do")
                 continue
             state = ckpt.load(progress=args.quiet == 0)
         out = args.output or src
         with open_sink(out, storage_options(args)) as sink:
             report = encode_state(
-                state, sink, mode=str(raw.get("mode", "lossless")),
-                threads=args.threads, metadata=raw.get("metadata"), path=out,
-                progress=args.quiet == 0, source=raw.get("source"),
+                state, sink, mode=header.mode,
+                threads=args.threads, metadata=header.metadata, path=out,
+                progress=args.quiet == 0, source=header.source,
             )
         say.info(f"{src} -> {out}: standalone, {report.stored_bytes:,} bytes ({report.ratio:.3f}x)")
     return 0
@@ -348,12 +349,12 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
 def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
     """The bases a checkpoint needs, nearest first, as far as they can be found."""
     chain: list[dict[str, Any]] = []
-    name, ref = ckpt.name, ckpt.base_ref
+    name, ref = ckpt.name, ckpt.header.base
     while ref is not None and len(chain) < 10_000:
-        location = ref.get("path")
-        entry: dict[str, Any] = {"path": location, "id": ref.get("id")}
+        location = ref.path
+        entry: dict[str, Any] = {"path": location, "id": ref.id}
         chain.append(entry)
-        if not isinstance(location, str):
+        if location is None:
             entry["status"] = "in-memory state"
             break
         try:
@@ -365,9 +366,9 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
             entry["status"] = "missing"
             break
         with CheckpointFile.open(path, storage_options=ckpt.storage_options) as base:
-            entry["status"] = "ok" if base.id == ref.get("id") else f"id mismatch ({base.id})"
+            entry["status"] = "ok" if base.id == ref.id else f"id mismatch ({base.id})"
             entry["depth"] = base.chain_depth
-            name, ref = base.name, base.base_ref
+            name, ref = base.name, base.header.base
     return chain
 
 
@@ -395,7 +396,7 @@ def _leaf_row(leaf: LeafInfo) -> dict[str, Any]:
         "codec": _codec_summary(leaf.pipeline.get_config()),
         "raw_bytes": leaf.nbytes, "stored_bytes": leaf.stored_bytes,
         "ratio": leaf.nbytes / leaf.stored_bytes if leaf.stored_bytes else None,
-        "chunks": len(leaf.chunks), "error": leaf.extra.get("error"),
+        "chunks": len(leaf.chunks), "error": leaf.error,
     }
 
 
@@ -412,14 +413,14 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
     for src in args.sources:
         with CheckpointFile.open(src, threads=args.threads,
                                      storage_options=storage_options(args)) as ckpt:
-            raw = ckpt.header.raw
+            header = ckpt.header
             rows = [_leaf_row(leaf) for leaf in ckpt.leaves]
             added = added_leaves(ckpt.leaves)  # parts of tensors, not of the state
             raw_total = sum(r["raw_bytes"] for i, r in enumerate(rows) if i not in added)
             summary: dict[str, Any] = {
-                "path": src, "format": raw.get("version"), "creator": raw.get("creator"),
-                "mode": raw.get("mode"), "id": raw.get("id"), "metadata": raw.get("metadata"),
-                "source": (raw.get("source") or {}).get("kind"),
+                "path": src, "format": header.version, "creator": header.creator,
+                "mode": header.mode, "id": header.id, "metadata": header.metadata,
+                "source": (header.source or {}).get("kind"),
                 "tensors": len(rows) - len(added), "added_leaves": len(added),
                 "raw_bytes": raw_total, "file_bytes": ckpt.source.size,
                 "ratio": raw_total / ckpt.source.size if ckpt.source.size else None,

@@ -12,24 +12,39 @@ Layout (docs/FORMAT.md has the full specification)::
     offset 32  header           H bytes  UTF-8 JSON object, padded with spaces
     offset 32+H data            D bytes  chunks; the header's offsets are relative to here
 
-This module packs and parses the prelude and turns an untrusted header into validated records:
-every length, offset, count and shape is checked against the file's real size before use.
+This module is the header schema's one home: it builds the header a writer stores
+(:func:`new_header`, :func:`finish_header`, the leaf entries of :func:`leaf_tables`), packs and
+parses the prelude, and turns an untrusted header into validated records whose typed properties
+(:class:`Header`, :class:`LeafInfo`) are how every other module reads it: every length, offset,
+count and shape is checked against the file's real size before use.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
 import zlib
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 from . import _native
+from ._version import __version__
 from .dtypes import DType, from_name
-from .errors import CorruptError, FormatError, TruncatedError, UnsupportedError, VersionError
+from .errors import (
+    ConfigError,
+    CorruptError,
+    FormatError,
+    TruncatedError,
+    UnsupportedError,
+    VersionError,
+)
 from .pipeline import Pipeline
-from .tree import leaf_names
+from .policy import DEFAULT_CHUNK_BYTES
+from .tree import Leaf, leaf_names
 
 MAGIC = b"\x89CKZ\r\n\x1a\n"
 FORMAT_MAJOR = 1
@@ -185,6 +200,51 @@ class LeafInfo:
     def stored_bytes(self) -> int:
         return sum(c.length for c in self.chunks)
 
+    @property
+    def is_delta(self) -> bool:
+        """Whether the tensor was coded against a base tensor (its reference may still be
+        malformed: :attr:`base_name` is None then)."""
+        return "base" in self.extra
+
+    @property
+    def base_name(self) -> str | None:
+        """The name of the base tensor it was coded against, or None (no base, or a malformed
+        reference)."""
+        ref = self.extra.get("base")
+        name = ref.get("name") if isinstance(ref, dict) else None
+        return name if isinstance(name, str) else None
+
+    @property
+    def base_crc(self) -> int | None:
+        """The CRC-32C the base tensor it was coded against had, as recorded."""
+        ref = self.extra.get("base")
+        crc = ref.get("crc") if isinstance(ref, dict) else None
+        return crc if isinstance(crc, int) else None
+
+    @property
+    def error(self) -> Any:
+        """A lossy mode's record of the error it made on this tensor (a dict), or None."""
+        return self.extra.get("error")
+
+    @property
+    def lossy(self) -> bool:
+        """Whether a lossy mode changed this tensor (it carries an error record)."""
+        return "error" in self.extra
+
+    @property
+    def unchanged(self) -> bool:
+        """Whether the writer found the tensor equal to its base tensor."""
+        return self.extra.get("unchanged") is True
+
+
+class BaseRef(NamedTuple):
+    """A delta header's reference to its base file."""
+
+    #: The content id the base must have, as stored (a str in files ckptzip writes), or None.
+    id: Any
+    #: Where the base lies, relative to the delta; None: an in-memory state (or not a str).
+    path: str | None
+
 
 @dataclass(frozen=True)
 class Header:
@@ -196,6 +256,201 @@ class Header:
     @property
     def metadata(self) -> dict[str, Any]:
         return dict(self.raw.get("metadata") or {})
+
+    @property
+    def mode(self) -> str:
+        return str(self.raw.get("mode", "lossless"))
+
+    @property
+    def id(self) -> str:
+        """The file's content id (a hash of the header without it)."""
+        return str(self.raw.get("id", ""))
+
+    @property
+    def version(self) -> Any:
+        """The format version the header states (``[major, minor]``)."""
+        return self.raw.get("version")
+
+    @property
+    def creator(self) -> Any:
+        return self.raw.get("creator")
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """How the state's original file was laid out (see :mod:`ckptzip.sources`), or None."""
+        source = self.raw.get("source")
+        return source if isinstance(source, dict) else None
+
+    @property
+    def chain_depth(self) -> int:
+        """0 for a standalone checkpoint (a keyframe), else 1 + its base's depth."""
+        depth = self.raw.get("chain_depth", 0)
+        return depth if type(depth) is int and depth >= 0 else 0
+
+    @property
+    def base_ref(self) -> dict[str, Any] | None:
+        """The reference to the base this delta was coded against, as stored (None: keyframe)."""
+        ref = self.raw.get("base")
+        return ref if isinstance(ref, dict) else None
+
+    @property
+    def base(self) -> BaseRef | None:
+        """The base this delta was coded against (None: a keyframe)."""
+        ref = self.base_ref
+        if ref is None:
+            return None
+        path = ref.get("path")
+        return BaseRef(ref.get("id"), path if isinstance(path, str) else None)
+
+
+# -- building a header (writers) -----------------------------------------------------------
+
+
+def header_json(header: dict[str, Any]) -> bytes:
+    """A header's JSON as stored (compact, UTF-8, finite numbers only)."""
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """User metadata as a header stores it: a JSON object with str keys ({} for None)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) for k in metadata):
+        raise ConfigError("metadata must be a dict with str keys")
+    try:
+        header_json(metadata)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"metadata must be JSON-serializable (finite numbers): {exc}") from None
+    return metadata
+
+
+def new_header(mode: str, metadata: dict[str, Any], tree: Any,
+               source: dict[str, Any] | None) -> dict[str, Any]:
+    """The header's members known before any chunk is coded."""
+    header: dict[str, Any] = {
+        "format": "ckz",
+        "version": [FORMAT_MAJOR, FORMAT_MINOR],
+        "creator": f"ckptzip {__version__}",
+        "mode": mode,
+        "metadata": metadata,
+        "tree": tree,
+    }
+    if source is not None:
+        header["source"] = source
+    return header
+
+
+def add_base(header: dict[str, Any], base_id: str | None, location: str | None,
+             depth: int) -> None:
+    """Name the base file a delta was coded against, and the delta's depth in its chain."""
+    header["base"] = {"id": base_id, "path": location}
+    header["chain_depth"] = depth
+
+
+def base_entry(name: str, crc: int, *, unchanged: bool = False) -> dict[str, Any]:
+    """A leaf entry's members that say it was coded against base tensor ``name`` (of CRC-32C
+    ``crc``), and, if so, that the writer found the tensor unchanged."""
+    entry: dict[str, Any] = {"base": {"name": name, "crc": crc}}
+    if unchanged:
+        entry["unchanged"] = True
+    return entry
+
+
+def encoded_entry(dtype: DType, shape: Sequence[int]) -> dict[str, Any]:
+    """A leaf entry's member that describes the array a whole-tensor transform stored."""
+    return {"encoded": {"dtype": dtype.name, "shape": list(shape)}}
+
+
+def refers_to_base(extra: dict[str, Any]) -> bool:
+    """Whether a leaf entry's extra members (see :func:`base_entry`) name a base tensor."""
+    return "base" in extra
+
+
+class StoredLeaf(Protocol):
+    """What a header's leaf entry is made of: a writer's plan of one leaf once coded."""
+
+    leaf: Leaf
+    pipeline: Pipeline
+    chunk_bytes: int
+    #: Where the leaf's first chunk lies in the data section (-1: none written).
+    offset: int
+    #: Per chunk ``[stored length, CRC-32C of the stored bytes, CRC-32C of the raw bytes]``.
+    table: list[list[int]]
+    #: Further members of the entry (:func:`base_entry`, :func:`encoded_entry`, a mode's).
+    extra: dict[str, Any]
+
+
+def leaf_tables(
+    plans: Sequence[StoredLeaf], extra_pipelines: Sequence[Pipeline] = ()
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]], int]:
+    """The header's pipeline table, leaf entries and default chunk size.
+
+    Each distinct pipeline config is stored once and leaves name it by index; a leaf states its
+    chunk size only where it differs from the most common one."""
+    table: list[list[dict[str, Any]]] = []
+    index_of: dict[str, int] = {}
+    by_object: dict[int, int] = {}  # policies share pipeline objects: serialize each once
+
+    def index(pipeline: Pipeline) -> int:
+        if id(pipeline) not in by_object:
+            config = pipeline.get_config()
+            key = json.dumps(config, sort_keys=True)
+            if key not in index_of:
+                index_of[key] = len(table)
+                table.append(config)
+            by_object[id(pipeline)] = index_of[key]
+        return by_object[id(pipeline)]
+
+    sizes = Counter(plan.chunk_bytes for plan in plans)
+    chunk = sizes.most_common(1)[0][0] if sizes else DEFAULT_CHUNK_BYTES
+    entries = []
+    for plan in plans:
+        leaf = plan.leaf
+        entry: dict[str, Any] = {
+            "dtype": leaf.dtype.name,
+            "shape": list(leaf.shape),
+            "pipeline": index(plan.pipeline),
+            "offset": max(plan.offset, 0),
+            "chunks": plan.table,
+            **plan.extra,
+        }
+        if plan.chunk_bytes != chunk:
+            entry["chunk"] = plan.chunk_bytes
+        entries.append(entry)
+    for pipeline in extra_pipelines:
+        index(pipeline)
+    return table, entries, chunk
+
+
+def finish_header(header: dict[str, Any], plans: Sequence[StoredLeaf],
+                  data_length: int) -> tuple[bytes, str]:
+    """The header's JSON once every chunk is written, and the file's content id.
+
+    The id hashes the header without it; "id" goes last, so the JSON with it is that JSON with
+    one more member before the closing brace (no second encoding of a large header)."""
+    header["pipelines"], header["leaves"], header["chunk"] = leaf_tables(plans)
+    header["data_length"] = data_length
+    body = header_json(header)
+    file_id = hashlib.sha256(body).hexdigest()[:32]
+    header["id"] = file_id
+    return body[:-1] + b',"id":"' + file_id.encode() + b'"}', file_id
+
+
+def draft_header(header: dict[str, Any], plans: Sequence[StoredLeaf], data_length: int,
+                 candidates: Sequence[Pipeline], base_id: str | None,
+                 base_location: str | None, against_base: bool) -> bytes:
+    """The JSON of a header as :func:`finish_header` would make it from plausible ``plans``
+    (drafted before the chunks are coded, to size the header): the pipeline table also holds
+    ``candidates``, every leaf names the widest pipeline index, the id is a placeholder and,
+    ``against_base``, the chain depth the widest one may be."""
+    pipelines, entries, chunk = leaf_tables(plans, extra_pipelines=candidates)
+    for entry in entries:
+        entry["pipeline"] = len(pipelines)  # the widest index
+    full = {**header, "chunk": chunk, "pipelines": pipelines, "leaves": entries,
+            "data_length": data_length, "id": "0" * 32}
+    if against_base:
+        full.update(base={"id": base_id, "path": base_location}, chain_depth=2**31)
+    return header_json(full)
 
 
 def _int(value: Any, what: str, source: str, lo: int = 0, hi: int | None = None) -> int:
@@ -325,10 +580,10 @@ def _parse_leaf(
         if numel is not None and numel != math.prod(dims):
             raise FormatError(f"{where}: its {transform.codec_id} stage declares {numel} elements, "
                               f"the tensor has {math.prod(dims)}")
-    if pipeline.residual is not None and not isinstance(entry.get("base"), dict):
+    if pipeline.needs_base and not isinstance(entry.get("base"), dict):
         raise FormatError(f"{where}: a residual pipeline without a base reference")
     if pipeline.serializer is not None:
-        width = getattr(pipeline.serializer, "width", 1)
+        width = pipeline.serializer.width
     chunk_bytes = _int(entry.get("chunk", default_chunk), "chunk size", where, 1, MAX_CHUNK_BYTES)
     if chunk_bytes % width:
         raise FormatError(f"{where}: chunk size {chunk_bytes} is not a multiple of {width}")

@@ -52,7 +52,7 @@ from .objstore import StorageOptions
 from .parallel import cpu_count, resolve_threads
 from .reader import CheckpointFile
 from .storage import exists, is_url
-from .tree import unflatten
+from .tree import flat_items, flat_tree, leaf_index, unflatten
 
 __all__ = ["CompressedReader", "CompressedWriter", "RankFile"]
 
@@ -195,17 +195,14 @@ class CompressedWriter(FileSystemWriter):
                 assert isinstance(data, torch.Tensor)
                 state[key] = data.detach()
             keys.append((item, key))
-        save(state, target, mode=self.mode, base=self._base_file(file_name), threads=self.threads,
-             metadata={"dcp": {"rank": self.rank}}, keyframe_every=self.keyframe_every,
-             storage_options=self.storage_options)
+        report = save(state, target, mode=self.mode, base=self._base_file(file_name),
+                      threads=self.threads, metadata={"dcp": {"rank": self.rank}},
+                      keyframe_every=self.keyframe_every, storage_options=self.storage_options)
         del state
-        with CheckpointFile.open(target, storage_options=self.storage_options) as written:
-            file_id = written.id
-            stored = {leaf.index: sum(c.length for c in leaf.chunks) for leaf in written.leaves}
-            nodes = written.header.tree["o"]
-        where = RankFile(file_name, file_id)
+        # the state is a flat dict, so each item's key is its path's name
+        where = RankFile(file_name, report.id)
         results = [
-            WriteResult(index=item.index, size_in_bytes=stored[nodes[key]["i"]], storage_data=where)
+            WriteResult(index=item.index, size_in_bytes=report.stored_bytes_at[key], storage_data=where)
             for item, key in keys
         ]
         future: Future[list[WriteResult]] = Future()
@@ -285,14 +282,13 @@ class CompressedReader(FileSystemReader):
                 f"{name}: content id {checkpoint.id}, but {self.path}/{METADATA_FILE} expects "
                 f"{where.file_id}: the file is from another save; restore the directory as one piece"
             )
-        tree = checkpoint.header.tree
-        if not (isinstance(tree, dict) and tree.get("t") == "dict" and isinstance(tree.get("o"), dict)):
+        nodes = flat_items(checkpoint.header.tree)
+        if nodes is None:
             raise FormatError(f"{name}: not a DCP rank file (its state is not a flat dict of items)")
-        nodes: dict[str, Any] = tree["o"]
         for batch in _batches(checkpoint, nodes, requests):
             wanted = {key: nodes[key] for _, key in batch}
-            decoded = checkpoint.read_leaves(sorted({node["i"] for node in wanted.values()}))
-            values = unflatten({"t": "dict", "o": wanted}, decoded.__getitem__, len(checkpoint.leaves), name)
+            decoded = checkpoint.read_leaves(sorted({_item_leaf(node) for node in wanted.values()}))
+            values = unflatten(flat_tree(wanted), decoded.__getitem__, len(checkpoint.leaves), name)
             for request, key in batch:
                 _serve(name, key, request, values[key], planner)
 
@@ -310,9 +306,8 @@ def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[R
     size = 0
     for request in requests:
         key = item_key(request.storage_index)
-        node = nodes.get(key)
-        index = node.get("i") if isinstance(node, dict) else None
-        if type(index) is not int or not 0 <= index < len(checkpoint.leaves):
+        index = leaf_index(nodes.get(key))
+        if index is None or not 0 <= index < len(checkpoint.leaves):
             raise FormatError(f"{checkpoint.name}: item {key!r} is missing; the file is damaged")
         batch.append((request, key))
         size += checkpoint.leaves[index].nbytes
@@ -321,6 +316,13 @@ def _batches(checkpoint: CheckpointFile, nodes: dict[str, Any], requests: list[R
             batch, size = [], 0
     if batch:
         yield batch
+
+
+def _item_leaf(node: Any) -> int:
+    """The leaf of an item node :func:`_batches` has checked."""
+    index = leaf_index(node)
+    assert index is not None
+    return index
 
 
 def _serve(name: str, key: str, request: ReadItem, value: Any, planner: LoadPlanner) -> None:

@@ -25,17 +25,18 @@ from typing import Any
 import torch
 
 from .api import load, save
-from .chain import resolve_relative
+from .chain import resolve_relative, walk_chain
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .modes import policy_for
 from .objstore import StorageOptions
+from .planning import Prepared, prepare
 from .reader import CheckpointFile, open_base
 from .snapshot import DeviceSnapshot, device_snapshot, snapshot
 from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers of this module
 from .storage import is_url, open_directory
 from .tree import Leaf, flatten
-from .writer import Prepared, SaveReport, prepare
+from .writer import SaveReport
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
 #: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
@@ -360,7 +361,7 @@ class CheckpointManager:
         assert self.guard is not None
         options = self.storage_options
         with CheckpointFile.open(path, threads=self.threads, storage_options=options) as checkpoint:
-            lossy = any("error" in leaf.extra for leaf in checkpoint.leaves)
+            lossy = any(leaf.lossy for leaf in checkpoint.leaves)
         if not lossy:
             return report
         rewritten: list[SaveReport] = []
@@ -403,13 +404,11 @@ class CheckpointManager:
 
     def _chain_paths(self, path: str) -> list[str]:
         """``path`` and the files of its base chain, as far as the header cache knows them."""
-        chain = []
-        current: str | None = path
-        while current is not None and current not in chain:
-            chain.append(current)
+        def base_of(current: str) -> str | None:
             header = self._headers.get(current)
-            current = header.base_path if header is not None else None
-        return chain
+            return header.base_path if header is not None else None
+
+        return walk_chain(path, base_of)
 
     def _restorable(self) -> list[int]:
         """Restorable steps, refreshing the header cache from the directory (hold the lock)."""
@@ -434,12 +433,12 @@ class CheckpointManager:
             return cached
         try:
             with CheckpointFile.open(path, storage_options=self.storage_options) as checkpoint:
-                ref = checkpoint.base_ref
+                ref = checkpoint.header.base
                 base_path = base_id = None
-                if ref is not None and isinstance(ref.get("path"), str):
-                    base_path = resolve_relative(path, ref["path"])
+                if ref is not None and ref.path is not None:
+                    base_path = resolve_relative(path, ref.path)
                     base_path = base_path if is_url(base_path) else os.path.normpath(base_path)
-                    base_id = ref.get("id")
+                    base_id = ref.id
                 header = _Header(stamp, checkpoint.id, base_path, base_id)
         except Error:
             return None  # damaged or truncated: not restorable

@@ -1,9 +1,14 @@
-"""A pipeline composes codec stages: tensor->tensor*, residual?, tensor->bytes?, bytes->bytes*.
+"""A pipeline composes codec stages: tensor->tensor*, residual?, then tensor->bytes? and
+bytes->bytes*, or one conditioned coder (serializer and compressor in one, against the base).
 
 Tensor transforms run on whole tensors. The residual against a base is elementwise, so it runs per
 chunk with the base's co-located chunk; the serializer and compressors run per chunk too, so chunks
 encode and decode independently and in parallel. The stored config of a pipeline is the list of its
 codecs' configs, in order.
+
+The pipeline names no concrete codec: it dispatches on the stage kinds of
+:mod:`ckptzip.codecs.base` and on what stages declare (``needs_base``, ``native_*``), so a new codec
+needs no change here.
 """
 
 from __future__ import annotations
@@ -14,21 +19,15 @@ from typing import Any
 
 from . import _native
 from .codecs import (
-    BytePlanes,
     BytesToBytes,
+    ChunkResidual,
     Codec,
-    ContextPlanes,
-    Entropy,
-    LowRank,
-    Residual,
-    Support,
+    ConditionedCoder,
     TensorToBytes,
     TensorToTensor,
     codec_from_config,
 )
 from .codecs.base import Buffer
-from .codecs.context import CONTEXT_ROTATE
-from .codecs.residual import KINDS as RESIDUAL_KINDS
 from .errors import CorruptError, FormatError
 
 #: Most bytes an entropy stream adds to what it codes (stream.c's ckz_encode_bound: the header of
@@ -39,8 +38,9 @@ STREAM_OVERHEAD = 256
 @dataclass(frozen=True)
 class Pipeline:
     transforms: tuple[TensorToTensor, ...] = ()
-    residual: Residual | None = None
-    serializer: TensorToBytes | None = None
+    residual: ChunkResidual | None = None
+    #: The serializer, or a conditioned coder (then there are no compressors).
+    serializer: TensorToBytes | ConditionedCoder | None = None
     compressors: tuple[BytesToBytes, ...] = field(default_factory=tuple)
 
     def get_config(self) -> list[dict[str, Any]]:
@@ -57,38 +57,35 @@ class Pipeline:
         if not isinstance(configs, list):
             raise FormatError(f"{source}: a pipeline must be a list of codec configs")
         transforms: list[TensorToTensor] = []
-        residual: Residual | None = None
-        serializer: TensorToBytes | None = None
+        residual: ChunkResidual | None = None
+        serializer: TensorToBytes | ConditionedCoder | None = None
         compressors: list[BytesToBytes] = []
         for config in configs:
             codec = codec_from_config(config, source)
             later_stages = residual is not None or serializer is not None or bool(compressors)
             if isinstance(codec, TensorToTensor) and not later_stages:
                 transforms.append(codec)
-            elif isinstance(codec, Residual) and not later_stages:
+            elif isinstance(codec, ChunkResidual) and not later_stages:
                 residual = codec
-            elif isinstance(codec, TensorToBytes) and serializer is None and not compressors:
+            elif (isinstance(codec, (TensorToBytes, ConditionedCoder)) and serializer is None
+                  and not compressors):
                 serializer = codec
             elif isinstance(codec, BytesToBytes):
                 compressors.append(codec)
             else:
                 raise FormatError(f"{source}: codec {codec.codec_id!r} is out of order in {configs}")
-        if isinstance(serializer, ContextPlanes) and (residual is None or compressors):
-            raise FormatError(f"{source}: ctxplanes must follow a residual and end the pipeline")
+        if isinstance(serializer, ConditionedCoder) and (residual is None or compressors):
+            raise FormatError(f"{source}: {serializer.codec_id} must follow a residual and end the "
+                              f"pipeline")
         return cls(tuple(transforms), residual, serializer, tuple(compressors))
 
-    # support, lowrank and references are worked out once per pipeline: a header's leaves share
-    # a few pipelines, and parsing and loading ask each leaf's
+    # support and references are worked out once per pipeline: a header's leaves share a few
+    # pipelines, and parsing and loading ask each leaf's
     @functools.cached_property
     def support(self) -> int | None:
         """The leaf index of the sibling whose non-zeros this pipeline stores values at
-        (:class:`~ckptzip.codecs.Support`), or None."""
-        return next((t.leaf for t in self.transforms if isinstance(t, Support)), None)
-
-    @functools.cached_property
-    def lowrank(self) -> LowRank | None:
-        """The :class:`~ckptzip.codecs.LowRank` stage, whose factor leaves it reads, or None."""
-        return next((t for t in self.transforms if isinstance(t, LowRank)), None)
+        (:attr:`TensorToTensor.support_leaf`), or None."""
+        return next((leaf for t in self.transforms if (leaf := t.support_leaf) is not None), None)
 
     @functools.cached_property
     def references(self) -> tuple[int, ...]:
@@ -103,32 +100,50 @@ class Pipeline:
         return max((stage.relative_cost for stage in stages if stage is not None), default=1.0)
 
     @functools.cached_property
-    def _fused_planes(self) -> BytePlanes | None:
-        """The byte-plane serializer when the native fused split+entropy kernel applies (worked
-        out once per pipeline: every chunk asks)."""
-        if isinstance(self.serializer, BytePlanes) and self.compressors == (Entropy(),):
-            return self.serializer
+    def needs_base(self) -> bool:
+        """Whether coding a chunk reads the base's co-located chunk (a stage declares it)."""
+        return any(stage.needs_base for stage in (self.residual, self.serializer)
+                   if stage is not None)
+
+    @functools.cached_property
+    def _native_entropy(self) -> bool:
+        """Whether the compressors are the native chunk kernel's entropy stage alone."""
+        return len(self.compressors) == 1 and self.compressors[0].native_entropy
+
+    @functools.cached_property
+    def _fused_planes(self) -> tuple[int, int] | None:
+        """``(width, rotate)`` of the serializer's byte planes when the native fused
+        split+entropy kernel codes them (worked out once per pipeline: every chunk asks)."""
+        ser = self.serializer
+        if isinstance(ser, TensorToBytes) and self._native_entropy:
+            return ser.native_planes()
         return None
 
     @functools.cached_property
     def _chunk_spec(self) -> tuple[int, int, int, int] | None:
         """``(width, rotate, kind, ctx_rotate)`` of ``_native.encode_chunk/decode_chunk`` when
         they code this pipeline's chunks in one call (residual, planes and entropy; the same
-        stream as the stages one by one), else None."""
+        stream as the stages one by one), else None: every stage must declare what the kernel
+        does in its place."""
         res, ser = self.residual, self.serializer
-        kind = -1 if res is None else RESIDUAL_KINDS[res.kind]
-        if isinstance(ser, ContextPlanes):
-            if res is None or res.width != ser.width or self.compressors:
+        kind = -1 if res is None else res.native_kind
+        if kind is None:
+            return None
+        if isinstance(ser, ConditionedCoder):
+            context = ser.native_context()
+            if context is None or res is None or res.width != context[0] or self.compressors:
                 return None
-            return (ser.width, ser.rotate, kind, CONTEXT_ROTATE)
-        if self.compressors != (Entropy(),):
+            width, rotate, context_rotate = context
+            return (width, rotate, kind, context_rotate)
+        if not self._native_entropy:
             return None
-        if type(ser) is BytePlanes:
-            width, rotate = ser.width, ser.rotate
-        elif ser is None:
-            width, rotate = 1, 0  # one segment: the stream of one plane
+        if ser is None:
+            planes: tuple[int, int] | None = (1, 0)  # one segment: the stream of one plane
         else:
+            planes = ser.native_planes()
+        if planes is None:
             return None
+        width, rotate = planes
         if res is not None and res.width != width:
             return None
         return (width, rotate, kind, -1)
@@ -138,7 +153,7 @@ class Pipeline:
         chunks (given a base chunk or not) in batches, the same streams as
         :meth:`encode_chunk`/:meth:`decode_chunk`; None: those methods must."""
         spec = self._chunk_spec
-        if spec is None or (self.residual is not None and not has_base):
+        if spec is None or (self.needs_base and not has_base):
             return None
         return spec
 
@@ -148,9 +163,9 @@ class Pipeline:
         spec = self._chunk_spec
         if spec is None:
             return len(self.encode_chunk(raw, base))
-        if self.residual is not None and base is None:
+        if self.needs_base and base is None:
             raise ValueError("a residual pipeline needs the base chunk")
-        return int(_native.encode_chunk(raw, base if self.residual is not None else None, *spec,
+        return int(_native.encode_chunk(raw, base if self.needs_base else None, *spec,
                                         size_only=True))
 
     def encode_chunk(self, raw: Buffer, base: Buffer | None = None) -> bytes:
@@ -158,18 +173,18 @@ class Pipeline:
         chunk, for a pipeline with a residual stage)."""
         spec = self.native_spec(base is not None)
         if spec is not None:
-            return bytes(_native.encode_chunk(raw, base if self.residual is not None else None,
+            return bytes(_native.encode_chunk(raw, base if self.needs_base else None,
                                               *spec))
         if self.residual is not None:
             if base is None:
                 raise ValueError("a residual pipeline needs the base chunk")
             raw = self.residual.encode(raw, base)
-        if isinstance(self.serializer, ContextPlanes):
-            assert base is not None  # from_config admits ctxplanes only after a residual
-            return self.serializer.encode_with_base(raw, base)
+        if isinstance(self.serializer, ConditionedCoder):
+            assert base is not None  # from_config admits one only after a residual
+            return self.serializer.encode(raw, base)
         planes = self._fused_planes
         if planes is not None:
-            return _native.encode_planes(raw, planes.width, planes.rotate)
+            return _native.encode_planes(raw, *planes)
         data: Buffer = raw
         segments = 1
         if self.serializer is not None:
@@ -186,32 +201,33 @@ class Pipeline:
         Raises :class:`CorruptError` if the stream is malformed or does not decode to exactly
         ``len(out)`` bytes.
         """
-        if self.residual is not None and base is None:
+        if self.needs_base and base is None:
             raise ValueError("a residual pipeline needs the base chunk")
         spec = self._chunk_spec
-        if spec is not None and self.residual is not None:
+        if spec is not None and self.needs_base:
             try:
                 _native.decode_chunk(data, base, out, *spec)
             except ValueError as exc:
                 raise CorruptError(str(exc)) from None
             return
-        if isinstance(self.serializer, ContextPlanes):
+        serializer = self.serializer
+        if isinstance(serializer, ConditionedCoder):
             assert base is not None
             try:
-                self.serializer.decode_with_base(data, base, out)
+                serializer.decode(data, base, out)
             except ValueError as exc:
                 raise CorruptError(str(exc)) from None
         else:
-            self._decode_stream(data, out)
+            self._decode_stream(serializer, data, out)
         if self.residual is not None:
             assert base is not None
             self.residual.decode_inplace(out, base)
 
-    def _decode_stream(self, data: Buffer, out: Buffer) -> None:
+    def _decode_stream(self, serializer: TensorToBytes | None, data: Buffer, out: Buffer) -> None:
         planes = self._fused_planes
         try:
             if planes is not None:
-                _native.decode_planes(data, out, planes.width, planes.rotate)
+                _native.decode_planes(data, out, *planes)
                 return
             # A stage's input is the next stage's stream: never longer than the chunk plus a few
             # header bytes per stage, so a stream cannot make this allocate what it declares.
@@ -226,8 +242,8 @@ class Pipeline:
             size = len(memoryview(out))
             if len(memoryview(data)) != size:
                 raise CorruptError(f"chunk decodes to {len(memoryview(data))} bytes, expected {size}")
-            if self.serializer is not None:
-                self.serializer.decode(data, out)
+            if serializer is not None:
+                serializer.decode(data, out)
             else:
                 memoryview(out).cast("B")[:] = memoryview(data).cast("B")
         except ValueError as exc:

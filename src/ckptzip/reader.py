@@ -96,11 +96,11 @@ class CheckpointFile:
 
     @property
     def mode(self) -> str:
-        return str(self.header.raw.get("mode", "lossless"))
+        return self.header.mode
 
     @property
     def id(self) -> str:
-        return str(self.header.raw.get("id", ""))
+        return self.header.id
 
     @property
     def leaves(self) -> tuple[LeafInfo, ...]:
@@ -109,28 +109,26 @@ class CheckpointFile:
     @property
     def chain_depth(self) -> int:
         """0 for a standalone checkpoint (a keyframe), else 1 + its base's depth."""
-        depth = self.header.raw.get("chain_depth", 0)
-        return depth if type(depth) is int and depth >= 0 else 0
+        return self.header.chain_depth
 
     @property
     def base_ref(self) -> dict[str, Any] | None:
         """The header's reference to the base this delta was coded against (None: keyframe)."""
-        ref = self.header.raw.get("base")
-        return ref if isinstance(ref, dict) else None
+        return self.header.base_ref
 
     def base(self) -> Base:
         """The base this delta needs: the ``base=`` given when opening, else the file its header
         names, looked up relative to this file. Checked against the recorded content id."""
         if self._base is not None:
             return self._base
-        ref = self.base_ref
+        ref = self.header.base
         if ref is None:
             raise BaseMismatchError(f"{self.name}: not a delta checkpoint; it has no base")
-        expected = ref.get("id")
+        expected = ref.id
         base = open_base(self._base_arg, threads=self.threads, storage_options=self.storage_options)
         if base is None:
-            location = ref.get("path")
-            if not isinstance(location, str):
+            location = ref.path
+            if location is None:
                 raise BaseMismatchError(
                     f"{self.name}: this delta was coded against an in-memory state; pass that "
                     f"state as base= to load it"
@@ -212,16 +210,16 @@ class CheckpointFile:
                         f"allocate ({str(exc).splitlines()[0][:120]})") from None
         bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
-        self._prefetch_bases([self.leaves[i] for i in indices if "base" in self.leaves[i].extra])
+        self._prefetch_bases([self.leaves[i] for i in indices if self.leaves[i].is_delta])
         for i in indices:
             leaf = self.leaves[i]
             out = buffers[i].numpy()
-            if "base" in leaf.extra:
+            if leaf.is_delta:
                 # a chunk-level residual decodes to the bytes its raw CRC covers, so a wrong base
                 # shows there and its own CRC is checked only then; transforms need it checked now
                 bases[i] = self._base_raw(leaf, check=bool(leaf.pipeline.transforms)
-                                          or leaf.pipeline.residual is None)
-            chunk_base = bases.get(i) if leaf.pipeline.residual is not None else None
+                                          or not leaf.pipeline.needs_base)
+            chunk_base = bases.get(i) if leaf.pipeline.needs_base else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
                 end = start + chunk.raw_length
@@ -255,7 +253,9 @@ class CheckpointFile:
                                           decoded)
         if self._base is not None:  # each base tensor serves one tensor here: free it
             for i in bases:
-                self._base.release(self.leaves[i].extra["base"]["name"])
+                name = self.leaves[i].base_name
+                assert name is not None  # _base_raw found it
+                self._base.release(name)
         return result
 
     def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None,
@@ -298,7 +298,7 @@ class CheckpointFile:
             spec = leaf.pipeline.native_spec(base is not None)
             if spec is not None:
                 batch.append((chunk.offset - first.offset, chunk.length, chunk.crc, out,
-                              None if leaf.pipeline.residual is None else base, *spec,
+                              base if leaf.pipeline.needs_base else None, *spec,
                               chunk.raw_crc))
                 batch_jobs.append(job)
                 continue
@@ -345,8 +345,7 @@ class CheckpointFile:
         if not leaves:
             return
         base = self.base()
-        names = [ref["name"] for leaf in leaves
-                 if isinstance(ref := leaf.extra.get("base"), dict) and isinstance(ref.get("name"), str)]
+        names = [name for leaf in leaves if (name := leaf.base_name) is not None]
         try:
             base.prefetch(names)
         except Error as exc:
@@ -356,19 +355,19 @@ class CheckpointFile:
         """The raw bytes of the base tensor a delta leaf was coded against, checked by CRC
         unless ``check`` is false (the caller then checks the decoded bytes' CRC instead)."""
 
-        ref = leaf.extra.get("base")
-        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+        name = leaf.base_name
+        if name is None:
             raise FormatError(f"{self.name}: tensor {leaf.name!r} has a residual but no base reference")
         base = self.base()
-        found = base.tensor(ref["name"])
+        found = base.tensor(name)
         if found is None or found.dtype != leaf.dtype or found.shape != leaf.shape:
             raise BaseMismatchError(
-                f"{self.name}: tensor {leaf.name!r} needs base tensor {ref['name']!r} of "
+                f"{self.name}: tensor {leaf.name!r} needs base tensor {name!r} of "
                 f"{leaf.dtype.name}{list(leaf.shape)}, which {base.location or 'the base'} lacks; "
                 f"it is not the base this delta was coded against"
             )
         try:
-            raw = base.raw(ref["name"])
+            raw = base.raw(name)
         except Error as exc:
             raise _in_base(exc, self.name, base.location or "the base") from exc
         if check:
@@ -376,7 +375,7 @@ class CheckpointFile:
         return raw
 
     def _verify_base(self, leaf: LeafInfo, raw: np.ndarray) -> None:
-        if _native.crc32c(raw) != leaf.extra["base"].get("crc"):
+        if _native.crc32c(raw) != leaf.base_crc:
             raise BaseMismatchError(
                 f"{self.name}: tensor {leaf.name!r}: the base tensor's content differs from the one "
                 f"it was coded against (CRC mismatch); pass the right base"

@@ -3,7 +3,7 @@
 Writes are atomic: data goes to a temporary name in the destination's directory, is fsynced, then
 renamed over the destination, and the directory is fsynced. A crash mid-save leaves the previous
 file intact and the new one either complete or absent. On S3 a save streams as a multipart upload
-that becomes the object only when complete (``objstore``, ``writer.open_sink``); on other fsspec
+that becomes the object only when complete (``objstore``, ``sinks.open_sink``); on other fsspec
 filesystems it is staged in a local temporary file and uploaded whole once complete.
 
 Remote reads are ranged requests, several in flight while the reader's threads decode
@@ -281,7 +281,7 @@ def _fsync_dir(directory: str) -> None:
 def atomic_write(path: PathLike, storage_options: StorageOptions = None) -> Iterator[IO[bytes]]:
     """Yield a seekable binary file; on success it becomes ``path`` atomically, on error it is
     removed and ``path`` is untouched. A URL's file is a local temporary one, put whole at the
-    end (``writer.open_sink`` streams to S3 instead)."""
+    end (``sinks.open_sink`` streams to S3 instead)."""
     remote = is_url(path)
     target = os.fspath(path) if remote else local_path(path)
     directory = tempfile.gettempdir() if remote else (os.path.dirname(os.path.abspath(target)))

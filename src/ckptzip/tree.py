@@ -295,6 +295,37 @@ def leaf_refs(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str
                 yield from leaf_refs(child, (*path, _key_text(key)))
 
 
+def leaf_index(node: Any) -> int | None:
+    """The index of the leaf a tree node refers to, or None (not a leaf node, or malformed)."""
+    index = node.get("i") if isinstance(node, dict) else None
+    return index if type(index) is int else None
+
+
+def leaf_paths(node: Any) -> dict[str, int]:
+    """The leaf index at each place a tree refers to a leaf, by dotted key path (``#2``, ``#3``
+    set colliding paths apart), in tree order."""
+    found: dict[str, int] = {}
+    for path, ref in leaf_refs(node):
+        index = leaf_index(ref)
+        if index is not None:
+            found[unique_name(path, found)] = index
+    return found
+
+
+def flat_items(node: Any) -> dict[str, Any] | None:
+    """The item nodes, by key, of a tree that is a dict with str keys (as :func:`flatten` stores
+    one), or None for any other tree."""
+    if isinstance(node, dict) and node.get("t") == "dict" and isinstance(node.get("o"), dict):
+        items: dict[str, Any] = node["o"]
+        return items
+    return None
+
+
+def flat_tree(items: dict[str, Any]) -> dict[str, Any]:
+    """The tree of a dict of these item nodes (a part of what :func:`flat_items` gave)."""
+    return {"t": "dict", "o": items}
+
+
 def unique_name(path: tuple[str, ...], taken: Container[str]) -> str:
     """The dotted name of ``path``, with ``#2``, ``#3`` appended while it is already taken."""
     name = candidate = ".".join(path) if path else "<root>"

@@ -2,7 +2,9 @@
 
 from .base import (
     BytesToBytes,
+    ChunkResidual,
     Codec,
+    ConditionedCoder,
     TensorToBytes,
     TensorToTensor,
     TransformContext,
@@ -25,7 +27,9 @@ from .zeros import ExactZeros
 __all__ = [
     "BytePlanes",
     "BytesToBytes",
+    "ChunkResidual",
     "Codec",
+    "ConditionedCoder",
     "ContextPlanes",
     "Dither",
     "Entropy",

@@ -1,18 +1,24 @@
 """The codec contract: typed stages with JSON configs and a registry (numcodecs/zarr style).
 
-Three kinds of stage, by what they take and give:
+Five kinds of stage, by what they take and give, in pipeline order:
 
 * :class:`TensorToTensor` -- whole-tensor transforms run before chunking (lossy residuals against
-  a reconstructed base, pruning, quantization); the exact residual against a base
-  (:mod:`.residual`) is elementwise and runs per chunk instead;
+  a reconstructed base, pruning, quantization);
+* :class:`ChunkResidual` -- the exact residual of a chunk against the base's co-located chunk
+  (:mod:`.residual`): elementwise, so it runs per chunk;
 * :class:`TensorToBytes` -- the serializer: one chunk of raw element bytes to one buffer made of
   ``segments`` equal parts (byte planes);
 * :class:`BytesToBytes` -- compressors: a buffer (coding each of its segments on its own) to a
-  self-describing stream.
+  self-describing stream;
+* :class:`ConditionedCoder` -- a serializer and compressor in one whose statistics come from the
+  base's co-located chunk (:mod:`.context`): in place of the two, after a residual.
 
 A codec's :meth:`Codec.get_config` is plain JSON stored in the file beside the data, and
 :func:`codec_from_config` maps it back to the class through the registry, so a file says how it
-was encoded.
+was encoded. Stages also declare what the pipeline may do with them (capabilities, as zarr's
+codecs do): whether they read the base (:attr:`Codec.needs_base`) and, where the native chunk
+kernel runs them in one call, with which parameters (``native_*``); a new codec declares them and
+:class:`~ckptzip.pipeline.Pipeline` needs no change.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class Codec(ABC):
     #: Time to code a byte, relative to the default lossless stages (which are 1.0); choosing
     #: between representations trades a little size for speed with it.
     relative_cost: ClassVar[float] = 1.0
+    #: Whether the stage reads the base's co-located chunk to code a chunk (and to decode it).
+    needs_base: ClassVar[bool] = False
 
     def get_config(self) -> dict[str, Any]:
         """The JSON config stored in the header: ``{"id": codec_id, **parameters}``."""
@@ -112,6 +120,11 @@ class TensorToTensor(Codec):
         header parser asks before any data is read."""
         return None
 
+    @property
+    def support_leaf(self) -> int | None:
+        """The sibling leaf whose non-zeros this transform stores values at, or None."""
+        return None
+
     @abstractmethod
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 
@@ -119,8 +132,38 @@ class TensorToTensor(Codec):
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 
 
+class ChunkResidual(Codec):
+    """The residual of a chunk of raw element bytes against the base's co-located chunk,
+    elementwise and exact; it runs after the tensor transforms, before the serializer."""
+
+    needs_base: ClassVar[bool] = True
+    #: Bytes per element.
+    width: int
+
+    @property
+    def native_kind(self) -> int | None:
+        """The native chunk kernel's code for this residual, when it computes it; None: only
+        :meth:`encode` and :meth:`decode_inplace` do."""
+        return None
+
+    @abstractmethod
+    def encode(self, raw: Buffer, base: Buffer) -> Buffer: ...
+
+    @abstractmethod
+    def decode_inplace(self, data: Buffer, base: Buffer) -> None:
+        """Turn the residual in ``data`` back into the array, in place."""
+
+
 class TensorToBytes(Codec):
     """Serializes one chunk of raw element bytes into ``segments`` equal-length parts."""
+
+    #: Bytes per element (a chunk holds whole elements).
+    width: int = 1
+
+    def native_planes(self) -> tuple[int, int] | None:
+        """``(width, rotate)`` of the byte-plane split the native chunk kernel does in this
+        stage's place, or None: only :meth:`encode` and :meth:`decode` do it."""
+        return None
 
     @abstractmethod
     def segments(self) -> int: ...
@@ -136,6 +179,10 @@ class TensorToBytes(Codec):
 class BytesToBytes(Codec):
     """A compressor: codes each of a buffer's equal ``segments`` independently."""
 
+    #: Whether this stage's stream is the native chunk kernel's entropy stream (the kernel then
+    #: codes the chunk in one call, serializer included, when the serializer is native too).
+    native_entropy: ClassVar[bool] = False
+
     @abstractmethod
     def encode(self, data: Buffer, segments: int) -> bytes: ...
 
@@ -145,6 +192,27 @@ class BytesToBytes(Codec):
     @abstractmethod
     def decode(self, data: Buffer, out: Buffer) -> None:
         """Decode into ``out``, whose length must be the stream's declared size."""
+
+
+class ConditionedCoder(Codec):
+    """Serializes and entropy-codes a chunk (a residual's) with statistics drawn from the base's
+    co-located chunk, which both sides know: it follows a residual and ends a pipeline."""
+
+    needs_base: ClassVar[bool] = True
+    #: Bytes per element (a chunk holds whole elements).
+    width: int
+
+    def native_context(self) -> tuple[int, int, int] | None:
+        """``(width, rotate, context rotate)`` under which the native chunk kernel codes this
+        stage, or None: only :meth:`encode` and :meth:`decode` do."""
+        return None
+
+    @abstractmethod
+    def encode(self, raw: Buffer, base: Buffer) -> bytes: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, base: Buffer, out: Buffer) -> None:
+        """Decode into ``out`` (exactly ``len(out)`` bytes) with the base's chunk."""
 
 
 def codec_from_config(config: Any, source: str = "<memory>") -> Codec:

@@ -8,18 +8,21 @@ IEEE-style floats each element is first rotated left by one bit: the sign drops 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _native
 from ..errors import ConfigError
-from .base import Buffer, TensorToBytes, register
+from .base import Buffer, Codec, TensorToBytes, register
 
 _WIDTHS = (1, 2, 4, 8, 16)
 
+L = TypeVar("L", bound="PlaneLayout")
 
-@register
-class BytePlanes(TensorToBytes):
-    codec_id = "byteplanes"
+
+class PlaneLayout(Codec):
+    """The parameters of a byte-plane split, shared by the stages that make one
+    (:class:`BytePlanes`, :class:`~ckptzip.codecs.ContextPlanes`): bytes per element and the
+    left bit rotation applied to each element first."""
 
     def __init__(self, width: int, rotate: int = 0) -> None:
         if width not in _WIDTHS or not 0 <= rotate < 8 * width:
@@ -31,11 +34,19 @@ class BytePlanes(TensorToBytes):
         return {"id": self.codec_id, "width": self.width, "rotate": self.rotate}
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> BytePlanes:
+    def from_config(cls: type[L], config: dict[str, Any]) -> L:
         width, rotate = config["width"], config.get("rotate", 0)
         if type(width) is not int or type(rotate) is not int:
             raise ConfigError("byteplanes: width and rotate must be ints")
         return cls(width, rotate)
+
+
+@register
+class BytePlanes(PlaneLayout, TensorToBytes):
+    codec_id = "byteplanes"
+
+    def native_planes(self) -> tuple[int, int] | None:
+        return self.width, self.rotate
 
     def segments(self) -> int:
         return self.width

@@ -17,15 +17,15 @@ from typing import ClassVar
 
 from .. import _native
 from ..errors import ConfigError
-from .base import Buffer, register
-from .byteplanes import BytePlanes
+from .base import Buffer, ConditionedCoder, register
+from .byteplanes import PlaneLayout
 
 #: The bit rotation that puts a float's exponent in the top byte (the context of each element).
 CONTEXT_ROTATE = 1
 
 
 @register
-class ContextPlanes(BytePlanes):
+class ContextPlanes(PlaneLayout, ConditionedCoder):
     """Byte planes like :class:`BytePlanes` (same parameters), entropy-coded per bucket of the
     base's exponent; it needs the base's chunk on both sides."""
 
@@ -40,11 +40,14 @@ class ContextPlanes(BytePlanes):
             raise ConfigError(f"ctxplanes: width {width} unsupported (2, 4 or 8)")
         super().__init__(width, rotate)
 
+    def native_context(self) -> tuple[int, int, int] | None:
+        return self.width, self.rotate, CONTEXT_ROTATE
+
     def _context(self, base: Buffer) -> bytes:
         return _native.context_bytes(base, self.width, CONTEXT_ROTATE)
 
-    def encode_with_base(self, raw: Buffer, base: Buffer) -> bytes:
+    def encode(self, raw: Buffer, base: Buffer) -> bytes:
         return _native.encode_planes_ctx(raw, self._context(base), self.width, self.rotate)
 
-    def decode_with_base(self, data: Buffer, base: Buffer, out: Buffer) -> None:
+    def decode(self, data: Buffer, base: Buffer, out: Buffer) -> None:
         _native.decode_planes_ctx(data, self._context(base), out, self.width, self.rotate)

@@ -15,6 +15,7 @@ from .base import Buffer, BytesToBytes, register
 @register
 class Entropy(BytesToBytes):
     codec_id = "entropy"
+    native_entropy = True
 
     def encode(self, data: Buffer, segments: int) -> bytes:
         return _native.encode(data, segments)

@@ -21,13 +21,13 @@ import numpy as np
 
 from .. import _native
 from ..errors import ConfigError
-from .base import Buffer, Codec, register
+from .base import Buffer, ChunkResidual, register
 
 KINDS: dict[str, int] = {"xor": 0, "float-diff": 1, "int-diff": 2}
 
 
 @register
-class Residual(Codec):
+class Residual(ChunkResidual):
     codec_id: ClassVar[str] = "residual"
 
     def __init__(self, kind: str, width: int) -> None:
@@ -43,6 +43,10 @@ class Residual(Codec):
     def from_config(cls, config: dict[str, Any]) -> Residual:
         return cls(str(config["kind"]), config["width"])
 
+    @property
+    def native_kind(self) -> int | None:
+        return KINDS[self.kind]
+
     def encode(self, raw: Buffer, base: Buffer) -> np.ndarray:
         # np.empty, not bytearray: every byte is written, so no zero fill first
         out = np.empty(len(memoryview(raw).cast("B")), dtype=np.uint8)
@@ -50,5 +54,4 @@ class Residual(Codec):
         return out
 
     def decode_inplace(self, data: Buffer, base: Buffer) -> None:
-        """Turn the residual in ``data`` back into the array, in place."""
         _native.residual_decode(data, base, data, self.width, KINDS[self.kind])

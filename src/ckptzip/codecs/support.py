@@ -45,6 +45,10 @@ class Support(TensorToTensor):
     def references(self) -> tuple[int, ...]:
         return (self.leaf,)
 
+    @property
+    def support_leaf(self) -> int | None:
+        return self.leaf
+
     @staticmethod
     def _mask(context: TransformContext) -> torch.Tensor:
         if context.support is None:
