@@ -414,7 +414,9 @@ def test_bad_sibling_references_are_refused(chain_states, stage_id, key, damage)
     siblings itself (no chains, no cycles), of the right shape; else the header is refused."""
     from tests.test_bad_input import rebuild, split
 
-    header, body = split(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0]))
+    # a support stage comes with joint_restart (exp_avg_sq stored at exp_avg's support)
+    header, body = split(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0],
+                                       joint_restart=stage_id == "support"))
     leaves = header["leaves"]
     index = next(i for i, leaf in enumerate(leaves)
                  if any(s["id"] == stage_id for s in header["pipelines"][leaf["pipeline"]]))
