@@ -241,16 +241,27 @@ class CheckpointFile:
             raise failed.damaged from None
         bar.close()
         # siblings first: a leaf that reads siblings needs them decoded (the header parser
-        # refused chains, so one pass over the rest follows)
-        order = sorted(indices, key=lambda i: bool(self.leaves[i].pipeline.references))
+        # refused chains, so one pass over the rest follows); the leaves of a pass are
+        # independent and finish on the thread pool
         result: dict[int, torch.Tensor] = {}
-        for i in order:
+
+        def finish(i: int) -> tuple[int, torch.Tensor]:
+            if self.threads > 1:
+                # leaves are the parallel work: torch's own threads on top would oversubscribe
+                # the cores (the setting is this pool thread's own; the caller's stays)
+                torch.set_num_threads(1)
             pipeline = self.leaves[i].pipeline
             sibling = pipeline.support
             support = None if sibling is None else result[sibling] != 0
             decoded = {j: result[j] for j in pipeline.references}
-            result[i] = self._finish_leaf(self.leaves[i], buffers[i], bases.get(i), support,
-                                          decoded)
+            return i, self._finish_leaf(self.leaves[i], buffers[i], bases.get(i), support,
+                                        decoded)
+
+        for reads_siblings in (False, True):
+            batch = [i for i in indices
+                     if bool(self.leaves[i].pipeline.references) == reads_siblings]
+            threads = self.threads if any(self.leaves[i].pipeline.transforms for i in batch) else 1
+            result.update(ordered_map(finish, batch, threads))
         if self._base is not None:  # each base tensor serves one tensor here: free it
             for i in bases:
                 name = self.leaves[i].base_name
