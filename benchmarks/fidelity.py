@@ -108,19 +108,20 @@ class ArmSpec:
 
 #: BitSnap's arms are named by their density (``bitsnap-d0.05``): the one at the mode's default
 #: runs at every seed, the others are sweep points.
-BITSNAP_SWEEP = (0.05, 0.1, 0.2, 0.4)
 DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", 1.0),
                 ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"),
                 ArmSpec(f"bitsnap-d{BITSNAP_DENSITY:g}", "bitsnap", BITSNAP_DENSITY))
-SWEEP_ARMS = (
-    *(ArmSpec(f"adaptive-x{s:g}", "adaptive", s, "sweep") for s in (0.5, 1.3)),
+#: In the order they run (the costly setups' sweeps may be cut by --stop-at: modes alternate).
+SWEEP_ARMS = tuple(a for a in (
+    ArmSpec("adaptive-x1.3", "adaptive", 1.3, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
+    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
     ArmSpec("adaptive-wide", "adaptive", "wide", "sweep"),
-    *(ArmSpec(f"excp-s{s:g}", "excp", s, "sweep") for s in (1.0, 1.75)),
-    *(ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d, "sweep") for d in BITSNAP_SWEEP
-      if d != BITSNAP_DENSITY),
-)
+    ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
+    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"),
+    ArmSpec("bitsnap-d0.1", "bitsnap", 0.1, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
+) if a.name != f"bitsnap-d{BITSNAP_DENSITY:g}")
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-               [a for a in SWEEP_ARMS if a.mode == "bitsnap"][0])
+               next(a for a in SWEEP_ARMS if a.mode == "bitsnap"))
 #: adaptive-wide: the widest budget the policy takes (weight < 2.0).
 WIDE_BUDGET = {"weight": 1.95, "exp_avg": 2.5, "exp_avg_sq": 1.5}
 
@@ -306,16 +307,30 @@ def done_runs(work: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in runs}
 
 
-def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool) -> list[Job]:
+def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
+             bitsnap_every_seed: list[float]) -> list[Job]:
     """In priority order: the default arms at seed 0 everywhere, the sweeps of the cheap setups,
-    the other seeds' default arms, then the sweeps of the costly setups, then more sweep seeds."""
+    the other seeds' default arms, then the sweeps of the costly setups, then more sweep seeds.
+    BitSnap's densities in ``bitsnap_every_seed`` run at every seed in the cheap setups, like the
+    default arms, and as sweep points in the costly ones."""
     cheap = [s for s in setups if s in ("gpt-b095", "gpt-sgd", "minilm-lora", QUICK.name)]
-    sweep = QUICK_SWEEP if quick else SWEEP_ARMS
-    jobs = [Job(s, 0, a) for s in setups for a in DEFAULT_ARMS]
-    jobs += [Job(s, 0, a) for s in cheap for a in sweep] if sweep_seeds else []
-    jobs += [Job(s, seed, a) for seed in range(1, seeds) for s in setups for a in DEFAULT_ARMS]
-    jobs += [Job(s, 0, a) for s in setups if s not in cheap for a in sweep] if sweep_seeds else []
-    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in setups for a in sweep]
+    costly = [s for s in setups if s not in cheap]
+    sweep = list(QUICK_SWEEP if quick else SWEEP_ARMS)
+    extra = [ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d) for d in bitsnap_every_seed
+             if f"bitsnap-d{d:g}" not in {a.name for a in DEFAULT_ARMS}]
+    cheap_sweep = [a for a in sweep if a.name not in {e.name for e in extra}]
+    costly_sweep = [*(ArmSpec(e.name, e.mode, e.knob, "sweep") for e in extra),
+                    *(a for a in sweep if a.name not in {e.name for e in extra})]
+
+    def defaults(setup: str) -> list[ArmSpec]:
+        return [*DEFAULT_ARMS, *(extra if setup in cheap else ())]
+
+    jobs = [Job(s, 0, a) for s in setups for a in defaults(s)]
+    jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep] if sweep_seeds else []
+    jobs += [Job(s, seed, a) for seed in range(1, seeds) for s in setups for a in defaults(s)]
+    jobs += [Job(s, 0, a) for a in costly_sweep for s in costly] if sweep_seeds else []
+    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in cheap for a in cheap_sweep]
+    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in costly for a in costly_sweep]
     return jobs
 
 
@@ -552,6 +567,8 @@ def main() -> None:
     parser.add_argument("--stop-at", help="HH:MM UTC: start no arm after this time")
     parser.add_argument("--work", type=Path, help="keyframes and runs.jsonl (default: "
                         "<out>/fidelity-matrix-work)")
+    parser.add_argument("--bitsnap-every-seed", default=str(BITSNAP_DENSITY),
+                        help="BitSnap densities run at every seed (default: the mode's default)")
     parser.add_argument("--deltas", type=int, help="delta checkpoints per arm (default 10; a "
                         "smoke test of the harness only)")
     parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
@@ -573,7 +590,8 @@ def main() -> None:
     if args.stop_at:
         hour, minute = (int(x) for x in args.stop_at.split(":"))
         stop_at = datetime.now(timezone.utc).replace(hour=hour, minute=minute, second=0)
-    jobs = jobs_for(names, seeds, args.sweep_seeds, args.quick)
+    jobs = jobs_for(names, seeds, args.sweep_seeds, args.quick,
+                    [float(d) for d in args.bitsnap_every_seed.split(",") if d])
     info = machine_info()
     if not args.report_only:
         run_matrix(jobs, work, args.workers, args.quick, args.deltas, stop_at, sys.stderr)
