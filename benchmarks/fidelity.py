@@ -51,6 +51,7 @@ import torch
 
 import ckptzip
 from ckptzip.demo.gpt import GPTConfig
+from ckptzip.demo.train import TrainConfig
 from ckptzip.modes.adaptive import DEFAULT_BUDGET
 from ckptzip.modes.bitsnap import BitsnapPolicy
 from ckptzip.modes.excp import ExcpPolicy
@@ -63,6 +64,9 @@ from fidelity_setups import Setup, Task, gpt_setup, minilm_setup
 GPT10M = GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=64)
 #: 0.44M parameters, 2 layers of width 128.
 GPT044 = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64)
+#: The single-model harness's run before the matrix (the demo's trainer, this model, batch 16, lr
+#: 1e-3): benchmarks/probes/quantizer_probe.py trains it.
+FULL = TrainConfig(model=GPT044, batch_size=16, lr=1e-3, corpus_bytes=2_000_000)
 
 SETUPS: dict[str, Setup] = {s.name: s for s in (
     Setup("gpt10m-adamw", "GPT 10.75M from scratch, AdamW at PyTorch's defaults (betas 0.9/0.999, "
