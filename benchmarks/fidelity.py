@@ -313,8 +313,9 @@ def done_runs(work: Path) -> dict[str, dict[str, Any]]:
 
 def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
              bitsnap_every_seed: list[float]) -> list[Job]:
-    """In priority order: the default arms at seed 0 everywhere, the sweeps of the cheap setups,
-    the other seeds' default arms, then the sweeps of the costly setups, then more sweep seeds.
+    """In priority order: the default arms at seed 0 everywhere; the costly setups' lossless arms
+    at the other seeds (their noise floors); the cheap setups' other seeds and sweeps; the costly
+    setups' default arms at seed 1, the first half of their sweeps, the other seeds, the rest.
     BitSnap's densities in ``bitsnap_every_seed`` run at every seed in the cheap setups, like the
     default arms, and as sweep points in the costly ones."""
     cheap = [s for s in setups if s in ("gpt-b095", "gpt-sgd", "minilm-lora", QUICK.name)]
@@ -325,14 +326,19 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     cheap_sweep = [a for a in sweep if a.name not in {e.name for e in extra}]
     costly_sweep = [*(ArmSpec(e.name, e.mode, e.knob, "sweep") for e in extra),
                     *(a for a in sweep if a.name not in {e.name for e in extra})]
-
-    def defaults(setup: str) -> list[ArmSpec]:
-        return [*DEFAULT_ARMS, *(extra if setup in cheap else ())]
-
-    jobs = [Job(s, 0, a) for s in setups for a in defaults(s)]
-    jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep] if sweep_seeds else []
-    jobs += [Job(s, seed, a) for seed in range(1, seeds) for s in setups for a in defaults(s)]
-    jobs += [Job(s, 0, a) for a in costly_sweep for s in costly] if sweep_seeds else []
+    if not sweep_seeds:
+        cheap_sweep = costly_sweep = []
+    lossy = [a for a in DEFAULT_ARMS if a.mode != "lossless"]
+    later = range(1, seeds)
+    half = (len(costly_sweep) + 1) // 2
+    jobs = [Job(s, 0, a) for s in setups for a in (*DEFAULT_ARMS, *(extra if s in cheap else ()))]
+    jobs += [Job(s, seed, DEFAULT_ARMS[0]) for seed in later for s in costly]
+    jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*DEFAULT_ARMS, *extra)]
+    jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep]
+    jobs += [Job(s, 1, a) for s in costly for a in lossy] if seeds > 1 else []
+    jobs += [Job(s, 0, a) for a in costly_sweep[:half] for s in costly]
+    jobs += [Job(s, seed, a) for seed in range(2, seeds) for s in costly for a in lossy]
+    jobs += [Job(s, 0, a) for a in costly_sweep[half:] for s in costly]
     jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in cheap for a in cheap_sweep]
     jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in costly for a in costly_sweep]
     return jobs
