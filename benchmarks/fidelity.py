@@ -118,10 +118,10 @@ DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive",
 #: In the order they run (the costly setups' sweeps may be cut by --stop-at: modes alternate).
 SWEEP_ARMS = tuple(a for a in (
     ArmSpec("adaptive-x1.3", "adaptive", 1.3, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
+    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"), ArmSpec("bitsnap-d1", "bitsnap", 1.0, "sweep"),
     ArmSpec("adaptive-wide", "adaptive", "wide", "sweep"),
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
-    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"),
+    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"), ArmSpec("bitsnap-d0.7", "bitsnap", 0.7, "sweep"),
     ArmSpec("bitsnap-d0.1", "bitsnap", 0.1, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
 ) if a.name != f"bitsnap-d{BITSNAP_DENSITY:g}")
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
