@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ckptzip.modes.bitsnap import BitsnapPolicy
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -20,9 +22,10 @@ def test_fidelity_quick(tmp_path):
     assert data["not_run"] == []
     summary = data["summary"]["tiny-b095"]
     arms = summary["arms"]
-    assert list(arms) == ["lossless", "adaptive", "excp", "excp-fair", "bitsnap-d0.05", "excp-s1",
-                          "bitsnap-d0.4"]
-    for name in ("lossless", "adaptive", "excp", "excp-fair", "bitsnap-d0.05"):
+    bitsnap = f"bitsnap-d{BitsnapPolicy().density:g}"  # the mode's default, at every seed
+    assert list(arms)[:6] == ["lossless", "adaptive", "excp", "excp-fair", bitsnap, "excp-s1"]
+    assert len(arms) == 7 and list(arms)[6].startswith("bitsnap-d")  # a sweep point
+    for name in ("lossless", "adaptive", "excp", "excp-fair", bitsnap):
         assert arms[name]["seeds"] == [0, 1], name
     # paired gaps: the lossless arm against itself is exactly 0 at every seed
     assert arms["lossless"]["gaps_pct"] == [0.0, 0.0]
@@ -36,7 +39,7 @@ def test_fidelity_quick(tmp_path):
     lossless = arms["lossless"]["full_state_ratio"]
     assert 1.1 < lossless < 2
     assert arms["lossless"]["weights_kept"] == 1.0
-    for name in ("adaptive", "excp", "excp-fair", "bitsnap-d0.05"):
+    for name in ("adaptive", "excp", "excp-fair", bitsnap):
         assert arms[name]["full_state_ratio"] > 2 * lossless, name
         assert arms[name]["gap_mean_pct"] < 60, name  # tiny, early training: gaps are large
     # ExCP's fair arm prunes at the cap (2.5 x the median update) on every tensor, keeping about
@@ -48,8 +51,8 @@ def test_fidelity_quick(tmp_path):
     # the adaptive policy stores fewer bytes than published ExCP (3.4x when written)
     assert arms["adaptive"]["full_state_ratio"] > 2 * arms["excp"]["full_state_ratio"]
     # BitSnap keeps every moment (8-bit k-means): its ratio is bounded by the moments' cost
-    assert arms["bitsnap-d0.05"]["moments_kept"] == 1.0
-    assert arms["bitsnap-d0.05"]["full_state_ratio"] < 8
+    assert arms[bitsnap]["moments_kept"] == 1.0
+    assert arms[bitsnap]["full_state_ratio"] < 8
     assert (tmp_path / "fidelity-tiny-b095.png").stat().st_size > 10_000
     text = (tmp_path / "fidelity-matrix.md").read_text()
     assert "noise floor" in text and "| excp-fair |" in text and "No GPU" in text
