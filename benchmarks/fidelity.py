@@ -130,9 +130,17 @@ QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
 WIDE_BUDGET = {"weight": 1.95, "exp_avg": 2.5, "exp_avg_sq": 1.5}
 
 
+#: Diagnostic arms (the LoRA setup): which state's error costs the loss.
+DIAG_BUDGETS = {"moments-exact": {**DEFAULT_BUDGET, "exp_avg": 0.0, "exp_avg_sq": 0.0},
+                "weights-exact": {**DEFAULT_BUDGET, "weight": 0.0}}
+DIAG_ARMS = tuple(ArmSpec(f"adaptive-{k}", "adaptive", k, "diagnostic") for k in DIAG_BUDGETS)
+
+
 def adaptive_budget(knob: Any) -> dict[str, float]:
     if knob == "wide":
         return dict(WIDE_BUDGET)
+    if knob in DIAG_BUDGETS:
+        return dict(DIAG_BUDGETS[knob])
     return {k: v * float(knob) for k, v in DEFAULT_BUDGET.items()}
 
 
@@ -334,6 +342,7 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     jobs = [Job(s, 0, a) for s in setups for a in (*DEFAULT_ARMS, *(extra if s in cheap else ()))]
     jobs += [Job(s, seed, DEFAULT_ARMS[0]) for seed in later for s in costly]
     jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*DEFAULT_ARMS, *extra)]
+    jobs += [Job(s, 0, a) for s in cheap if s == "minilm-lora" for a in DIAG_ARMS]
     jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep]
     jobs += [Job(s, 1, a) for s in costly for a in lossy] if seeds > 1 else []
     jobs += [Job(s, 0, a) for a in costly_sweep[:half] for s in costly]
@@ -430,7 +439,7 @@ def summarize(runs: list[dict[str, Any]], setups: list[Setup]) -> dict[str, Any]
         best: dict[str, Any] = {}
         for mode in MODES:
             ok = [(a["full_state_ratio"], n) for n, a in arms.items()
-                  if a["mode"] == mode and a["within_noise"]]
+                  if a["mode"] == mode and a["within_noise"] and a["tier"] != "diagnostic"]
             best[mode] = ({"arm": max(ok)[1], "full_state_ratio": max(ok)[0]} if ok else None)
         matched = None
         if best["adaptive"] and best["excp"]:
@@ -490,7 +499,8 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
             knob = ("" if a["mode"] == "lossless" else
                     f"alpha={a['options'].get('alpha'):.3g}" if a["mode"] == "excp" else
                     f"density={a['knob']:g}" if a["mode"] == "bitsnap" else
-                    f"budget x{a['knob']:g}" if a["knob"] != "wide" else "budget wide")
+                    f"budget x{a['knob']:g}" if not isinstance(a["knob"], str)
+                    else f"budget {a['knob']}")
             within = {None: "n/a", True: "yes", False: "no"}[a["within_noise"]]
             strength = "" if a["excp_strength"] is None else f"{a['excp_strength']:.2f}"
             lines.append(
@@ -520,7 +530,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 3, figsize=(14, 4.2), sharey=True)
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
-        points = [a for a in s["arms"].values() if a["mode"] == mode]
+        points = [a for a in s["arms"].values() if a["mode"] == mode and a["tier"] != "diagnostic"]
         points.sort(key=lambda a: a["full_state_ratio"])
         if floor is not None:
             ax.axvspan(-floor, floor, color="0.9", label=f"noise floor ±{floor:.2f}%")
@@ -531,7 +541,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
                         ms=5, capsize=3, color="C0" if a["tier"] == "default" else "C1")
             label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
                      f"d={a['knob']:g}" if mode == "bitsnap" else
-                     f"x{a['knob']:g}" if a["knob"] != "wide" else "wide")
+                     f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
             ax.annotate(f"{label} ({len(a['seeds'])}s)", (a["gap_mean_pct"], a["full_state_ratio"]),
                         fontsize=7, xytext=(4, 3), textcoords="offset points")
         ax.plot([a["gap_mean_pct"] for a in points], [a["full_state_ratio"] for a in points],
