@@ -299,7 +299,7 @@ def run_job(job: Job, work: Path, quick: bool, deltas: int | None = None) -> dic
         # leaves and the frozen weights: headers and a mode's added leaves included)
         "model_state_ratio": key.trained_weight_bytes / max(1.0, mean_stored - mean_frozen - (
             sum(optimizer_bytes) / deltas)),
-        "bits_per_param": 8 * mean_stored / (key.raw_bytes / 12),
+        "bits_per_param": 8 * mean_stored / (key.raw_bytes / 12),  # Adam; the report corrects it
         "weights_kept": sum(weights_kept) / deltas, "moments_kept": sum(moments_kept) / deltas,
         "excp_strength": (None if job.arm.mode != "excp" or not key.v_scales else statistics.median(
             min(EXCP_CAP, options["alpha"] / s) for s in key.v_scales)),
@@ -475,7 +475,8 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
         f"noise**: every seed's |gap| <= the floor. **Full-state ratio**: raw fp32 weights (tied "
         f"once, frozen included) + per-parameter optimizer states (Adam's two moments, SGD's "
         f"momentum) over the stored bytes, mean over the delta checkpoints; in brackets the "
-        f"ratio without frozen weights where they differ. **Model-state ratio**: trained weights' "
+        f"ratio without frozen weights where they differ. **Bits/param**: stored bits per model "
+        f"parameter (frozen ones included). **Model-state ratio**: trained weights' "
         f"raw fp32 bytes over the stored bytes that are not the optimizer's or frozen weights'. "
         f"**Kept**: fraction of trained weight "
         f"elements whose decoded value changed / of exp_avg (momentum) elements decoded non-zero. "
@@ -562,6 +563,10 @@ def report(jobs: list[Job], work: Path, out: Path, png_out: Path, setups: list[S
     runs = list(done_runs(work).values())
     wanted = {j.key for j in jobs}
     runs = [r for r in runs if r["key"] in wanted]
+    for r in runs:  # bits per model parameter (frozen ones included), from the keyframe's sizes
+        meta = json.loads((work / f"{r['setup']}-s{r['seed']}-key.json").read_text())
+        params = (meta["raw_bytes"] - meta["trainable_raw_bytes"] + meta["trained_weight_bytes"]) / 4
+        r["bits_per_param"] = 8 * statistics.mean(r["stored_bytes"]) / params
     missing = [j.key for j in jobs if j.key not in {r["key"] for r in runs}]
     summary = summarize(runs, setups)
     text = markdown(summary, info, seeds, sweep_seeds, missing)
