@@ -112,20 +112,20 @@ class ArmSpec:
 
 #: BitSnap's arms are named by their density (``bitsnap-d0.05``): the one at the mode's default
 #: runs at every seed, the others are sweep points.
+#: The arms at every seed besides BitSnap's (``--bitsnap-every-seed``).
 DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", 1.0),
-                ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"),
-                ArmSpec(f"bitsnap-d{BITSNAP_DENSITY:g}", "bitsnap", BITSNAP_DENSITY))
+                ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"))
 #: In the order they run (the costly setups' sweeps may be cut by --stop-at: modes alternate).
-SWEEP_ARMS = tuple(a for a in (
+SWEEP_ARMS = (
     ArmSpec("adaptive-x1.3", "adaptive", 1.3, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
     ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"), ArmSpec("bitsnap-d1", "bitsnap", 1.0, "sweep"),
     ArmSpec("adaptive-wide", "adaptive", "wide", "sweep"),
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
     ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"), ArmSpec("bitsnap-d0.7", "bitsnap", 0.7, "sweep"),
     ArmSpec("bitsnap-d0.1", "bitsnap", 0.1, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
-) if a.name != f"bitsnap-d{BITSNAP_DENSITY:g}")
+)
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-               next(a for a in SWEEP_ARMS if a.mode == "bitsnap"))
+               next(a for a in SWEEP_ARMS if a.mode == "bitsnap" and a.knob != BITSNAP_DENSITY))
 #: adaptive-wide: the widest budget the policy takes (weight < 2.0).
 WIDE_BUDGET = {"weight": 1.95, "exp_avg": 2.5, "exp_avg_sq": 1.5}
 
@@ -324,24 +324,25 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     """In priority order: the default arms at seed 0 everywhere; the costly setups' lossless arms
     at the other seeds (their noise floors); the cheap setups' other seeds and sweeps; the costly
     setups' default arms at seed 1, the first half of their sweeps, the other seeds, the rest.
-    BitSnap's densities in ``bitsnap_every_seed`` run at every seed in the cheap setups, like the
-    default arms, and as sweep points in the costly ones."""
+    The first of BitSnap's densities in ``bitsnap_every_seed`` runs at every seed everywhere, the
+    others at every seed in the cheap setups and as sweep points in the costly ones."""
     cheap = [s for s in setups if s in ("gpt-b095", "gpt-sgd", "minilm-lora", QUICK.name)]
     costly = [s for s in setups if s not in cheap]
     sweep = list(QUICK_SWEEP if quick else SWEEP_ARMS)
-    extra = [ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d) for d in bitsnap_every_seed
-             if f"bitsnap-d{d:g}" not in {a.name for a in DEFAULT_ARMS}]
-    cheap_sweep = [a for a in sweep if a.name not in {e.name for e in extra}]
+    first, *extra = [ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d) for d in bitsnap_every_seed]
+    every_seed = {first.name, *(e.name for e in extra)}
+    cheap_sweep = [a for a in sweep if a.name not in every_seed]
     costly_sweep = [*(ArmSpec(e.name, e.mode, e.knob, "sweep") for e in extra),
-                    *(a for a in sweep if a.name not in {e.name for e in extra})]
+                    *(a for a in sweep if a.name not in every_seed)]
     if not sweep_seeds:
         cheap_sweep = costly_sweep = []
-    lossy = [a for a in DEFAULT_ARMS if a.mode != "lossless"]
+    defaults = (*DEFAULT_ARMS, first)
+    lossy = [a for a in defaults if a.mode != "lossless"]
     later = range(1, seeds)
     half = (len(costly_sweep) + 1) // 2
-    jobs = [Job(s, 0, a) for s in setups for a in (*DEFAULT_ARMS, *(extra if s in cheap else ()))]
+    jobs = [Job(s, 0, a) for s in setups for a in (*defaults, *(extra if s in cheap else ()))]
     jobs += [Job(s, seed, DEFAULT_ARMS[0]) for seed in later for s in costly]
-    jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*DEFAULT_ARMS, *extra)]
+    jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*defaults, *extra)]
     jobs += [Job(s, 0, a) for s in cheap if s == "minilm-lora" for a in DIAG_ARMS]
     jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep]
     jobs += [Job(s, 1, a) for s in costly for a in lossy] if seeds > 1 else []
