@@ -1,295 +1,627 @@
-"""Fidelity of the lossy modes: does training resumed from a reconstructed checkpoint go on as if
-nothing had happened?
+"""Fidelity of the lossy modes, as a matrix: does training resumed from every decoded checkpoint
+go on as if nothing had happened, across setups, seeds and each mode's knob?
 
-One reference run per arm, all with the same seed and data order: train a small GPT on the
-Python standard library's source, checkpoint every ``--every`` steps as a chain (the first
-checkpoint a lossless keyframe), and, in every arm, resume training from the checkpoint *as
-decoded* at every checkpoint (closed loop, ExCP's protocol). The lossless arm is the reference.
-The ``adaptive-open`` arm instead lets training go on from the true state, as it does when nothing
-fails, and reports the loss of each checkpoint *as decoded*: a chain's error there carries the
-errors before it, and this arm shows whether it stays bounded.
+Per setup and seed: a lossless prefix of training (shared by every arm of that seed), then the
+chain's keyframe (stored lossless), then ``deltas`` delta checkpoints ``every`` steps apart. In
+every arm, training resumes from each checkpoint *as decoded* (closed loop, ExCP's protocol), so a
+chain of 10 deltas is 10 resumes. The final validation loss is that of the last decoded
+checkpoint, on a small validation set fixed per setup.
 
-Per arm: bytes per checkpoint; the ratio of the raw fp32 full state (weights and both Adam
-moments) to the stored bytes, over the delta checkpoints; bits per parameter; the model-state
-ratio (raw fp32 weights over the weights' stored bytes); the final train and validation loss and
-their gap to the lossless arm; the MSE and relative error of each state, as decoded. Writes
-``benchmarks/out/fidelity.{md,json,png}``.
+* **Gap**: per seed, ``100 * (val_arm / val_lossless - 1)`` against the lossless arm of the same
+  seed (paired); reported as the mean over seeds and its range.
+* **Noise floor**: the lossless arm's own seed-to-seed spread of the final validation loss,
+  ``100 * (max - min) / mean`` over its seeds (percent). An arm is *within noise* when every seed's
+  |gap| is at most that floor.
+* **Full-state ratio**: the raw fp32 bytes of every weight (a tied weight once, frozen weights
+  included) and every per-parameter optimizer state (Adam's two moments; SGD's momentum buffer)
+  over the stored bytes of the file, mean over the delta checkpoints. **Trainable ratio**: the
+  same without the frozen weights and their stored bytes (it differs only where weights are
+  frozen, the LoRA setup).
+* **Kept fractions**: the fraction of trained weight elements whose decoded value changed from
+  the base's, and of optimizer-state elements (``exp_avg``) decoded non-zero, mean over deltas.
 
-The model is smaller than the demo's 10.8M-parameter GPT (see ``FULL``): four lossy arms of a few
-hundred steps each must run in minutes on a busy 2-core machine. ``--quick`` (the tests) uses the
-tiny model for 60 steps.
+Arms at every seed: ``lossless``, each mode at its default, and ``excp-fair`` (ExCP with ``alpha``
+set so that its weight pruning is as strong on this model as in the paper's regime: the multiplier
+of the median at ExCP's cap of 2.5 for every tensor, ``alpha = 2.5 * max sqrt(mean(v))`` over the
+keyframe's tensors). Sweep points, at ``--sweep-seeds`` seeds: adaptive's ``error_budget`` scaled,
+ExCP's pruning strength ``s`` (``alpha = s * median sqrt(mean(v))``), BitSnap's ``density``.
+
+Jobs run in priority order on ``--workers`` processes (each with one torch thread); every finished
+arm is appended to ``<work>/runs.jsonl`` and a re-run skips those, so the matrix can be resumed or
+extended. ``--stop-at HH:MM`` (UTC) starts no job after that time. The report (``--report-only``
+re-renders it) is ``fidelity-matrix.{md,json}`` and ``fidelity-<setup>.png`` (ratio against gap,
+one panel per mode) under ``--out``/``--png-out``. ``--quick`` (the tests) runs the tiny GPT.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import fcntl
+import json
+import statistics
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import ckptzip
-from ckptzip.cli import parse_error_budget
 from ckptzip.demo.gpt import GPTConfig
-from ckptzip.demo.train import CONFIGS, TrainConfig, evaluate, load_data, make_trainer
+from ckptzip.demo.train import TrainConfig
+from ckptzip.modes.adaptive import DEFAULT_BUDGET
+from ckptzip.modes.bitsnap import BitsnapPolicy
+from ckptzip.modes.excp import ExcpPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, info_markdown, machine_info, write_results
+from fidelity_setups import Setup, Task, gpt_setup, minilm_setup
 
-#: 0.44M parameters (2 layers, width 128, context 64): 3-5 steps/s on one core of the busy 2-core
-#: machine, where the demo's 10.8M model manages well under 1 (4 arms of 320 steps: minutes, not
-#: hours). Two layers keep the tensor count, and so the per-tensor header, low.
-FULL = TrainConfig(model=GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64), batch_size=16,
-                   lr=1e-3, corpus_bytes=2_000_000)
-QUICK = CONFIGS["tiny"]
-ARMS: dict[str, dict[str, Any]] = {
-    "lossless": {"mode": "lossless"},
-    "excp": {"mode": "excp"},
-    "bitsnap": {"mode": "bitsnap"},
-    "adaptive": {"mode": "adaptive"},
-    "adaptive-open": {"mode": "adaptive", "resume": False},
-}
-STATES = ("weights", "exp_avg", "exp_avg_sq")
-EVAL_BATCHES = 16
+#: The demo's 10.8M GPT shape with a context of 64 (10.75M parameters): 8 x 64 tokens a step.
+GPT10M = GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=64)
+#: 0.44M parameters, 2 layers of width 128.
+GPT044 = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64)
+#: The single-model harness's run before the matrix (the demo's trainer, this model, batch 16, lr
+#: 1e-3): benchmarks/probes/quantizer_probe.py trains it.
+FULL = TrainConfig(model=GPT044, batch_size=16, lr=1e-3, corpus_bytes=2_000_000)
+
+SETUPS: dict[str, Setup] = {s.name: s for s in (
+    Setup("gpt10m-adamw", "GPT 10.75M from scratch, AdamW at PyTorch's defaults (betas 0.9/0.999, "
+          "weight decay 0.01), lr 1e-3, warmup from 0 over 20 steps then cosine to 1e-4 at step 90, "
+          "clip 1, batch 8x64 bytes", gpt_setup(GPT10M, 8, 1e-3, "adamw-default", warmup=20),
+          prefix=40, every=5),
+    Setup("gpt-b095", "GPT 0.44M from scratch, AdamW betas 0.9/0.95, weight decay 0.1 on matrices, "
+          "lr 1e-3, warmup from 0 over 40 steps then cosine to 1e-4 at step 200, clip 1, batch "
+          "16x64 bytes", gpt_setup(GPT044, 16, 1e-3, "adamw-0.95", warmup=40), prefix=100, every=10),
+    Setup("minilm-full", "all-MiniLM-L6-v2 (13.9M with its vocabulary trimmed to the KJV's tokens) "
+          "+ new head, KJV verse -> book (66 classes), all layers trained, AdamW defaults, lr 1e-4, "
+          "warmup from 0 over 10 steps then cosine to 1e-5 at step 70, clip 1, batch 16 verses",
+          minilm_setup(False, 16, 1e-4, warmup=10), prefix=20, every=5),
+    Setup("minilm-lora", "the same, encoder frozen, LoRA (r=8, alpha=16) on query and value + the "
+          "head trained (99k parameters), AdamW defaults, lr 2e-3, warmup from 0 over 10 steps "
+          "then cosine to 2e-4 at step 70", minilm_setup(True, 16, 2e-3, warmup=10), prefix=20,
+          every=5),
+    Setup("gpt-sgd", "GPT 0.44M from scratch, SGD momentum 0.9, lr 0.3, warmup from 0 over 40 "
+          "steps then cosine to 0.03 at step 200, clip 1, batch 16x64 bytes",
+          gpt_setup(GPT044, 16, 0.3, "sgd", warmup=40), prefix=100, every=10),
+)}
+QUICK = Setup("tiny-b095", "GPT 0.1M (tiny) from scratch, AdamW betas 0.9/0.95, lr 1e-3, warmup "
+              "from 0 over 20 steps, clip 1, batch 8x32 bytes",
+              gpt_setup(GPTConfig.tiny(), 8, 1e-3, "adamw-0.95", warmup=20, corpus_bytes=1_000_000),
+              prefix=20, every=4)
+
+MODES = ("adaptive", "excp", "bitsnap")
+#: ExCP's cap on its pruning multiplier (of the median |dW|).
+EXCP_CAP = 2.5
+EXCP_ALPHA = ExcpPolicy().alpha
+BITSNAP_DENSITY = BitsnapPolicy().density
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    mode: str
+    #: The mode's knob: adaptive's budget scale, ExCP's alpha ("published", "fair" or a pruning
+    #: strength), BitSnap's density.
+    knob: Any = None
+    tier: str = "default"  # "default": every seed; "sweep": --sweep-seeds
+
+
+#: BitSnap's arms are named by their density (``bitsnap-d0.05``): the one at the mode's default
+#: runs at every seed, the others are sweep points.
+#: The arms at every seed besides BitSnap's (``--bitsnap-every-seed``).
+DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", 1.0),
+                ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"))
+#: In the order they run (the costly setups' sweeps may be cut by --stop-at: modes alternate).
+SWEEP_ARMS = (
+    ArmSpec("adaptive-x1.3", "adaptive", 1.3, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
+    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"), ArmSpec("bitsnap-d1", "bitsnap", 1.0, "sweep"),
+    ArmSpec("adaptive-wide", "adaptive", "wide", "sweep"),
+    ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
+    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"), ArmSpec("bitsnap-d0.7", "bitsnap", 0.7, "sweep"),
+    ArmSpec("bitsnap-d0.1", "bitsnap", 0.1, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
+)
+QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
+               next(a for a in SWEEP_ARMS if a.mode == "bitsnap" and a.knob != BITSNAP_DENSITY))
+#: adaptive-wide: the widest budget the policy takes (weight < 2.0).
+WIDE_BUDGET = {"weight": 1.95, "exp_avg": 2.5, "exp_avg_sq": 1.5}
+
+
+#: Diagnostic arms (the LoRA setup): which state's error costs the loss.
+DIAG_BUDGETS = {"moments-exact": {**DEFAULT_BUDGET, "exp_avg": 0.0, "exp_avg_sq": 0.0},
+                "weights-exact": {**DEFAULT_BUDGET, "weight": 0.0}}
+DIAG_ARMS = tuple(ArmSpec(f"adaptive-{k}", "adaptive", k, "diagnostic") for k in DIAG_BUDGETS)
+
+
+def adaptive_budget(knob: Any) -> dict[str, float]:
+    if knob == "wide":
+        return dict(WIDE_BUDGET)
+    if knob in DIAG_BUDGETS:
+        return dict(DIAG_BUDGETS[knob])
+    return {k: v * float(knob) for k, v in DEFAULT_BUDGET.items()}
 
 
 @dataclass
-class Arm:
-    name: str
-    mode: str
-    options: dict[str, Any]
-    #: Training resumes from each decoded checkpoint (else it goes on from the true state, and
-    #: the losses are those of the decoded checkpoints).
-    resume: bool = True
-    steps: list[int] = field(default_factory=list)
-    stored_bytes: list[int] = field(default_factory=list)
-    weight_bytes: list[int] = field(default_factory=list)
-    val_loss: list[float] = field(default_factory=list)
-    train_loss: list[float] = field(default_factory=list)
-    #: Per delta checkpoint and state: (squared error sum, squared norm sum, elements).
-    errors: list[dict[str, tuple[float, float, int]]] = field(default_factory=list)
-    #: Per delta checkpoint: the weights' error over the update training made since the one
-    #: before, |W^ - W| / |W - W_start|.
-    update_errors: list[float] = field(default_factory=list)
-    seconds: float = 0.0
+class Job:
+    setup: str
+    seed: int
+    arm: ArmSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.setup}/{self.seed}/{self.arm.name}"
 
 
-def kind_of(name: str) -> str | None:
-    """Which state a tensor of the demo's checkpoint belongs to."""
-    if name.startswith("model."):
-        return "weights"
-    if name.startswith("optimizer.state.") and name.rsplit(".", 1)[-1] in STATES:
-        return name.rsplit(".", 1)[-1]
-    return None
+@dataclass
+class Keyframe:
+    path: Path
+    val_loss: float
+    raw_bytes: int
+    trainable_raw_bytes: int
+    trained_weight_bytes: int
+    v_scales: list[float] = field(default_factory=list)
 
 
-def flat(state: Any, prefix: str = "") -> dict[str, torch.Tensor]:
+def tensors(state: Any) -> list[tuple[str, torch.Tensor]]:
     if isinstance(state, torch.Tensor):
-        return {prefix: state}
+        return [("", state)]
     items = state.items() if isinstance(state, dict) else (
         enumerate(state) if isinstance(state, (list, tuple)) else ())
-    out: dict[str, torch.Tensor] = {}
+    out = []
     for key, value in items:
-        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        out += [(f"{key}.{n}" if n else str(key), t) for n, t in tensors(value)]
     return out
 
 
-def state_errors(original: Any, decoded: Any) -> dict[str, tuple[float, float, int]]:
-    sums = {kind: (0.0, 0.0, 0) for kind in STATES}
+def raw_bytes(state: dict[str, Any], frozen: set[str]) -> tuple[int, int, int]:
+    """(all, trainable, trained weights): fp32 bytes of the weights (tied once) and per-parameter
+    optimizer states."""
     seen: set[int] = set()
-    decoded_flat = flat(decoded)
-    for name, tensor in flat(original).items():
-        kind = kind_of(name)
-        if kind is None or tensor.data_ptr() in seen:
+    total = trainable = weights = 0
+    for name, t in tensors({"model": state["model"], "optimizer": state["optimizer"]["state"]}):
+        if not t.is_floating_point() or t.dim() == 0 or t.data_ptr() in seen:
             continue
-        seen.add(tensor.data_ptr())  # a tied weight counts once
-        diff = (decoded_flat[name].double() - tensor.double()).pow(2).sum()
-        err, norm, n = sums[kind]
-        sums[kind] = (err + float(diff), norm + float(tensor.double().pow(2).sum()), n + tensor.numel())
-    return sums
+        seen.add(t.data_ptr())
+        total += 4 * t.numel()
+        if name not in frozen:
+            trainable += 4 * t.numel()
+            weights += 4 * t.numel() if name.startswith("model.") else 0
+    return total, trainable, weights
 
 
-def weights_of(state: Any) -> torch.Tensor:
-    """Every weight of the demo's checkpoint, flattened into one float64 vector."""
-    return torch.cat([t.detach().double().reshape(-1) for t in state["model"].values()])
+def keyframe(setup: Setup, seed: int, work: Path) -> Keyframe:
+    """The seed's lossless prefix and its keyframe, made once (a file lock keeps two workers
+    from making it twice)."""
+    path = work / f"{setup.name}-s{seed}-key.ckz"
+    meta = path.with_suffix(".json")
+    with open(work / f"{setup.name}-s{seed}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not meta.exists():
+            task = setup.build(seed, setup.total)
+            task.train(setup.prefix)
+            state = task.state()
+            ckptzip.save(state, path, mode="lossless")
+            total, trainable, weights = raw_bytes(state, task.frozen())
+            optim = state["optimizer"]["state"]
+            scales = [float(optim[i]["exp_avg_sq"].double().mean().sqrt())
+                      for i in task.pairing().values()
+                      if "exp_avg_sq" in optim.get(i, {}) and optim[i]["exp_avg_sq"].numel() >= 16]
+            meta.write_text(json.dumps({"val_loss": task.evaluate(), "raw_bytes": total,
+                                        "trainable_raw_bytes": trainable,
+                                        "trained_weight_bytes": weights, "v_scales": scales}))
+    data = json.loads(meta.read_text())
+    return Keyframe(path, data["val_loss"], data["raw_bytes"], data["trainable_raw_bytes"],
+                    data["trained_weight_bytes"],
+                    data["v_scales"])
 
 
-def run_arm(arm: Arm, config: TrainConfig, steps: int, every: int, seed: int, workdir: Path) -> None:
-    train_data, val_data = load_data(config)
-    trainer = make_trainer(config, steps, seed)
-    block = config.model.block_size
-    previous: Path | None = None
-    start = weights_of(trainer.state())  # the weights training went on from
+def arm_options(arm: ArmSpec, key: Keyframe, task: Task) -> dict[str, Any]:
+    if arm.mode == "lossless":
+        return {}
+    options: dict[str, Any] = {"pairing": task.pairing()}
+    if arm.mode == "adaptive":
+        options["error_budget"] = adaptive_budget(arm.knob)
+    elif arm.mode == "bitsnap":
+        options["density"] = float(arm.knob)
+    elif arm.knob == "published" or not key.v_scales:
+        options["alpha"] = EXCP_ALPHA
+    elif arm.knob == "fair":
+        options["alpha"] = EXCP_CAP * max(key.v_scales)
+    else:
+        options["alpha"] = float(arm.knob) * statistics.median(key.v_scales)
+    return options
+
+
+def leaf_bytes(path: Path, names: set[str] | None) -> int:
+    """Stored bytes of the leaves named (None: of the optimizer's)."""
+    with ckptzip.open(path) as checkpoint:
+        return sum(chunk.length for leaf in checkpoint.leaves
+                   if (leaf.name.startswith("optimizer.") if names is None else leaf.name in names)
+                   for chunk in leaf.chunks)
+
+
+def run_job(job: Job, work: Path, quick: bool, deltas: int | None = None) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    setup = QUICK if quick else SETUPS[job.setup]
+    if deltas:
+        setup = replace(setup, deltas=deltas)
+    key = keyframe(setup, job.seed, work)
     started = time.perf_counter()
-    for step in range(every, steps + 1, every):
-        arm.train_loss += trainer.train(train_data, every)
-        state = trainer.state()
-        path = workdir / f"{arm.name}-{step:05d}.ckz"
-        # a closed-loop arm trained from the previous checkpoint as decoded: it says so
-        report = ckptzip.save(state, path, mode=arm.mode, base=previous, resumed=arm.resume,
-                              **arm.options)
+    task = setup.build(job.seed, setup.total)
+    task.restore(ckptzip.load(key.path))
+    options = arm_options(job.arm, key, task)
+    frozen = task.frozen()
+    trained = [f"model.{n}" for n in task.param_names()]
+    previous = key.path
+    stored, frozen_bytes, weights_kept, moments_kept, train_loss = [], [], [], [], []
+    optimizer_bytes: list[int] = []
+    chain: list[Path] = []
+    for d in range(1, setup.deltas + 1):
+        before = {n: t.detach().clone() for n, t in task.model.state_dict().items()
+                  if f"model.{n}" in trained}
+        train_loss += task.train(setup.every)
+        path = work / f"{job.setup}-s{job.seed}-{job.arm.name}-{d:02d}.ckz"
+        report = ckptzip.save(task.state(), path, mode=job.arm.mode, base=previous, resumed=True,
+                              **options)
         decoded = ckptzip.load(path)
-        with ckptzip.open(path) as checkpoint:
-            arm.weight_bytes.append(sum(
-                chunk.length for leaf in checkpoint.leaves if leaf.name.startswith("model.")
-                for chunk in leaf.chunks))
-        true = weights_of(state)
-        if previous is not None:
-            arm.errors.append(state_errors(state, decoded))
-            update = float((true - start).norm())
-            arm.update_errors.append(float((weights_of(decoded) - true).norm()) / update)
-        # the decoded checkpoint's loss; then training goes on from what was stored (closed
-        # loop) or, in an open arm, from the true state
-        kept = None if arm.resume else copy.deepcopy(state)
-        trainer.restore(decoded)
-        arm.val_loss.append(evaluate(trainer.model, val_data, EVAL_BATCHES, config.batch_size,
-                                     block))
-        if kept is None:
-            start = weights_of(decoded)
-        else:
-            trainer.restore(kept)
-            start = true
-        arm.steps.append(step)
-        arm.stored_bytes.append(report.stored_bytes)
-        print(f"{arm.name:>9} step {step:4d}: {report.stored_bytes:>10,} bytes, "
-              f"val {arm.val_loss[-1]:.4f}", file=sys.stderr, flush=True)
+        stored.append(report.stored_bytes)
+        frozen_bytes.append(leaf_bytes(path, frozen) if frozen else 0)
+        optimizer_bytes.append(leaf_bytes(path, None))
+        changed = sum(int((decoded["model"][n] != t).sum()) for n, t in before.items())
+        weights_kept.append(changed / sum(t.numel() for t in before.values()))
+        moments = [t for s in decoded["optimizer"]["state"].values() for k, t in s.items()
+                   if k in ("exp_avg", "momentum_buffer")]
+        moments_kept.append(sum(int((t != 0).sum()) for t in moments)
+                            / max(1, sum(t.numel() for t in moments)))
+        task.restore(decoded)  # closed loop: training goes on from what was stored
         previous = path
-    arm.seconds = time.perf_counter() - started
-
-
-def summary(arm: Arm, reference: Arm, params: int, every: int) -> dict[str, Any]:
-    """The figures of one arm (delta checkpoints only for ratios and errors)."""
-    deltas = arm.stored_bytes[1:]
-    mean_bytes = sum(deltas) / len(deltas)
-    mean_weight = sum(arm.weight_bytes[1:]) / len(deltas)
-    full_raw = 3 * 4 * params
-    errors = {}
-    for kind in STATES:
-        err = sum(e[kind][0] for e in arm.errors)
-        norm = sum(e[kind][1] for e in arm.errors)
-        n = sum(e[kind][2] for e in arm.errors)
-        errors[kind] = {"mse": err / n if n else 0.0, "rel": (err / norm) ** 0.5 if norm else 0.0}
-    train = sum(arm.train_loss[-every:]) / every
-    train_ref = sum(reference.train_loss[-every:]) / every
+        chain.append(path)
+    val = task.evaluate()
+    for path in chain:  # a delta's decoding reads the chain before it: removed at the end
+        path.unlink()
+    deltas = len(stored)
+    mean_stored = sum(stored) / deltas
+    mean_frozen = sum(frozen_bytes) / deltas
     return {
-        "keyframe_bytes": arm.stored_bytes[0],
-        "delta_bytes": mean_bytes,
-        "full_state_ratio": full_raw / mean_bytes,
-        "bits_per_param": 8 * mean_bytes / params,
-        "model_state_ratio": 4 * params / mean_weight,
-        "train_loss": train,
-        "train_gap_pct": 100 * (train / train_ref - 1),
-        "val_loss": arm.val_loss[-1],
-        "val_gap_pct": 100 * (arm.val_loss[-1] / reference.val_loss[-1] - 1),
-        "errors": errors,
-        "update_error_last": arm.update_errors[-1],
-        "update_error_max": max(arm.update_errors),
-        "seconds": arm.seconds,
+        "key": job.key, "setup": job.setup, "seed": job.seed, "arm": job.arm.name,
+        "mode": job.arm.mode, "knob": job.arm.knob, "tier": job.arm.tier,
+        "options": {k: v for k, v in options.items() if k != "pairing"},
+        "keyframe_val_loss": key.val_loss, "val_loss": val,
+        "train_loss_last": sum(train_loss[-setup.every:]) / setup.every,
+        "stored_bytes": stored, "frozen_bytes": frozen_bytes,
+        "full_state_ratio": key.raw_bytes / mean_stored,
+        "trainable_ratio": key.trainable_raw_bytes / max(1.0, mean_stored - mean_frozen),
+        # trained weights' raw fp32 bytes over what is stored for them (all but the optimizer's
+        # leaves and the frozen weights: headers and a mode's added leaves included)
+        "model_state_ratio": key.trained_weight_bytes / max(1.0, mean_stored - mean_frozen - (
+            sum(optimizer_bytes) / deltas)),
+        "bits_per_param": 8 * mean_stored / (key.raw_bytes / 12),  # Adam; the report corrects it
+        "weights_kept": sum(weights_kept) / deltas, "moments_kept": sum(moments_kept) / deltas,
+        "excp_strength": (None if job.arm.mode != "excp" or not key.v_scales else statistics.median(
+            min(EXCP_CAP, options["alpha"] / s) for s in key.v_scales)),
+        "seconds": time.perf_counter() - started,
     }
 
 
-def markdown(rows: dict[str, dict[str, Any]], params: int, steps: int, every: int, resumes: int) -> str:
+def _worker(args: tuple[Job, Path, bool, int | None]) -> dict[str, Any]:
+    return run_job(*args)
+
+
+def done_runs(work: Path) -> dict[str, dict[str, Any]]:
+    path = work / "runs.jsonl"
+    if not path.exists():
+        return {}
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["key"]: r for r in runs}
+
+
+def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
+             bitsnap_every_seed: list[float]) -> list[Job]:
+    """In priority order: the default arms at seed 0 everywhere; the costly setups' lossless arms
+    at the other seeds (their noise floors); the cheap setups' other seeds and sweeps; the costly
+    setups' default arms at seed 1, the first half of their sweeps, the other seeds, the rest.
+    The first of BitSnap's densities in ``bitsnap_every_seed`` runs at every seed everywhere, the
+    others at every seed in the cheap setups and as sweep points in the costly ones."""
+    cheap = [s for s in setups if s in ("gpt-b095", "gpt-sgd", "minilm-lora", QUICK.name)]
+    costly = [s for s in setups if s not in cheap]
+    sweep = list(QUICK_SWEEP if quick else SWEEP_ARMS)
+    first, *extra = [ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d) for d in bitsnap_every_seed]
+    every_seed = {first.name, *(e.name for e in extra)}
+    cheap_sweep = [a for a in sweep if a.name not in every_seed]
+    costly_sweep = [*(ArmSpec(e.name, e.mode, e.knob, "sweep") for e in extra),
+                    *(a for a in sweep if a.name not in every_seed)]
+    if not sweep_seeds:
+        cheap_sweep = costly_sweep = []
+    defaults = (*DEFAULT_ARMS, first)
+    lossy = [a for a in defaults if a.mode != "lossless"]
+    later = range(1, seeds)
+    half = (len(costly_sweep) + 1) // 2
+    jobs = [Job(s, 0, a) for s in setups for a in (*defaults, *(extra if s in cheap else ()))]
+    jobs += [Job(s, seed, DEFAULT_ARMS[0]) for seed in later for s in costly]
+    jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*defaults, *extra)]
+    jobs += [Job(s, 0, a) for s in cheap if s == "minilm-lora" for a in DIAG_ARMS]
+    jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep]
+    jobs += [Job(s, 1, a) for s in costly for a in lossy] if seeds > 1 else []
+    jobs += [Job(s, 0, a) for a in costly_sweep[:half] for s in costly]
+    jobs += [Job(s, seed, a) for seed in range(2, seeds) for s in costly for a in lossy]
+    jobs += [Job(s, 0, a) for a in costly_sweep[half:] for s in costly]
+    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in cheap for a in cheap_sweep]
+    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in costly for a in costly_sweep]
+    return jobs
+
+
+def run_matrix(jobs: list[Job], work: Path, workers: int, quick: bool, deltas: int | None,
+               stop_at: datetime | None, log: Any) -> None:
+    done = done_runs(work)
+    todo = [j for j in jobs if j.key not in done]
+    print(f"{len(jobs) - len(todo)} of {len(jobs)} arms already done", file=log, flush=True)
+    out = open(work / "runs.jsonl", "a")  # noqa: SIM115 (appended to as arms finish)
+
+    def record(run: dict[str, Any]) -> None:
+        out.write(json.dumps(run) + "\n")
+        out.flush()
+        print(f"{datetime.now(timezone.utc):%H:%M:%S} {run['key']}: ratio "
+              f"{run['full_state_ratio']:.1f}x, val {run['val_loss']:.4f}, kept w "
+              f"{run['weights_kept']:.3f} m {run['moments_kept']:.3f}, {run['seconds']:.0f}s",
+              file=log, flush=True)
+
+    def stopped() -> bool:
+        return stop_at is not None and datetime.now(timezone.utc) >= stop_at
+
+    if workers <= 1:
+        for job in todo:
+            if stopped():
+                print(f"--stop-at reached: {job.key} and later not run", file=log, flush=True)
+                break
+            record(run_job(job, work, quick, deltas))
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, maxtasksperchild=1) as pool:
+        pending = list(todo)
+        running: list[tuple[Job, Any]] = []
+        while pending or running:
+            while pending and len(running) < workers and not stopped():
+                job = pending.pop(0)
+                running.append((job, pool.apply_async(_worker, ((job, work, quick, deltas),))))
+            if stopped() and pending:
+                print(f"--stop-at reached: {len(pending)} arms not started: "
+                      + ", ".join(j.key for j in pending), file=log, flush=True)
+                pending = []
+            time.sleep(1)
+            for item in [r for r in running if r[1].ready()]:
+                running.remove(item)
+                try:
+                    record(item[1].get())
+                except Exception as error:  # report and go on with the others
+                    print(f"{item[0].key} failed: {error!r}", file=log, flush=True)
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def summarize(runs: list[dict[str, Any]], setups: list[Setup]) -> dict[str, Any]:
+    """Per setup: noise floor, per arm the gap over seeds and the ratios, the matched-gap
+    comparison."""
+    result: dict[str, Any] = {}
+    for setup in setups:
+        mine = [r for r in runs if r["setup"] == setup.name]
+        lossless = {r["seed"]: r for r in mine if r["arm"] == "lossless"}
+        vals = [r["val_loss"] for r in lossless.values()]
+        floor = (100 * (max(vals) - min(vals)) / statistics.mean(vals)) if len(vals) >= 2 else None
+        arms: dict[str, Any] = {}
+        for name in dict.fromkeys(r["arm"] for r in mine):
+            rs = sorted((r for r in mine if r["arm"] == name), key=lambda r: r["seed"])
+            gaps = [100 * (r["val_loss"] / lossless[r["seed"]]["val_loss"] - 1)
+                    for r in rs if r["seed"] in lossless]
+            if not gaps:
+                continue
+            within = (None if floor is None else all(abs(g) <= floor for g in gaps))
+            arms[name] = {
+                "mode": rs[0]["mode"], "knob": rs[0]["knob"], "tier": rs[0]["tier"],
+                "options": rs[0]["options"], "seeds": [r["seed"] for r in rs],
+                "gaps_pct": gaps, "gap_mean_pct": statistics.mean(gaps),
+                "gap_min_pct": min(gaps), "gap_max_pct": max(gaps),
+                "within_noise": within,
+                "full_state_ratio": statistics.mean(r["full_state_ratio"] for r in rs),
+                "trainable_ratio": statistics.mean(r["trainable_ratio"] for r in rs),
+                "model_state_ratio": statistics.mean(r["model_state_ratio"] for r in rs),
+                "bits_per_param": statistics.mean(r["bits_per_param"] for r in rs),
+                "weights_kept": statistics.mean(r["weights_kept"] for r in rs),
+                "moments_kept": statistics.mean(r["moments_kept"] for r in rs),
+                "excp_strength": rs[0]["excp_strength"],
+                "val_loss": statistics.mean(r["val_loss"] for r in rs),
+                "seconds": statistics.mean(r["seconds"] for r in rs),
+            }
+        best: dict[str, Any] = {}
+        for mode in MODES:
+            ok = [(a["full_state_ratio"], n) for n, a in arms.items()
+                  if a["mode"] == mode and a["within_noise"] and a["tier"] != "diagnostic"]
+            best[mode] = ({"arm": max(ok)[1], "full_state_ratio": max(ok)[0]} if ok else None)
+        matched = None
+        if best["adaptive"] and best["excp"]:
+            matched = best["adaptive"]["full_state_ratio"] / best["excp"]["full_state_ratio"]
+        result[setup.name] = {"description": setup.description, "prefix": setup.prefix,
+                              "every": setup.every, "deltas": setup.deltas,
+                              "lossless_val": vals, "noise_floor_pct": floor, "arms": arms,
+                              "best_within_noise": best, "adaptive_over_best_excp": matched}
+    return result
+
+
+def _fmt_ratio(a: dict[str, Any]) -> str:
+    text = f"{a['full_state_ratio']:.1f}x"
+    if abs(a["trainable_ratio"] / a["full_state_ratio"] - 1) > 0.01:
+        text += f" ({a['trainable_ratio']:.1f}x)"
+    return text
+
+
+def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_seeds: int,
+             missing: list[str]) -> str:
     lines = [
-        f"{params:,} parameters, {steps} steps, a checkpoint every {every} steps, training resumed "
-        f"from the decoded checkpoint {resumes} times per arm (``-open``: never; its losses are "
-        f"the decoded checkpoints'). Ratios: raw fp32 over stored bytes, mean over the delta "
-        f"checkpoints; gaps relative to the lossless arm's final loss. Error/update: the weights' "
-        f"error over the update since the state training went on from, at the last delta "
-        f"checkpoint (the largest in brackets).",
-        "",
-        "| arm | bytes/delta ckpt | full-state ratio | bits/param | model-state ratio | train loss (gap) "
-        "| val loss (gap) | rel. error w / m / v | MSE w / m / v | error/update |",
-        "|---|---:|---:|---:|---:|---|---|---|---|---|",
+        "## Fidelity matrix: training resumed from every decoded checkpoint", "",
+        info_markdown(info), "",
+        "No GPU is lent to this task: every figure is from the 2-core CPU machine above, and "
+        "there is no 100M-parameter run.", "",
+        f"Per setup and seed: a lossless training prefix shared by the seed's arms, a lossless "
+        f"keyframe, then 10 delta checkpoints; every arm resumes training from each checkpoint as "
+        f"decoded (10 resumes). Default arms at {seeds} seeds, sweep points at {sweep_seeds} "
+        f"(fewer, for time). **Gap**: the final validation loss (of the last decoded checkpoint, "
+        f"on a validation set fixed per setup) against the lossless arm of the same seed, "
+        f"percent; mean [min, max] over seeds. **Noise floor**: the lossless arm's "
+        f"seed-to-seed spread of the final validation loss, 100 * (max - min) / mean. **Within "
+        f"noise**: every seed's |gap| <= the floor. **Full-state ratio**: raw fp32 weights (tied "
+        f"once, frozen included) + per-parameter optimizer states (Adam's two moments, SGD's "
+        f"momentum) over the stored bytes, mean over the delta checkpoints; in brackets the "
+        f"ratio without frozen weights where they differ. **Bits/param**: stored bits per model "
+        f"parameter (frozen ones included). **Model-state ratio**: trained weights' "
+        f"raw fp32 bytes over the stored bytes that are not the optimizer's or frozen weights'. "
+        f"**Kept**: fraction of trained weight "
+        f"elements whose decoded value changed / of exp_avg (momentum) elements decoded non-zero. "
+        f"Lossy modes get the optimizer's pairing passed explicitly.", "",
     ]
-    for name, r in rows.items():
-        e = r["errors"]
-        lines.append(
-            f"| {name} | {r['delta_bytes']:,.0f} | {r['full_state_ratio']:.1f}x | "
-            f"{r['bits_per_param']:.2f} | {r['model_state_ratio']:.1f}x | "
-            f"{r['train_loss']:.4f} ({r['train_gap_pct']:+.2f}%) | "
-            f"{r['val_loss']:.4f} ({r['val_gap_pct']:+.2f}%) | "
-            + " / ".join(f"{e[k]['rel']:.3g}" for k in STATES) + " | "
-            + " / ".join(f"{e[k]['mse']:.2g}" for k in STATES) + " | "
-            + f"{r['update_error_last']:.2f} ({r['update_error_max']:.2f}) |"
-        )
+    if missing:
+        lines += [f"**Not run (time)**: {len(missing)} arms: " + ", ".join(missing), ""]
+    for name, s in summary.items():
+        floor = s["noise_floor_pct"]
+        floor_text = (f"**noise floor {floor:.3f}%**." if floor is not None
+                      else "noise floor n/a (one seed).")
+        lines += [
+            f"### {name}", "", f"{s['description']}. Prefix {s['prefix']} steps, then a "
+            f"checkpoint every {s['every']} steps. Lossless final val loss per seed: "
+            + ", ".join(f"{v:.4f}" for v in s["lossless_val"]) + "; " + floor_text, "",
+            "| arm | knob | seeds | full-state ratio | model-state ratio | bits/param | "
+            "gap % mean [min, max] | within noise | kept w / m | ExCP strength | s/arm |",
+            "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|",
+        ]
+        for arm, a in s["arms"].items():
+            knob = ("" if a["mode"] == "lossless" else
+                    f"alpha={a['options'].get('alpha'):.3g}" if a["mode"] == "excp" else
+                    f"density={a['knob']:g}" if a["mode"] == "bitsnap" else
+                    f"budget x{a['knob']:g}" if not isinstance(a["knob"], str)
+                    else f"budget {a['knob']}")
+            within = {None: "n/a", True: "yes", False: "no"}[a["within_noise"]]
+            strength = "" if a["excp_strength"] is None else f"{a['excp_strength']:.2f}"
+            lines.append(
+                f"| {arm} | {knob} | {len(a['seeds'])} | {_fmt_ratio(a)} | "
+                f"{a['model_state_ratio']:.1f}x | "
+                f"{a['bits_per_param']:.3f} | {a['gap_mean_pct']:+.3f} [{a['gap_min_pct']:+.3f}, "
+                f"{a['gap_max_pct']:+.3f}] | {within} | {a['weights_kept']:.3f} / "
+                f"{a['moments_kept']:.3f} | {strength} | {a['seconds']:.0f} |")
+        best = s["best_within_noise"]
+        parts = [f"{m}: {b['full_state_ratio']:.1f}x ({b['arm']})" if b else f"{m}: none"
+                 for m, b in best.items()]
+        lines += ["", "Highest full-state ratio within noise: " + "; ".join(parts) + "."]
+        if s["adaptive_over_best_excp"] is not None:
+            lines.append(f"At a matched gap (both within noise) adaptive stores "
+                         f"{s['adaptive_over_best_excp']:.2f}x fewer bytes than the best ExCP "
+                         f"point.")
+        lines.append("")
     return "\n".join(lines)
 
 
-def plot(arms: list[Arm], params: int, path: Path) -> None:
+def plot(name: str, s: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (losses, ratios) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for arm in arms:
-        window = max(1, len(arm.train_loss) // 40)
-        smooth = torch.tensor(arm.train_loss).unfold(0, window, window).mean(1)
-        x = [(i + 0.5) * window for i in range(len(smooth))]
-        line, = losses.plot(x, smooth.tolist(), label=f"{arm.name} (train)", lw=1)
-        losses.plot(arm.steps, arm.val_loss, "o--", color=line.get_color(), ms=3,
-                    label=f"{arm.name} (val)")
-        if arm.mode != "lossless":
-            ratios.plot(arm.steps[1:], [12 * params / b for b in arm.stored_bytes[1:]], "o-",
-                        color=line.get_color(), label=arm.name)
-    losses.set(xlabel="step", ylabel="loss",
-               title="Training resumed from each decoded checkpoint (-open: never)")
-    losses.legend(fontsize=7)
-    ratios.set(xlabel="step", ylabel="raw fp32 full state / stored", yscale="log",
-               title="Full-state ratio per delta checkpoint")
-    ratios.legend(fontsize=8)
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4.2), sharey=True)
+    floor = s["noise_floor_pct"]
+    for ax, mode in zip(axes, MODES):
+        points = [a for a in s["arms"].values() if a["mode"] == mode and a["tier"] != "diagnostic"]
+        points.sort(key=lambda a: a["full_state_ratio"])
+        if floor is not None:
+            ax.axvspan(-floor, floor, color="0.9", label=f"noise floor ±{floor:.2f}%")
+        ax.axvline(0, color="0.6", lw=0.8)
+        for a in points:
+            lo, hi = a["gap_mean_pct"] - a["gap_min_pct"], a["gap_max_pct"] - a["gap_mean_pct"]
+            ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]], fmt="o",
+                        ms=5, capsize=3, color="C0" if a["tier"] == "default" else "C1")
+            label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
+                     f"d={a['knob']:g}" if mode == "bitsnap" else
+                     f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
+            ax.annotate(f"{label} ({len(a['seeds'])}s)", (a["gap_mean_pct"], a["full_state_ratio"]),
+                        fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.plot([a["gap_mean_pct"] for a in points], [a["full_state_ratio"] for a in points],
+                "-", color="0.5", lw=0.8)
+        ax.set(title=mode, xlabel="val-loss gap to lossless, % (mean, range over seeds)",
+               yscale="log")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("full-state ratio (raw fp32 weights + states / stored)")
+    figure.suptitle(f"{name}: ratio against gap (blue: default arms, orange: sweep points)",
+                    fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def report(jobs: list[Job], work: Path, out: Path, png_out: Path, setups: list[Setup],
+           info: dict[str, Any], seeds: int, sweep_seeds: int) -> None:
+    runs = list(done_runs(work).values())
+    wanted = {j.key for j in jobs}
+    runs = [r for r in runs if r["key"] in wanted]
+    for r in runs:  # bits per model parameter (frozen ones included), from the keyframe's sizes
+        meta = json.loads((work / f"{r['setup']}-s{r['seed']}-key.json").read_text())
+        params = (meta["raw_bytes"] - meta["trainable_raw_bytes"] + meta["trained_weight_bytes"]) / 4
+        r["bits_per_param"] = 8 * statistics.mean(r["stored_bytes"]) / params
+    missing = [j.key for j in jobs if j.key not in {r["key"] for r in runs}]
+    summary = summarize(runs, setups)
+    text = markdown(summary, info, seeds, sweep_seeds, missing)
+    print(text)
+    png_out.mkdir(parents=True, exist_ok=True)
+    for name, s in summary.items():
+        if s["arms"]:
+            plot(name, s, png_out / f"fidelity-{name}.png")
+    write_results("fidelity-matrix", text, {"machine": info, "seeds": seeds,
+                                            "sweep_seeds": sweep_seeds, "not_run": missing,
+                                            "summary": summary, "runs": runs}, out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny model, 60 steps (the tests)")
-    parser.add_argument("--steps", type=int, help="training steps (default 320; quick 60)")
-    parser.add_argument("--every", type=int, help="steps between checkpoints (default 20; quick 10)")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated, from: " + ", ".join(ARMS))
-    parser.add_argument("--error-budget", type=parse_error_budget,
-                        help="the adaptive arm's error_budget: a number, or state=number pairs "
-                             "as the CLI takes them (weight=1.5,exp_avg=0.85)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for training")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where to write the results")
+    parser.add_argument("--quick", action="store_true", help="the tiny GPT only (the tests)")
+    parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, from: "
+                        + ", ".join(SETUPS))
+    parser.add_argument("--seeds", type=int, help="seeds of the default arms (default 3; quick 2)")
+    parser.add_argument("--sweep-seeds", type=int, default=1, help="seeds of the sweep points")
+    parser.add_argument("--workers", type=int, default=1, help="processes (one torch thread each)")
+    parser.add_argument("--stop-at", help="HH:MM UTC: start no arm after this time")
+    parser.add_argument("--work", type=Path, help="keyframes and runs.jsonl (default: "
+                        "<out>/fidelity-matrix-work)")
+    parser.add_argument("--bitsnap-every-seed", default=str(BITSNAP_DENSITY),
+                        help="BitSnap densities run at every seed (default: the mode's default)")
+    parser.add_argument("--deltas", type=int, help="delta checkpoints per arm (default 10; a "
+                        "smoke test of the harness only)")
+    parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where the md/json go")
+    parser.add_argument("--png-out", type=Path, help="where the PNGs go (default: --out)")
     args = parser.parse_args()
-    config = QUICK if args.quick else FULL
-    steps = args.steps or (60 if args.quick else 320)
-    every = args.every or (10 if args.quick else 20)
-    names = ["lossless", *(a for a in args.arms.split(",") if a and a != "lossless")]
-    unknown = [n for n in names if n not in ARMS]
-    if unknown or steps < 2 * every:
-        parser.error(f"unknown arms {unknown}" if unknown else "need at least two checkpoints")
-    arms = [Arm(n, ARMS[n]["mode"], {k: v for k, v in ARMS[n].items() if k not in ("mode", "resume")},
-                ARMS[n].get("resume", True)) for n in names]
-    if args.error_budget is not None:
-        for arm in arms:
-            if arm.mode == "adaptive":
-                arm.options["error_budget"] = args.error_budget
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
+    seeds = args.seeds or (2 if args.quick else 3)
+    names = [QUICK.name] if args.quick else [n for n in args.setups.split(",") if n]
+    unknown = [n for n in names if n not in SETUPS and not args.quick]
+    if unknown:
+        parser.error(f"unknown setups {unknown}")
+    setups = [QUICK] if args.quick else [SETUPS[n] for n in names]
+    if args.deltas:
+        setups = [replace(s, deltas=args.deltas) for s in setups]
+    work = args.work or args.out / "fidelity-matrix-work"
+    work.mkdir(parents=True, exist_ok=True)
+    stop_at = None
+    if args.stop_at:
+        hour, minute = (int(x) for x in args.stop_at.split(":"))
+        stop_at = datetime.now(timezone.utc).replace(hour=hour, minute=minute, second=0)
+    jobs = jobs_for(names, seeds, args.sweep_seeds, args.quick,
+                    [float(d) for d in args.bitsnap_every_seed.split(",") if d])
     info = machine_info()
-    with tempfile.TemporaryDirectory() as workdir:
-        for arm in arms:
-            run_arm(arm, config, steps, every, args.seed, Path(workdir))
-    params = make_trainer(config, steps, args.seed).model.num_parameters()
-    rows = {arm.name: summary(arm, arms[0], params, every) for arm in arms}
-    table = markdown(rows, params, steps, every, steps // every - 1)
-    text = "## Fidelity of the lossy modes\n\n" + info_markdown(info) + "\n\n" + table + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot(arms, params, args.out / "fidelity.png")
-    data = {"machine": info, "config": asdict(config), "steps": steps, "every": every,
-            "rows": rows, "arms": [asdict(arm) for arm in arms]}
-    write_results("fidelity", text, data, args.out)
+    if not args.report_only:
+        run_matrix(jobs, work, args.workers, args.quick, args.deltas, stop_at, sys.stderr)
+    report(jobs, work, args.out, args.png_out or args.out, setups, info, seeds, args.sweep_seeds)
 
 
 if __name__ == "__main__":

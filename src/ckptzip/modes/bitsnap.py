@@ -70,7 +70,7 @@ class Stage:
 class BitsnapPolicy(JointPolicy):
     mode = "bitsnap"
 
-    def __init__(self, density: float = 0.05, moment_bits: int = 8,
+    def __init__(self, density: float = 1.0, moment_bits: int = 8,
                  pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = ()) -> None:
