@@ -602,9 +602,9 @@ def test_adaptive_chain_error_stays_bounded_when_training_goes_on_from_the_true_
     """Checkpoints saved while training continues from the true weights (not from the decoded
     checkpoint): each update against the decoded base carries the base's error. The caller says
     so (``resumed=False``, the default), the budget is taken relative to the update alone, and
-    the error stays at the budget (1.5 of an update by default) instead of growing at every
+    the error stays at the budget (1.5 of an update here) instead of growing at every
     checkpoint."""
-    errors, carried, _, _ = _weight_chain(tmp_path, resume=False)
+    errors, carried, _, _ = _weight_chain(tmp_path, resume=False, budget=1.5)
     assert all(e["w"] == pytest.approx(1.5, rel=0.12) for e in errors), errors
     assert all(e["b"] == pytest.approx(1.5, rel=0.12) for e in errors), errors
     # from the second delta on, the base's error is 2.25 of the update's energy: 0.69 of |r|^2
@@ -612,7 +612,7 @@ def test_adaptive_chain_error_stays_bounded_when_training_goes_on_from_the_true_
 
 
 def test_adaptive_chain_after_resumes_does_not_subtract_an_error_it_does_not_carry(tmp_path):
-    errors, carried, _, _ = _weight_chain(tmp_path, resume=True)
+    errors, carried, _, _ = _weight_chain(tmp_path, resume=True, budget=1.5)
     assert all(e["w"] == pytest.approx(1.5, rel=0.12) for e in errors), errors
     assert all(c < 0.1 for row in carried for c in row), carried
 
@@ -620,7 +620,7 @@ def test_adaptive_chain_after_resumes_does_not_subtract_an_error_it_does_not_car
 def test_adaptive_chain_error_dies_out_on_a_tensor_training_left_alone(tmp_path):
     """An update of zero against a base that carries an error re-rounds that error at the floor
     of the update estimate: it shrinks from one checkpoint to the next."""
-    _, _, true, _ = _weight_chain(tmp_path, resume=False, frozen=True, count=6)
+    _, _, true, _ = _weight_chain(tmp_path, resume=False, frozen=True, count=6, budget=1.5)
     errors = []
     for step in range(1, 7):
         rebuilt = ckptzip.load(tmp_path / f"{step}.ckz")["model"]["b"]
