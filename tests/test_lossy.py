@@ -365,24 +365,60 @@ def test_transforms_run_on_the_device(mode, chain_states):
         assert torch.allclose(tensor.double(), flat(reference)[name].double(), rtol=1e-3, atol=1e-6)
 
 
-def test_adaptive_second_moment_is_kept_where_the_first_is_pruned(chain_states):
-    """By default a pruned exp_avg leaves its exp_avg_sq alone: no element's second moment
-    restarts from zero (which under beta2 = 0.999 lets it take steps many times its steady ones:
-    the LoRA fine-tune of the fidelity matrix diverged)."""
-    data = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0])
-    decoded = flat(ckptzip.loads(data, base=chain_states[0]))
-    original = flat(chain_states[1])
-    pruned = 0
+def _restarted(data, states):
+    """(second moments zeroed where their first moment was pruned, first moments pruned)."""
+    decoded = flat(ckptzip.loads(data, base=states[0]))
+    original = flat(states[1])
+    zeroed = pruned = 0
     for name, v in original.items():
         if not name.endswith("exp_avg_sq"):
             continue
         m_name = name.replace("exp_avg_sq", "exp_avg")
-        restarted = (decoded[m_name] == 0) & (original[m_name] != 0)
+        restarted = (decoded[m_name] == 0) & (original[m_name] != 0) & (v > 0)
         pruned += int(restarted.sum())
-        assert bool((decoded[name][restarted & (v > 0)] > 0).all()), name
-    assert pruned > 0  # the test saw pruned first moments
+        zeroed += int((decoded[name][restarted] == 0).sum())
+    return zeroed, pruned
+
+
+def _with_beta2(state, beta2):
+    state = copy.deepcopy(state)
+    for group in state["optimizer"]["param_groups"]:
+        group["betas"] = (group["betas"][0], beta2)
+    return state
+
+
+def test_adaptive_second_moment_restarts_by_the_optimizers_beta2(chain_states):
+    """By default a pruned exp_avg leaves its exp_avg_sq alone where the optimizer's beta2 is
+    above 0.99 (restarted from zero under 0.999 it lets its element take steps many times its
+    steady ones: the LoRA fine-tune of the fidelity matrix diverged), and restarts it with the
+    first where beta2 is 0.95 (the state's, the demo's); ``joint_restart`` overrides either."""
+    slow = [_with_beta2(s, 0.999) for s in chain_states[:2]]
+    zeroed, pruned = _restarted(ckptzip.dumps(slow[1], mode="adaptive", base=slow[0]), slow)
+    assert pruned > 0 and zeroed == 0  # the test saw pruned first moments; none restarted v
+    assert chain_states[1]["optimizer"]["param_groups"][0]["betas"][1] == 0.95
+    zeroed, pruned = _restarted(ckptzip.dumps(chain_states[1], mode="adaptive",
+                                              base=chain_states[0]), chain_states)
+    assert pruned > 0 and zeroed == pruned
+    zeroed, pruned = _restarted(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0],
+                                              joint_restart=False), chain_states)
+    assert pruned > 0 and zeroed == 0
+    zeroed, pruned = _restarted(ckptzip.dumps(slow[1], mode="adaptive", base=slow[0],
+                                              joint_restart=True), slow)
+    assert pruned > 0 and zeroed == pruned
     with pytest.raises(ConfigError, match="joint_restart"):
         ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0], joint_restart="yes")
+
+
+def test_second_moment_betas_are_read_from_every_optimizer_state_dict():
+    from ckptzip.modes.pairing import second_moment_betas
+
+    w = torch.nn.Parameter(torch.ones(3))
+    b = torch.nn.Parameter(torch.ones(2))
+    first = torch.optim.AdamW([{"params": [w]}, {"params": [b], "betas": (0.8, 0.95)}])
+    second = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    state = {"optimizers": [first.state_dict(), second.state_dict()], "other": {"betas": (1, 2)}}
+    assert second_moment_betas(state) == {(("optimizers", 0), 0): 0.999,
+                                          (("optimizers", 0), 1): 0.95}
 
 
 def test_adaptive_second_moment_is_stored_at_the_first_moments_support(chain_states):

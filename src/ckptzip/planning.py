@@ -18,6 +18,7 @@ from .chain import Base
 from .container import base_entry, encoded_entry
 from .errors import ConfigError
 from .modes import policy_for
+from .modes.common import JointPolicy
 from .parallel import resolve_threads
 from .pipeline import Pipeline
 from .policy import Encoded, Exact, Policy
@@ -195,6 +196,8 @@ def prepare(
     (minutes for a large state on a CPU). ``resumed``: the training that made ``state`` went
     on from ``base`` as decoded (see :func:`ckptzip.save`)."""
     policy = policy_for(mode, **(mode_options or {}))
+    if isinstance(policy, JointPolicy):
+        policy.observe_state(state)
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
     encoded = {}

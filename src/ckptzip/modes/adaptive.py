@@ -15,11 +15,11 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
   ``|m^ - m| / |m|``;
 * ``exp_avg_sq``: quantized in the log domain with the fewest centroids that keep the relative
-  error of ``sqrt(v)``, by which Adam divides, within budget; never zeroed where ``exp_avg`` is
-  pruned (a second moment restarted from zero lets its element take steps many times its steady
-  ones under ``beta2 = 0.999``), unless ``joint_restart=True`` asks for ExCP's joint mask (both
-  moments of a pruned element restart together; ``exp_avg_sq`` is then stored only at
-  ``exp_avg``'s support).
+  error of ``sqrt(v)``, by which Adam divides, within budget. Where ``exp_avg`` is pruned it is
+  kept (a second moment restarted from zero lets its element take steps many times its steady
+  ones under ``beta2 = 0.999``), except where the state's optimizer says ``beta2 <= 0.99`` or
+  ``joint_restart=True`` asks: there both moments of a pruned element restart together, as
+  ExCP's joint mask makes them, and ``exp_avg_sq`` is stored only at ``exp_avg``'s support.
 
 Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
 tensor whose bound no candidate keeps is stored bit-exact.
@@ -54,7 +54,7 @@ from .common import (
     magnitude,
 )
 from .factoring import BOUND_SIGMAS, Rounding, cheapest_roundings, factor_update, grid
-from .pairing import MOMENTS
+from .pairing import MOMENTS, moment_key
 from .quantize import CODEBOOKS, fitted
 
 STATES = ("weight", *MOMENTS)
@@ -80,6 +80,9 @@ UPDATE_FLOOR = 0.2
 #: record tells: below 1, a chain's error stays bounded whatever the base carried, at
 #: ``b / sqrt(1 - b^2)`` of an update (1.33 at 0.8).
 UNRECORDED_BASE_BUDGET = 0.8
+#: ``joint_restart=None`` restarts both moments of a pruned element where the optimizer's
+#: ``beta2`` is at most this (measured: 0.95 gains from it, 0.999 diverges; docs/LOSSY.md).
+JOINT_RESTART_BETA2 = 0.99
 #: Fractions of the budget that successive tries aim the expected error at, when a rounding's
 #: or a fit's decoded error missed the bound (both see a sample or an expectation, not the
 #: whole); after the last, the tensor is stored another way, or bit-exact.
@@ -133,17 +136,20 @@ class AdaptivePolicy(JointPolicy):
     def __init__(self, error_budget: float | Mapping[str, float] | None = None,
                  pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
-                 keep_exact: Sequence[str] = (), joint_restart: bool = False) -> None:
+                 keep_exact: Sequence[str] = (), joint_restart: bool | None = None) -> None:
         super().__init__(pairing, chunk_bytes, scope, keep_exact)
-        if type(joint_restart) is not bool:
-            raise ConfigError(f"adaptive: joint_restart must be True or False, not {joint_restart!r}")
+        if joint_restart is not None and type(joint_restart) is not bool:
+            raise ConfigError(f"adaptive: joint_restart must be True, False or None (by the "
+                              f"optimizer's beta2), not {joint_restart!r}")
         # Zero exp_avg_sq where exp_avg is pruned (both moments restart), stored at exp_avg's
-        # support. Off by default: an element whose second moment restarts from zero takes
-        # Adam steps of about (1 - beta1^k) / sqrt(k (1 - beta2)) learning rates for k steps
-        # after (1.3 at k = 5 with beta2 = 0.999), where its steady state is a fraction of one;
-        # on the fidelity matrix's LoRA fine-tune (AdamW defaults) the validation loss went from
-        # 3.5 to 12 within 30 steps (docs/LOSSY.md). A pruned exp_avg beside a kept exp_avg_sq
-        # only slows its element's next steps.
+        # support. By default (None) only where the optimizer's beta2 is at most
+        # JOINT_RESTART_BETA2: an element whose second moment restarts from zero takes Adam
+        # steps of about (1 - beta1^k) / sqrt(k (1 - beta2)) learning rates for k steps after
+        # (1.3 at k = 5 with beta2 = 0.999), where its steady state is a fraction of one; on the
+        # fidelity matrix's LoRA fine-tune (AdamW defaults) the validation loss went from 3.5 to
+        # 12 within 30 steps. Under beta2 = 0.95 the second moment recovers within a few dozen
+        # steps, and a pruned exp_avg beside a kept exp_avg_sq slows its element instead
+        # (+0.75% on the 0.44M GPT against -0.02% restarted; docs/LOSSY.md).
         self.joint_restart = joint_restart
         self.budget = dict(DEFAULT_BUDGET)
         if isinstance(error_budget, Mapping):
@@ -180,7 +186,8 @@ class AdaptivePolicy(JointPolicy):
         if group.exp_avg is not None and values.m is not None:
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
                                                   magnitude(values.m) ** 2, "exp_avg")
-        if self.joint_restart and group.exp_avg is not None and group.exp_avg in plans:
+        if group.exp_avg is not None and group.exp_avg in plans and self._restarts_jointly(
+                leaves[group.exp_avg]):
             m_plan = plans[group.exp_avg]
             kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
                     else leaves[group.exp_avg].tensor.detach() != 0)  # exact: its own non-zeros
@@ -193,6 +200,15 @@ class AdaptivePolicy(JointPolicy):
             else:
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0)
         return plans
+
+    def _restarts_jointly(self, exp_avg: Leaf) -> bool:
+        """Whether this moment's pruned elements restart both moments: as asked, else where
+        the state's optimizer says its ``beta2`` is at most :data:`JOINT_RESTART_BETA2`."""
+        if self.joint_restart is not None:
+            return self.joint_restart
+        key = moment_key(exp_avg)
+        beta2 = None if key is None else self.betas.get(key)
+        return beta2 is not None and beta2 <= JOINT_RESTART_BETA2
 
     def _weight(self, index: int, leaf: Leaf, w: torch.Tensor, w_base: torch.Tensor,
                 base: Base) -> dict[int, Encoded | Exact]:

@@ -34,7 +34,13 @@ from ..parallel import ordered_map
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf
-from .pairing import Group, group_state, lossy_candidate, optimizer_state_key
+from .pairing import (
+    Group,
+    group_state,
+    lossy_candidate,
+    optimizer_state_key,
+    second_moment_betas,
+)
 
 #: What a lossy mode codes lossy (``scope=``): every float tensor of at least 16 elements outside
 #: the optimizer's state plus Adam's moments (weights, buffers, EMA copies), or only the weights
@@ -230,6 +236,13 @@ class JointPolicy(LosslessPolicy):
         self.resumed = False
         #: The next added leaf's provisional index, per planning thread (:meth:`add_leaf`).
         self._numbering = threading.local()
+        #: Adam's ``beta2`` by (optimizer root path, parameter index), as the state's optimizer
+        #: dicts say (:meth:`observe_state`); empty where unknown.
+        self.betas: dict[tuple[tuple[object, ...], int], float] = {}
+
+    def observe_state(self, state: Any) -> None:
+        """Read what the state says of its optimizers (their ``betas``) before planning it."""
+        self.betas = second_moment_betas(state)
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
                    progress: Planned | None = None, *, resumed: bool = False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 from ..tree import Leaf
@@ -48,6 +49,49 @@ def _moment_of(leaf: Leaf) -> tuple[tuple[object, ...], int, str] | None:
     if len(path) >= 3 and path[-1] in MOMENTS and path[-3] == "state" and type(path[-2]) is int:
         return path[:-3], path[-2], str(path[-1])
     return None
+
+
+#: How deep :func:`second_moment_betas` looks for optimizer state dicts.
+BETAS_DEPTH = 6
+
+
+def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int], float]:
+    """``beta2`` by ``(optimizer root path, parameter index)``, read from each optimizer state
+    dict in ``state`` (a dict with ``state`` and ``param_groups``, whose groups list their
+    ``params`` and ``betas``, as torch's Adam and AdamW save them), at most
+    :data:`BETAS_DEPTH` levels down; nothing where no group says."""
+    found: dict[tuple[tuple[object, ...], int], float] = {}
+
+    def visit(node: Any, path: tuple[object, ...]) -> None:
+        if len(path) > BETAS_DEPTH:
+            return
+        if isinstance(node, dict):
+            groups = node.get("param_groups")
+            if "state" in node and isinstance(groups, (list, tuple)):
+                for group in groups:
+                    betas = group.get("betas") if isinstance(group, dict) else None
+                    params = group.get("params") if isinstance(group, dict) else None
+                    if (isinstance(betas, (list, tuple)) and len(betas) == 2
+                            and isinstance(betas[1], (int, float)) and isinstance(params, list)):
+                        for index in params:
+                            if type(index) is int:
+                                found[(path, index)] = float(betas[1])
+                return
+            for key, value in node.items():
+                visit(value, (*path, key))
+        elif isinstance(node, (list, tuple)):
+            for key, value in enumerate(node):
+                visit(value, (*path, key))
+
+    visit(state, ())
+    return found
+
+
+def moment_key(leaf: Leaf) -> tuple[tuple[object, ...], int] | None:
+    """``(optimizer root path, parameter index)`` of a moment leaf, the key of
+    :func:`second_moment_betas`."""
+    moment = _moment_of(leaf)
+    return None if moment is None else (moment[0], moment[1])
 
 
 def optimizer_state_key(leaf: Leaf) -> str | None:
