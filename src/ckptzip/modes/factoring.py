@@ -179,6 +179,20 @@ class Rounding:
         return entropy_bits(counts)
 
 
+def _ways(values: torch.Tensor, scale_sq: float, budget: float, active: int | None,
+          sigmas: float) -> list[tuple[float, bool]]:
+    """The grid step of each way of rounding ``values`` without bias within ``budget``, with
+    whether it is the dithered one: stochastic first; none where no grid will do."""
+    steps = ((unbiased_step(values, scale_sq, budget, sigmas), False),
+             (dithered_step(values, scale_sq, budget, active, sigmas), True))
+    return [(step, dithered) for step, dithered in steps if step > 0]
+
+
+def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Rounding:
+    levels = (dithered_levels if dithered else unbiased_levels)(values, step, seed)
+    return Rounding(levels, step, dithered)
+
+
 def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
               active: int | None = None, sigmas: float = 0.0) -> list[Rounding]:
     """``values`` rounded without bias within ``budget`` (of ``sqrt(scale_sq)``), both ways:
@@ -187,14 +201,8 @@ def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
     with an error below a dither's). Empty when no grid will do (a budget of 0). ``active``: as
     in :func:`dithered_step` (a value of 0 rounds stochastically to 0 by itself). ``sigmas``:
     grids that keep the budget by that many standard deviations of the realized error."""
-    found = []
-    step = unbiased_step(values, scale_sq, budget, sigmas)
-    if step > 0:
-        found.append(Rounding(unbiased_levels(values, step, seed), step, False))
-    step = dithered_step(values, scale_sq, budget, active, sigmas)
-    if step > 0:
-        found.append(Rounding(dithered_levels(values, step, seed), step, True))
-    return found
+    return [_drawn(values, step, dithered, seed)
+            for step, dithered in _ways(values, scale_sq, budget, active, sigmas)]
 
 
 def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
@@ -202,22 +210,16 @@ def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, see
     """:func:`roundings`, the cheaper way first, each drawn on the whole of ``values`` only when
     the caller asks for it (it takes the first whose levels fit its code). Above
     ``ESTIMATE_SAMPLES`` values, a sample's levels tell which way is cheaper."""
-    ways = [(step, dithered) for step, dithered in (
-        (unbiased_step(values, scale_sq, budget, sigmas), False),
-        (dithered_step(values, scale_sq, budget, active, sigmas), True)) if step > 0]
-
-    def drawn(of: torch.Tensor, step: float, dithered: bool) -> Rounding:
-        return Rounding((dithered_levels if dithered else unbiased_levels)(of, step, seed), step,
-                        dithered)
-
     sample, fraction = _sample(values)
-    if len(ways) == 2 and fraction == 1:  # small: both drawn, as :func:`roundings` does
-        yield from sorted((drawn(values, *way) for way in ways), key=lambda r: r.bits)
+    if fraction == 1:  # small: both drawn, as :func:`roundings` does
+        yield from sorted(roundings(values, scale_sq, budget, seed, active, sigmas),
+                          key=lambda rounding: rounding.bits)
         return
+    ways = _ways(values, scale_sq, budget, active, sigmas)
     if len(ways) == 2:
-        ways.sort(key=lambda way: drawn(sample, *way).bits)
-    for way in ways:
-        yield drawn(values, *way)
+        ways.sort(key=lambda way: _drawn(sample, way[0], way[1], seed).bits)
+    for step, dithered in ways:
+        yield _drawn(values, step, dithered, seed)
 
 
 def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
