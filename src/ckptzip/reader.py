@@ -246,10 +246,6 @@ class CheckpointFile:
         result: dict[int, torch.Tensor] = {}
 
         def finish(i: int) -> tuple[int, torch.Tensor]:
-            if self.threads > 1:
-                # leaves are the parallel work: torch's own threads on top would oversubscribe
-                # the cores (the setting is this pool thread's own; the caller's stays)
-                torch.set_num_threads(1)
             pipeline = self.leaves[i].pipeline
             sibling = pipeline.support
             support = None if sibling is None else result[sibling] != 0
@@ -261,7 +257,7 @@ class CheckpointFile:
             batch = [i for i in indices
                      if bool(self.leaves[i].pipeline.references) == reads_siblings]
             threads = self.threads if any(self.leaves[i].pipeline.transforms for i in batch) else 1
-            result.update(ordered_map(finish, batch, threads))
+            result.update(ordered_map(finish, batch, threads, torch_ops=True))
         if self._base is not None:  # each base tensor serves one tensor here: free it
             for i in bases:
                 name = self.leaves[i].base_name

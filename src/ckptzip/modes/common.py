@@ -264,17 +264,13 @@ class JointPolicy(LosslessPolicy):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
 
         def plan(position: int) -> tuple[int, dict[int, Encoded | Exact]]:
-            if threads > 1:
-                # the groups are the parallel work: torch's own threads on top of them would
-                # oversubscribe the cores (its OpenMP workers spin; measured 2.3x the CPU time).
-                # The setting is the calling thread's own (OpenMP's), the caller's stays.
-                torch.set_num_threads(1)
             start = first + position * LEAVES_PER_GROUP
             self._numbering.next = start
             return start, self.plan_group(leaves, groups[position], base)
 
         added = len(leaves)
-        for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads), sizes):
+        for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads,
+                                                             torch_ops=True), sizes):
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
             if progress is not None:
