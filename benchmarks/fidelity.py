@@ -110,37 +110,26 @@ class ArmSpec:
     tier: str = "default"  # "default": every seed; "sweep": --sweep-seeds
 
 
-#: BitSnap's arms are named by their density (``bitsnap-d0.05``): the one at the mode's default
-#: runs at every seed, the others are sweep points.
-#: The arms at every seed besides BitSnap's (``--bitsnap-every-seed``).
+#: The arms at every seed: lossless, each mode at its default, and the fair ExCP.
 DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", 1.0),
-                ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"))
-#: In the order they run (the costly setups' sweeps may be cut by --stop-at: modes alternate).
+                ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"),
+                ArmSpec(f"bitsnap-d{BITSNAP_DENSITY:g}", "bitsnap", BITSNAP_DENSITY))
+#: The other points of each mode's curve (4 per mode with the defaults; ExCP's published and fair
+#: alphas are two of its four), in the order they run: modes alternate, so a matrix cut short by
+#: --stop-at still has points of each.
 SWEEP_ARMS = (
-    ArmSpec("adaptive-x1.3", "adaptive", 1.3, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"), ArmSpec("bitsnap-d1", "bitsnap", 1.0, "sweep"),
-    ArmSpec("adaptive-wide", "adaptive", "wide", "sweep"),
-    ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
-    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"), ArmSpec("bitsnap-d0.7", "bitsnap", 0.7, "sweep"),
-    ArmSpec("bitsnap-d0.1", "bitsnap", 0.1, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
+    ArmSpec("adaptive-x1.5", "adaptive", 1.5, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
+    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
+    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"),
+    ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
+    ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
 )
-QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-               next(a for a in SWEEP_ARMS if a.mode == "bitsnap" and a.knob != BITSNAP_DENSITY))
-#: adaptive-wide: the widest budget the policy takes (weight < 2.0).
-WIDE_BUDGET = {"weight": 1.95, "exp_avg": 2.5, "exp_avg_sq": 1.5}
-
-
-#: Diagnostic arms (the LoRA setup): which state's error costs the loss.
-DIAG_BUDGETS = {"moments-exact": {**DEFAULT_BUDGET, "exp_avg": 0.0, "exp_avg_sq": 0.0},
-                "weights-exact": {**DEFAULT_BUDGET, "weight": 0.0}}
-DIAG_ARMS = tuple(ArmSpec(f"adaptive-{k}", "adaptive", k, "diagnostic") for k in DIAG_BUDGETS)
+QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
+#: The cheap setups run first at each step of the order.
+CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
 
 
 def adaptive_budget(knob: Any) -> dict[str, float]:
-    if knob == "wide":
-        return dict(WIDE_BUDGET)
-    if knob in DIAG_BUDGETS:
-        return dict(DIAG_BUDGETS[knob])
     return {k: v * float(knob) for k, v in DEFAULT_BUDGET.items()}
 
 
@@ -319,38 +308,15 @@ def done_runs(work: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in runs}
 
 
-def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
-             bitsnap_every_seed: list[float]) -> list[Job]:
-    """In priority order: the default arms at seed 0 everywhere; the costly setups' lossless arms
-    at the other seeds (their noise floors); the cheap setups' other seeds and sweeps; the costly
-    setups' default arms at seed 1, the first half of their sweeps, the other seeds, the rest.
-    The first of BitSnap's densities in ``bitsnap_every_seed`` runs at every seed everywhere, the
-    others at every seed in the cheap setups and as sweep points in the costly ones."""
-    cheap = [s for s in setups if s in ("gpt-b095", "gpt-sgd", "minilm-lora", QUICK.name)]
-    costly = [s for s in setups if s not in cheap]
-    sweep = list(QUICK_SWEEP if quick else SWEEP_ARMS)
-    first, *extra = [ArmSpec(f"bitsnap-d{d:g}", "bitsnap", d) for d in bitsnap_every_seed]
-    every_seed = {first.name, *(e.name for e in extra)}
-    cheap_sweep = [a for a in sweep if a.name not in every_seed]
-    costly_sweep = [*(ArmSpec(e.name, e.mode, e.knob, "sweep") for e in extra),
-                    *(a for a in sweep if a.name not in every_seed)]
-    if not sweep_seeds:
-        cheap_sweep = costly_sweep = []
-    defaults = (*DEFAULT_ARMS, first)
-    lossy = [a for a in defaults if a.mode != "lossless"]
-    later = range(1, seeds)
-    half = (len(costly_sweep) + 1) // 2
-    jobs = [Job(s, 0, a) for s in setups for a in (*defaults, *(extra if s in cheap else ()))]
-    jobs += [Job(s, seed, DEFAULT_ARMS[0]) for seed in later for s in costly]
-    jobs += [Job(s, seed, a) for seed in later for s in cheap for a in (*defaults, *extra)]
-    jobs += [Job(s, 0, a) for s in cheap if s == "minilm-lora" for a in DIAG_ARMS]
-    jobs += [Job(s, 0, a) for s in cheap for a in cheap_sweep]
-    jobs += [Job(s, 1, a) for s in costly for a in lossy] if seeds > 1 else []
-    jobs += [Job(s, 0, a) for a in costly_sweep[:half] for s in costly]
-    jobs += [Job(s, seed, a) for seed in range(2, seeds) for s in costly for a in lossy]
-    jobs += [Job(s, 0, a) for a in costly_sweep[half:] for s in costly]
-    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in cheap for a in cheap_sweep]
-    jobs += [Job(s, seed, a) for seed in range(1, sweep_seeds) for s in costly for a in costly_sweep]
+def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool) -> list[Job]:
+    """In priority order: the default arms at seed 0 everywhere, then at the other seeds (cheap
+    setups first), then each sweep point at all its seeds, setup by setup (cheap first), so that
+    every arm a cut-short matrix finished has all its seeds."""
+    order = sorted(setups, key=lambda s: s not in (*CHEAP, QUICK.name))
+    sweep = QUICK_SWEEP if quick else SWEEP_ARMS
+    jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
+    jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
+    jobs += [Job(s, seed, a) for a in sweep for s in order for seed in range(sweep_seeds)]
     return jobs
 
 
@@ -440,7 +406,7 @@ def summarize(runs: list[dict[str, Any]], setups: list[Setup]) -> dict[str, Any]
         best: dict[str, Any] = {}
         for mode in MODES:
             ok = [(a["full_state_ratio"], n) for n, a in arms.items()
-                  if a["mode"] == mode and a["within_noise"] and a["tier"] != "diagnostic"]
+                  if a["mode"] == mode and a["within_noise"]]
             best[mode] = ({"arm": max(ok)[1], "full_state_ratio": max(ok)[0]} if ok else None)
         matched = None
         if best["adaptive"] and best["excp"]:
@@ -532,7 +498,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 3, figsize=(14, 4.2), sharey=True)
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
-        points = [a for a in s["arms"].values() if a["mode"] == mode and a["tier"] != "diagnostic"]
+        points = [a for a in s["arms"].values() if a["mode"] == mode]
         points.sort(key=lambda a: a["full_state_ratio"])
         if floor is not None:
             ax.axvspan(-floor, floor, color="0.9", label=f"noise floor ±{floor:.2f}%")
@@ -588,13 +554,12 @@ def main() -> None:
     parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, from: "
                         + ", ".join(SETUPS))
     parser.add_argument("--seeds", type=int, help="seeds of the default arms (default 3; quick 2)")
-    parser.add_argument("--sweep-seeds", type=int, default=1, help="seeds of the sweep points")
+    parser.add_argument("--sweep-seeds", type=int, help="seeds of the sweep points (default: "
+                        "--seeds; quick 1)")
     parser.add_argument("--workers", type=int, default=1, help="processes (one torch thread each)")
     parser.add_argument("--stop-at", help="HH:MM UTC: start no arm after this time")
     parser.add_argument("--work", type=Path, help="keyframes and runs.jsonl (default: "
                         "<out>/fidelity-matrix-work)")
-    parser.add_argument("--bitsnap-every-seed", default=str(BITSNAP_DENSITY),
-                        help="BitSnap densities run at every seed (default: the mode's default)")
     parser.add_argument("--deltas", type=int, help="delta checkpoints per arm (default 10; a "
                         "smoke test of the harness only)")
     parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
@@ -603,6 +568,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = args.seeds or (2 if args.quick else 3)
+    sweep_seeds = args.sweep_seeds if args.sweep_seeds is not None else 1 if args.quick else seeds
     names = [QUICK.name] if args.quick else [n for n in args.setups.split(",") if n]
     unknown = [n for n in names if n not in SETUPS and not args.quick]
     if unknown:
@@ -616,12 +582,11 @@ def main() -> None:
     if args.stop_at:
         hour, minute = (int(x) for x in args.stop_at.split(":"))
         stop_at = datetime.now(timezone.utc).replace(hour=hour, minute=minute, second=0)
-    jobs = jobs_for(names, seeds, args.sweep_seeds, args.quick,
-                    [float(d) for d in args.bitsnap_every_seed.split(",") if d])
+    jobs = jobs_for(names, seeds, sweep_seeds, args.quick)
     info = machine_info()
     if not args.report_only:
         run_matrix(jobs, work, args.workers, args.quick, args.deltas, stop_at, sys.stderr)
-    report(jobs, work, args.out, args.png_out or args.out, setups, info, seeds, args.sweep_seeds)
+    report(jobs, work, args.out, args.png_out or args.out, setups, info, seeds, sweep_seeds)
 
 
 if __name__ == "__main__":
