@@ -9,7 +9,11 @@
  * - uniform_bins' counts add up to the values, its pruned values are the originals or zero, and
  *   it refuses levels beyond its limit rather than writing past its bins;
  * - dither_shift by a step and back restores the values within a rounding each way, in place;
- * - sum_squares is finite and >= 0 on finite input.
+ * - sum_squares is finite and >= 0 on finite input;
+ * - compact_nonzero keeps exactly the non-zeros, in order;
+ * - sparse_unpack, on a mask and value planes taken from the data, accepts exactly the masks
+ *   that mark `count` of the n elements, and what it decodes packs back to no more values, each
+ *   at a marked element.
  * Any outcome but a crash or a sanitizer report is fine otherwise.
  */
 #include <math.h>
@@ -20,6 +24,7 @@
 #include "common.h"
 #include "dither.h"
 #include "quantize.h"
+#include "sparse.h"
 
 #define LIMIT 63
 
@@ -109,6 +114,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         double slack = 2 * step + fabs(v) * (elem == 4 ? 0x1p-22 : 0x1p-51);
         if (isfinite(v) && isfinite(w) && fabs(w - v) > slack) abort();
     }
+    void *compact = malloc(n * elem + 8);
+    size_t kept = ckz_compact_nonzero(values, elem, n, compact), seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+        if (v == 0.0) continue;
+        double c = elem == 4 ? (double)((float *)compact)[seen] : ((double *)compact)[seen];
+        if (seen++ >= kept || memcmp(&c, &v, sizeof v)) abort();
+    }
+    if (seen != kept) abort();
+
+    /* the sparse stage: a mask of m bytes for n elements, its values' planes after it */
+    size_t m = size / 3, total = 0;
+    size_t n_sparse = m ? 8 * m - (control >> 5) % 8 : 0;
+    for (size_t b = 0; b < m; b++)
+        for (unsigned j = 0; j < 8; j++) total += (data[b] >> j & 1u) && 8 * b + j < n_sparse;
+    int beyond = m && n_sparse % 8 && data[m - 1] >> (n_sparse % 8);
+    size_t sparse_count = total + (control >> 1 & 1);  /* one more than marked, sometimes */
+    if (m + 2 * sparse_count > size) sparse_count = (size - m) / 2;
+    int scale = (int)(control >> 2) - 32;
+    float *decoded = malloc(n_sparse * sizeof(float) + 4);
+    int status = ckz_sparse_unpack(data, data + m, data + m + sparse_count, sparse_count, n_sparse,
+                                   scale, decoded);
+    if ((status == 0) != (!beyond && total == sparse_count)) abort();
+    if (status == 0) {
+        uint8_t *mask = malloc(m + 1), *planes = malloc(2 * n_sparse + 2);
+        double top;
+        size_t again = ckz_sparse_survey(decoded, n_sparse, &top);
+        size_t packed = ckz_sparse_pack(decoded, n_sparse, scale, mask, planes, planes + n_sparse,
+                                        n_sparse);
+        if (packed != again || packed > sparse_count) abort();
+        for (size_t i = 0; i < n_sparse; i++)
+            if (decoded[i] != 0.0f && !(mask[i / 8] >> (i % 8) & 1u && data[i / 8] >> (i % 8) & 1u))
+                abort();
+        free(mask), free(planes);
+    }
     free(out), free(values), free(thresholds), free(codes), free(pruned), free(shifted);
+    free(compact), free(decoded);
     return 0;
 }

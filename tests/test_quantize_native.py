@@ -146,3 +146,102 @@ def test_uniform_table_native_and_torch_agree(levels: int, monkeypatch) -> None:
     other, other_table = quantize.uniform_table(values, 0.37, 0.35)
     assert torch.equal(native.abs(), other.abs()) and np.allclose(table, other_table, rtol=1e-12)
     assert bool(((native == values) | (native == 0)).all())
+
+
+def _sparse_values(n: int, seed: int) -> torch.Tensor:
+    """float32 values over float's whole range: normals of every exponent, float subnormals,
+    values fp16 rounds to zero or to its subnormals, zeros of both signs."""
+    generator = torch.Generator().manual_seed(seed)
+    exponents = torch.randint(-140, 120, (n,), generator=generator).double()
+    values = (torch.randn(n, generator=generator, dtype=torch.float64) * 2.0**exponents).float()
+    values[torch.rand(n, generator=generator) < 0.4] = 0.0
+    values[::13] = -0.0
+    return values
+
+
+@pytest.mark.parametrize(("n", "spread"), [(0, 1), (1, 1), (7, 1), (8, 1), (100_003, 1),
+                                           (100_003, 0), (4_099, 0)])
+def test_sparse_native_and_torch_write_and_read_the_same_bytes(n: int, spread: int,
+                                                               monkeypatch) -> None:
+    from ckptzip.codecs import Sparse
+
+    values = _sparse_values(n, n) if spread else torch.randn(n) * 1e-3
+    native = Sparse("bitmask", "float32", [n])
+    native_bytes = native.encode(values, CONTEXT)
+    native_decoded = native.decode(native_bytes, CONTEXT)
+    monkeypatch.setattr(Sparse, "_on_native", lambda self, device: False)
+    other = Sparse("bitmask", "float32", [n])
+    torch_bytes = other.encode(values, CONTEXT)
+    assert (native.count, native.scale_exp) == (other.count, other.scale_exp)
+    assert torch.equal(native_bytes, torch_bytes)
+    torch_decoded = other.decode(torch_bytes, CONTEXT)
+    assert torch.equal(native_decoded.view(torch.int32), torch_decoded.view(torch.int32))
+
+
+def test_fp16_rounding_is_torchs_on_every_kind_of_float() -> None:
+    """float -> fp16 (round to nearest even, fp16's subnormals, overflow to infinity) on random
+    bit patterns, and fp16 -> float on every finite pattern, against torch's conversions."""
+    bits = torch.randint(-2**31, 2**31 - 1, (1_000_000,), dtype=torch.int64,
+                         generator=torch.Generator().manual_seed(5)).to(torch.int32)
+    floats = bits.view(torch.float32)
+    floats = floats[torch.isfinite(floats) & (floats != 0)]
+    floats = torch.cat([floats, floats * 2.0**-100, floats * 2.0**100])  # fp16's range
+    floats = floats[torch.isfinite(floats) & (floats != 0)]
+    n = floats.numel()
+    count, _ = N.sparse_survey(floats.numpy())
+    packed = np.empty((n + 7) // 8 + 2 * n, dtype=np.uint8)
+    assert count == n and N.sparse_pack(floats.numpy(), 0, packed) == n
+    lo, hi = packed[(n + 7) // 8:][:n], packed[(n + 7) // 8:][n:]
+    expected = floats.double().half().view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(lo.astype(np.uint16) | hi.astype(np.uint16) << 8, expected)
+    halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    halves = halves[torch.isfinite(halves) & (halves != 0)]
+    m = halves.numel()
+    patterns = halves.view(torch.int16).numpy().view(np.uint16)
+    mask = np.full((m + 7) // 8, 255, dtype=np.uint8)
+    if m % 8:
+        mask[-1] = (1 << (m % 8)) - 1
+    src = np.concatenate([mask, (patterns & 255).astype(np.uint8), (patterns >> 8).astype(np.uint8)])
+    out = np.empty(m, dtype=np.float32)
+    assert N.sparse_unpack(src, m, 0, out)
+    assert np.array_equal(out.view(np.uint32), halves.float().numpy().view(np.uint32))
+
+
+def test_sparse_unpack_refuses_a_mask_that_is_not_the_count() -> None:
+    from ckptzip.codecs import Sparse
+
+    values = torch.zeros(13)
+    values[[0, 5, 12]] = torch.tensor([1.0, -2.0, 3.0])
+    stage = Sparse("bitmask", "float32", [13])
+    data = stage.encode(values, CONTEXT)
+    assert torch.equal(stage.decode(data, CONTEXT), values)
+    beyond = data.clone()
+    beyond[1] |= 1 << 6  # element 14 of 13
+    extra = data.clone()
+    extra[0] |= 1 << 3  # a fourth element where three values are stored
+    fewer = data.clone()
+    fewer[0] &= 0xFE
+    for bad in (beyond, extra, fewer):
+        with pytest.raises(ValueError, match="does not mark exactly 3"):
+            stage.decode(bad, CONTEXT)
+    with pytest.raises(ValueError, match=r"bad count|not a"):
+        N.sparse_unpack(data.numpy(), 4, 0, np.empty(13, dtype=np.float32))
+    with pytest.raises(ValueError, match="more than 2 non-zeros"):
+        N.sparse_pack(values.numpy(), 0, np.empty(2 + 4, dtype=np.uint8))
+    with pytest.raises(ckptzip.Error):
+        Sparse("bitmask", "float32", [13], 3, 5000)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compact_nonzero_is_the_boolean_index(dtype: torch.dtype) -> None:
+    from ckptzip.codecs.kmeans import nonzero_values
+
+    values = torch.randn(10_001, generator=torch.Generator().manual_seed(4)).to(dtype)
+    values[values.abs() < 0.7] = 0
+    values[::11] = -0.0
+    values[::101] = float("nan")
+    got, expected = nonzero_values(values), values[values != 0]
+    assert got.numel() == expected.numel()
+    assert torch.equal(got.view(torch.uint8) if dtype == torch.float64 else got.view(torch.int32),
+                       expected.view(torch.uint8) if dtype == torch.float64
+                       else expected.view(torch.int32))

@@ -114,6 +114,17 @@ def sample_sorted(values: torch.Tensor, limit: int = FIT_SAMPLES) -> np.ndarray:
     return np.sort(spread_sample(values, limit).double().cpu().numpy())
 
 
+def nonzero_values(flat: torch.Tensor) -> torch.Tensor:
+    """The non-zero elements of the 1-D ``flat``, in order (``flat[flat != 0]``; one native pass
+    on the host)."""
+    if flat.device.type != "cpu" or flat.dtype not in (torch.float32, torch.float64):
+        return flat[flat != 0]
+    values = flat.contiguous()
+    out = torch.empty_like(values)
+    kept = _native.compact_nonzero(values.numpy(), out.numpy(), values.element_size())
+    return out[:kept]
+
+
 def _native_codes(flat: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """uint8 codes of the 1-D ``flat``: 0 where it is zero, else 1 + the number of the ascending
     ``thresholds`` below the value (the native core's pass on the host, torch's elsewhere)."""
@@ -183,7 +194,8 @@ class KMeans(TensorToTensor):
         if self.domain == "log":
             if bool((values <= 0).any()):
                 raise ConfigError("kmeans: the log domain needs positive values")
-            values = values.double().log()
+            # the sample's logarithms: those of the values the fit looks at, not of every one
+            values = spread_sample(values, FIT_SAMPLES).double().log()
         fit = lloyd_sorted(sample_sorted(values), self.k)
         self.set_table(fit.centroids)  # in the log domain the codebook holds logarithms
         return fit
@@ -224,7 +236,7 @@ class KMeans(TensorToTensor):
         """Codes of ``tensor`` (zeros stay code 0); fits the codebook first unless it has one."""
         flat = tensor.reshape(-1)
         if self.centroids is None:
-            self.fit(flat[flat != 0])
+            self.fit(nonzero_values(flat))
         table = self.table(tensor.device)[1:]
         if not table.numel():
             return torch.zeros(tensor.shape, dtype=torch.uint8, device=tensor.device)

@@ -15,12 +15,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import dtypes
+from .. import _native, dtypes
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 from .kmeans import half_scale_exponent
 
 LAYOUTS = ("bitmask", "indices")
+#: The largest |scale_exp| a file may name (as the kmeans codebook's).
+MAX_SCALE_EXP = 1000
 #: Above this density a raw bitmask (1 bit per element) beats 32-bit indices.
 BITMASK_DENSITY = 1 / 32
 _BIT_WEIGHTS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -55,7 +57,8 @@ class Sparse(TensorToTensor):
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
             raise ConfigError(f"sparse: bad shape {shape!r}")
         numel = math.prod(shape)
-        if type(count) is not int or not 0 <= count <= numel or type(scale_exp) is not int:
+        if (type(count) is not int or not 0 <= count <= numel or type(scale_exp) is not int
+                or abs(scale_exp) > MAX_SCALE_EXP):
             raise ConfigError(f"sparse: bad count {count!r} or scale exponent {scale_exp!r}")
         self.layout, self.dtype, self.shape, self.numel = layout, out, shape, numel
         self.count, self.scale_exp = count, scale_exp
@@ -69,8 +72,21 @@ class Sparse(TensorToTensor):
         return cls(config["layout"], config["dtype"], config["shape"], config["count"],
                    config["scale_exp"])
 
+    def _on_native(self, device: torch.device) -> bool:
+        """Whether the native passes code this stage: a float32 bitmask on the host. They do
+        torch's arithmetic, so either way writes and reads the same bytes."""
+        return (self.layout == "bitmask" and device.type == "cpu"
+                and self.dtype.torch_dtype == torch.float32)
+
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         flat = tensor.reshape(-1)
+        if self._on_native(flat.device) and flat.dtype == torch.float32:
+            array = flat.contiguous().numpy()
+            self.count, top = _native.sparse_survey(array)
+            self.scale_exp = half_scale_exponent(top if self.count else 0.0)
+            out = torch.empty(-(-flat.numel() // 8) + 2 * self.count, dtype=torch.uint8)
+            _native.sparse_pack(array, self.scale_exp, out.numpy())
+            return out
         kept = flat != 0
         values = flat[kept].double()
         self.count = values.numel()
@@ -92,6 +108,12 @@ class Sparse(TensorToTensor):
         if tensor.dtype != torch.uint8 or tensor.numel() != mask_bytes + 2 * self.count:
             raise ValueError(f"sparse: {tensor.numel()} bytes do not hold {self.count} values of "
                              f"{self.numel} in a {self.layout}")
+        if self._on_native(tensor.device):
+            out = torch.empty(self.numel, dtype=torch.float32)
+            if not _native.sparse_unpack(tensor.contiguous().numpy(), self.count, self.scale_exp,
+                                         out.numpy()):
+                raise ValueError(f"sparse: the bitmask does not mark exactly {self.count} elements")
+            return out.reshape(self.shape)
         where, data = tensor[:mask_bytes], tensor[mask_bytes:]
         if self.layout == "bitmask":
             weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=tensor.device)

@@ -23,7 +23,7 @@ import torch
 
 from .. import _native
 from ..codecs import KMeans
-from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, spread_sample
+from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, spread_sample
 
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
@@ -256,6 +256,5 @@ def fitted(array: torch.Tensor, scale_sq: float, budget: float, dtype: str, *,
         choice = Choice(array.numel(), MAX_CENTROIDS, choice.bits, choice.error)  # k-means, all kept
     quantizer = KMeans(max(choice.k, 1), dtype)
     pruned = prune(array, choice.kept)
-    nonzero = pruned.reshape(-1) != 0
-    quantizer.fit(pruned.reshape(-1)[nonzero])
+    quantizer.fit(nonzero_values(pruned.reshape(-1)))
     return choice, quantizer, pruned

@@ -158,3 +158,23 @@ double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n)
         return -1.0;
     return total;
 }
+
+size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out) {
+    size_t kept = 0;
+    if (elem_size == 4) {
+        const float *in = x;
+        float *to = out;
+        for (size_t i = 0; i < n; i++) {
+            to[kept] = in[i];  /* written always, counted where non-zero: no branch */
+            kept += in[i] != 0.0f;
+        }
+    } else {
+        const double *in = x;
+        double *to = out;
+        for (size_t i = 0; i < n; i++) {
+            to[kept] = in[i];
+            kept += in[i] != 0.0;
+        }
+    }
+    return kept;
+}

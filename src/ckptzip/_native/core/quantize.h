@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Copies the non-zero values of x (n floats, elem_size 4, or doubles, 8; -0.0 is zero, a NaN is
+ * not) to out in order and returns how many: the values a codebook is fitted to. */
+size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out);
+
 /* The largest codebook a uint8 code addresses (code 0 is zero). */
 #define CKZ_MAX_CENTROIDS 255
 

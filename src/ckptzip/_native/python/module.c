@@ -15,6 +15,7 @@
 #include "pymemory.h"
 #include "quantize.h"
 #include "residual.h"
+#include "sparse.h"
 #include "stream.h"
 
 /* A contiguous buffer held for the duration of a call. */
@@ -388,6 +389,171 @@ static PyObject *py_table_lookup(PyObject *self, PyObject *args, PyObject *kw) {
     }
     PyBuffer_Release(&c);
     PyBuffer_Release(&t);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+/* The sparse stage: the largest |scale_exp| a file may name (as the kmeans codebook's). */
+#define SPARSE_MAX_SCALE 1000
+
+PyDoc_STRVAR(sparse_survey_doc,
+             "sparse_survey(src) -> (count, max_abs)\n\n"
+             "The number of non-zero float32 values in src (-0.0 is zero, a NaN is not) and the\n"
+             "largest magnitude among them (NaN where one is NaN, 0.0 where there are none).");
+static PyObject *py_sparse_survey(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", NULL};
+    PyObject *so;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:sparse_survey", kwlist, &so)) return NULL;
+    Py_buffer s;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    PyObject *result = NULL;
+    if (check_len(s.len, 4, "src") == 0) {
+        size_t count;
+        double top;
+        Py_BEGIN_ALLOW_THREADS
+        count = ckz_sparse_survey((const float *)s.buf, (size_t)s.len / 4, &top);
+        Py_END_ALLOW_THREADS
+        result = Py_BuildValue("nd", (Py_ssize_t)count, top);
+    }
+    PyBuffer_Release(&s);
+    return result;
+}
+
+PyDoc_STRVAR(sparse_pack_doc,
+             "sparse_pack(src, scale_exp, dst) -> int\n\n"
+             "The sparse stage's bytes of the float32 values src: dst (uint8) gets the bitmask of\n"
+             "the non-zeros ((len(src) + 7) // 8 bytes), then the low and then the high bytes of\n"
+             "each non-zero times 2**-scale_exp as fp16 (torch's rounding), `count` bytes each,\n"
+             "where len(dst) = mask + 2 count. Returns count; ValueError where src has more\n"
+             "non-zeros than dst holds.");
+static PyObject *py_sparse_pack(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "scale_exp", "dst", NULL};
+    PyObject *so, *dobj;
+    int scale_exp;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiO:sparse_pack", kwlist, &so, &scale_exp, &dobj))
+        return NULL;
+    if (scale_exp < -SPARSE_MAX_SCALE || scale_exp > SPARSE_MAX_SCALE)
+        return PyErr_Format(PyExc_ValueError, "scale_exp %d is outside -%d..%d", scale_exp,
+                            SPARSE_MAX_SCALE, SPARSE_MAX_SCALE);
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(s.len, 4, "src") == 0) {
+        size_t n = (size_t)s.len / 4, mask = (n + 7) / 8, len = (size_t)d.len;
+        if (len < mask || (len - mask) % 2)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes: not a %zu-byte mask and two "
+                         "planes of equal size", d.len, mask);
+        else if (overlaps(&s, &d))
+            PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        else {
+            size_t capacity = (len - mask) / 2, count;
+            uint8_t *out = (uint8_t *)d.buf;
+            Py_BEGIN_ALLOW_THREADS
+            count = ckz_sparse_pack((const float *)s.buf, n, scale_exp, out, out + mask,
+                                    out + mask + capacity, capacity);
+            Py_END_ALLOW_THREADS
+            if (count == (size_t)-1)
+                PyErr_Format(PyExc_ValueError, "src has more than %zu non-zeros", capacity);
+            else if (count != capacity)
+                PyErr_Format(PyExc_ValueError, "src has %zu non-zeros, dst room for %zu", count,
+                             capacity);
+            else
+                result = PyLong_FromSize_t(count);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+PyDoc_STRVAR(sparse_unpack_doc,
+             "sparse_unpack(src, count, scale_exp, dst) -> bool\n\n"
+             "The inverse of sparse_pack: dst (float32, n values) gets 0.0 where the mask bit is\n"
+             "clear and the k-th fp16 value times 2**scale_exp at the k-th set bit; src holds\n"
+             "(n + 7) // 8 mask bytes and two planes of count bytes. False where the mask does not\n"
+             "mark exactly count of the n elements (dst is then meaningless).");
+static PyObject *py_sparse_unpack(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "count", "scale_exp", "dst", NULL};
+    PyObject *so, *dobj;
+    Py_ssize_t count;
+    int scale_exp;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OniO:sparse_unpack", kwlist, &so, &count,
+                                     &scale_exp, &dobj))
+        return NULL;
+    if (scale_exp < -SPARSE_MAX_SCALE || scale_exp > SPARSE_MAX_SCALE || count < 0)
+        return PyErr_Format(PyExc_ValueError, "bad count %zd or scale_exp %d", count, scale_exp);
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(d.len, 4, "dst") == 0) {
+        size_t n = (size_t)d.len / 4, mask = (n + 7) / 8;
+        if ((size_t)count > n || (size_t)s.len != mask + 2 * (size_t)count)
+            PyErr_Format(PyExc_ValueError, "src holds %zd bytes, not a %zu-byte mask and two "
+                         "planes of %zd for %zu values", s.len, mask, count, n);
+        else if (overlaps(&s, &d))
+            PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        else {
+            const uint8_t *in = (const uint8_t *)s.buf;
+            int status;
+            Py_BEGIN_ALLOW_THREADS
+            status = ckz_sparse_unpack(in, in + mask, in + mask + count, (size_t)count, n,
+                                       scale_exp, (float *)d.buf);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(status == 0);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+PyDoc_STRVAR(compact_nonzero_doc,
+             "compact_nonzero(src, dst, elem_size) -> int\n\n"
+             "Copies the non-zero float32 or float64 values of src (by elem_size; -0.0 is zero, a\n"
+             "NaN is not), in order, to the front of dst (as long as src), and returns how many.");
+static PyObject *py_compact_nonzero(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "dst", "elem_size", NULL};
+    PyObject *so, *dobj;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOl:compact_nonzero", kwlist, &so, &dobj,
+                                     &elem_size))
+        return NULL;
+    if (elem_size != 4 && elem_size != 8)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        if (d.len != s.len)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, src %zd", d.len, s.len);
+        else if (overlaps(&s, &d))
+            PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        else {
+            size_t kept;
+            Py_BEGIN_ALLOW_THREADS
+            kept = ckz_compact_nonzero(s.buf, (size_t)elem_size, (size_t)s.len / (size_t)elem_size,
+                                       d.buf);
+            Py_END_ALLOW_THREADS
+            result = PyLong_FromSize_t(kept);
+        }
+    }
+    PyBuffer_Release(&s);
     PyBuffer_Release(&d);
     return result;
 }
@@ -1100,6 +1266,10 @@ static PyMethodDef methods[] = {
     KW("uniform_bins", py_uniform_bins, uniform_bins_doc),
     KW("sum_squares", py_sum_squares, sum_squares_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
+    KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
+    KW("sparse_survey", py_sparse_survey, sparse_survey_doc),
+    KW("sparse_pack", py_sparse_pack, sparse_pack_doc),
+    KW("sparse_unpack", py_sparse_unpack, sparse_unpack_doc),
     KW("split_planes", py_split, split_doc),
     KW("merge_planes", py_merge, merge_doc),
     KW("encode", py_encode, encode_doc),
