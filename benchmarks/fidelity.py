@@ -108,6 +108,10 @@ class ArmSpec:
     #: strength), BitSnap's density.
     knob: Any = None
     tier: str = "default"  # "default": every seed; "sweep": --sweep-seeds
+    #: Options of the mode besides the knob.
+    extra: tuple[tuple[str, Any], ...] = ()
+    #: The setups it runs in (None: all).
+    setups: tuple[str, ...] | None = None
 
 
 #: The arms at every seed: lossless, each mode at its default, and the fair ExCP.
@@ -124,6 +128,11 @@ SWEEP_ARMS = (
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
     ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
 )
+#: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), at every seed, where it can
+#: differ from the default: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq restarts jointly and is
+#: stored at exp_avg's support; SGD has no second moment).
+RATIO_ARM = ArmSpec("adaptive-ratio", "adaptive", 1.0, "sweep", (("ratio_coding", True),),
+                    ("gpt10m-adamw", "minilm-full", "minilm-lora"))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
@@ -213,6 +222,7 @@ def arm_options(arm: ArmSpec, key: Keyframe, task: Task) -> dict[str, Any]:
     options: dict[str, Any] = {"pairing": task.pairing()}
     if arm.mode == "adaptive":
         options["error_budget"] = adaptive_budget(arm.knob)
+        options.update(arm.extra)
     elif arm.mode == "bitsnap":
         options["density"] = float(arm.knob)
     elif arm.knob == "published" or not key.v_scales:
@@ -308,15 +318,22 @@ def done_runs(work: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in runs}
 
 
-def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool) -> list[Job]:
+def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
+             arms: list[str] | None = None) -> list[Job]:
     """In priority order: the default arms at seed 0 everywhere, then at the other seeds (cheap
     setups first), then each sweep point at all its seeds, setup by setup (cheap first), so that
-    every arm a cut-short matrix finished has all its seeds."""
+    every arm a cut-short matrix finished has all its seeds; last, :data:`RATIO_ARM` at every seed
+    where it applies. ``arms``: only those named."""
     order = sorted(setups, key=lambda s: s not in (*CHEAP, QUICK.name))
     sweep = QUICK_SWEEP if quick else SWEEP_ARMS
     jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for a in sweep for s in order for seed in range(sweep_seeds)]
+    if not quick:
+        jobs += [Job(s, seed, RATIO_ARM) for s in order if s in (RATIO_ARM.setups or (s,))
+                 for seed in range(seeds)]
+    if arms:
+        jobs = [j for j in jobs if j.arm.name in arms]
     return jobs
 
 
@@ -562,6 +579,7 @@ def main() -> None:
                         "<out>/fidelity-matrix-work)")
     parser.add_argument("--deltas", type=int, help="delta checkpoints per arm (default 10; a "
                         "smoke test of the harness only)")
+    parser.add_argument("--arms", help="comma-separated: only these arms (default: all)")
     parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where the md/json go")
     parser.add_argument("--png-out", type=Path, help="where the PNGs go (default: --out)")
@@ -582,7 +600,8 @@ def main() -> None:
     if args.stop_at:
         hour, minute = (int(x) for x in args.stop_at.split(":"))
         stop_at = datetime.now(timezone.utc).replace(hour=hour, minute=minute, second=0)
-    jobs = jobs_for(names, seeds, sweep_seeds, args.quick)
+    jobs = jobs_for(names, seeds, sweep_seeds, args.quick,
+                    args.arms.split(",") if args.arms else None)
     info = machine_info()
     if not args.report_only:
         run_matrix(jobs, work, args.workers, args.quick, args.deltas, stop_at, sys.stderr)

@@ -27,6 +27,7 @@ from ckptzip.demo.gpt import make_scheduler
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
 from ckptzip.errors import ConfigError, CorruptError, FormatError
 from ckptzip.modes import PairingWarning
+from ckptzip.modes.adaptive import DEFAULT_BUDGET
 from ckptzip.modes.pairing import group_state
 from ckptzip.tree import flatten
 
@@ -1002,3 +1003,61 @@ def test_randomized_svd_of_a_large_update_is_seeded_and_leaves_the_random_state_
     vectors = factoring._randomized_right_vectors(matrix, 12)
     torch.manual_seed(3)
     assert torch.equal(factoring._randomized_right_vectors(matrix, 12), vectors)
+
+
+def test_adaptive_ratio_coding_codes_second_moments_against_the_base(chain_states):
+    """``ratio_coding=True`` (beta2 0.999: no joint restart) codes exp_avg_sq as its ratio to the
+    base's decoded exp_avg_sq (the base-ratio stage) where that needs no more centroids: fewer
+    bytes, the same budget on the decoded values, a closed-loop chain that decodes, and planning
+    on two threads that reads the base beforehand (it once waited on itself)."""
+    slow = [_with_beta2(s, 0.999) for s in chain_states]
+    budget = DEFAULT_BUDGET["exp_avg_sq"]
+    previous = {False: slow[0], True: slow[0]}
+    for state in slow[1:]:
+        sizes = {}
+        for ratio in (False, True):
+            data = ckptzip.dumps(state, mode="adaptive", base=previous[ratio], resumed=True,
+                                 ratio_coding=ratio, threads=2)
+            sizes[ratio] = len(data)
+            decoded = ckptzip.loads(data, base=previous[ratio])
+            with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=previous[ratio]) as f:
+                records = {leaf.name: leaf.extra["error"] for leaf in f.leaves
+                           if leaf.name.endswith("exp_avg_sq") and "error" in leaf.extra}
+                stages = {leaf.name: [s.codec_id for s in leaf.pipeline.transforms]
+                          for leaf in f.leaves if leaf.name in records}
+            assert records
+            if ratio:
+                assert any(r["domain"] == "ratio" for r in records.values())
+                assert all(stages[n][0] == "base-ratio" for n, r in records.items()
+                           if r["domain"] == "ratio")
+            else:
+                assert all("base-ratio" not in s for s in stages.values())
+            for index, moments in state["optimizer"]["state"].items():
+                v, got = moments["exp_avg_sq"], decoded["optimizer"]["state"][index]["exp_avg_sq"]
+                kept = v > 0
+                assert torch.equal(got == 0, v == 0)
+                error = float(((got[kept] / v[kept]).sqrt() - 1).double().pow(2).mean().sqrt())
+                assert error <= budget * 1.001, (index, error)
+            previous[ratio] = decoded  # closed loop: the next delta codes against this
+        assert sizes[True] < 0.95 * sizes[False], sizes
+    with pytest.raises(ConfigError, match="ratio_coding"):
+        ckptzip.dumps(slow[1], mode="adaptive", base=slow[0], ratio_coding="yes")
+
+
+def test_base_ratio_stage_refuses_what_it_cannot_code_and_decodes_exactly():
+    from ckptzip.codecs import BaseRatio, TransformContext
+
+    base = torch.tensor([1.0, 2.0, 0.0, 4.0, 3e-30])
+    stage = BaseRatio("float32")
+    context = TransformContext("v", base)
+    ratio = stage.encode(torch.tensor([1.5, 0.0, 0.0, 1.0, 6e-30]), context)
+    assert ratio.tolist() == [1.5, 0.0, 0.0, 0.25, 2.0]
+    decoded = stage.decode(ratio.float(), context)
+    assert torch.equal(decoded, (base.double() * ratio.float().double()).float())
+    assert decoded[1] == 0 and not decoded[1].signbit() and decoded[2] == 0
+    with pytest.raises(ValueError, match="non-zero element over a base element"):
+        stage.encode(torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0]), context)  # over base 0
+    with pytest.raises(ValueError, match="needs its base"):
+        stage.decode(ratio.float(), TransformContext("v"))
+    with pytest.raises(ValueError, match="base shape"):
+        stage.decode(ratio[:3].float(), context)

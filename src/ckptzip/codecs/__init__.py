@@ -11,6 +11,7 @@ from .base import (
     codec_from_config,
     registered_ids,
 )
+from .base_ratio import BaseRatio
 from .byteplanes import BytePlanes
 from .context import ContextPlanes
 from .dither import Dither
@@ -25,6 +26,7 @@ from .support import Support
 from .zeros import ExactZeros
 
 __all__ = [
+    "BaseRatio",
     "BytePlanes",
     "BytesToBytes",
     "ChunkResidual",

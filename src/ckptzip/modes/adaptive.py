@@ -35,7 +35,17 @@ import numpy as np
 import torch
 
 from ..chain import Base
-from ..codecs import Dither, ExactZeros, KMeans, LowRank, Support, TensorToTensor, TransformContext
+from ..codecs import (
+    BaseRatio,
+    Dither,
+    ExactZeros,
+    KMeans,
+    LowRank,
+    Support,
+    TensorToTensor,
+    TransformContext,
+)
+from ..codecs.base_ratio import ratio_problem
 from ..codecs.kmeans import Fit, lloyd_sorted, sample_sorted
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
@@ -136,8 +146,14 @@ class AdaptivePolicy(JointPolicy):
     def __init__(self, error_budget: float | Mapping[str, float] | None = None,
                  pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
-                 keep_exact: Sequence[str] = (), joint_restart: bool | None = None) -> None:
+                 keep_exact: Sequence[str] = (), joint_restart: bool | None = None,
+                 ratio_coding: bool = False) -> None:
         super().__init__(pairing, chunk_bytes, scope, keep_exact)
+        if type(ratio_coding) is not bool:
+            raise ConfigError(f"adaptive: ratio_coding must be True or False, not {ratio_coding!r}")
+        # exp_avg_sq as its ratio to the base's decoded exp_avg_sq (the base-ratio stage), where
+        # that needs no more centroids than the value itself, within the same budget
+        self.ratio_coding = self.reads_v_base = ratio_coding
         if joint_restart is not None and type(joint_restart) is not bool:
             raise ConfigError(f"adaptive: joint_restart must be True, False or None (by the "
                               f"optimizer's beta2), not {joint_restart!r}")
@@ -198,8 +214,11 @@ class AdaptivePolicy(JointPolicy):
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept.to(values.v.device),
                                                               group.exp_avg)
             else:
-                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0)
+                plans[group.exp_avg_sq] = self._second_moment(
+                    v_leaf, values.v, values.v != 0,
+                    v_base=values.v_base)
         return plans
+
 
     def _restarts_jointly(self, exp_avg: Leaf) -> bool:
         """Whether this moment's pruned elements restart both moments: as asked, else where
@@ -367,7 +386,8 @@ class AdaptivePolicy(JointPolicy):
         return encoded
 
     def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
-                       sibling: int | None = None) -> Encoded | Exact:
+                       sibling: int | None = None,
+                       v_base: torch.Tensor | None = None) -> Encoded | Exact:
         """``exp_avg_sq`` where ``exp_avg`` is kept, zero elsewhere (both moments restart there,
         as ExCP's joint mask makes them), quantized in the log domain with the fewest centroids
         that keep ``sqrt(v)`` within the budget, checked on every stored value (the search
@@ -383,9 +403,25 @@ class AdaptivePolicy(JointPolicy):
         # smaller ones did not keep the budget (lazily: the fits of large codebooks cost most)
         sizes = (size for size in (1, *CODEBOOKS)
                  if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
+        ratio = None
+        if v_base is not None and sibling is None and ratio_problem(array, v_base) is None:
+            ratio = BaseRatio(leaf.dtype.name).encode(array, TransformContext(leaf.name, v_base))
+            ratio_logs = np.log(sample_sorted(ratio[positive]))
+            ratio_size = next(size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
+                              or sqrt_error(ratio_logs, lloyd_sorted(ratio_logs, size)) <= budget)
+            # the ratio where it needs no more centroids than the value (it is then the
+            # narrower distribution, so its codes are the cheaper ones too)
+            value_size = ratio_size if ratio_size == 1 else next(sizes)
+            if ratio_size <= value_size:
+                sizes = iter(size for size in (1, *CODEBOOKS) if size >= ratio_size)
+            else:
+                ratio = None
+                sizes = iter(size for size in (1, *CODEBOOKS) if size >= value_size)
         for size in sizes:
             quantizer = KMeans(size, leaf.dtype.name, "log")
-            if sibling is None:
+            if ratio is not None:
+                encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=True, base=v_base)
+            elif sibling is None:
                 encoded, decoded = finish_decoded(leaf, array, quantizer)
             else:
                 encoded, decoded = finish_decoded(leaf, array, quantizer,
@@ -399,6 +435,7 @@ class AdaptivePolicy(JointPolicy):
             error = math.sqrt(magnitude(relative) ** 2 / count) if count else 0.0
             if error <= budget and honoured(encoded):
                 finished(encoded)
-                encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget)
+                encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget,
+                                              domain="ratio" if ratio is not None else "value")
                 return encoded
         return Exact()

@@ -18,6 +18,7 @@ import torch
 from .. import _native
 from ..chain import Base
 from ..codecs import (
+    BaseRatio,
     BytePlanes,
     Entropy,
     ExactZeros,
@@ -93,6 +94,9 @@ class GroupValues:
     w_base: torch.Tensor | None
     m: torch.Tensor | None
     v: torch.Tensor | None
+    #: The base's reconstruction of ``exp_avg_sq``, where the policy reads it
+    #: (:attr:`JointPolicy.reads_v_base`) and the base has one of its dtype and shape.
+    v_base: torch.Tensor | None = None
 
 
 def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
@@ -215,6 +219,11 @@ class JointPolicy(LosslessPolicy):
     ``scope`` picks what is coded lossy (:data:`SCOPES`); ``keep_exact`` lists glob patterns of
     tensor names (``model.ema.*``) kept bit-exact whatever the scope.
     """
+
+    #: Whether :meth:`groups` reads the base's ``exp_avg_sq`` too (the base's tensors are read
+    #: there, before the groups are planned on the thread pool, which the base's own decoding
+    #: uses).
+    reads_v_base = False
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
@@ -340,6 +349,11 @@ class JointPolicy(LosslessPolicy):
                               f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
                 continue
             self._keep_unchanged(leaves, values, base, plans)
+            if self.reads_v_base and values.v is not None and group.exp_avg_sq is not None:
+                v_leaf = leaves[group.exp_avg_sq]
+                found = base.tensor(v_leaf.name)
+                if found is not None and (found.dtype, found.shape) == (v_leaf.dtype, v_leaf.shape):
+                    values.v_base = base.value(v_leaf.name).to(values.v.device).float()
             finite.append(values)
         return finite
 
@@ -410,6 +424,7 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
 
 def finish_decoded(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
+    ratio: bool = False,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
     lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
@@ -417,7 +432,8 @@ def finish_decoded(
     rounding: tuple[TensorToTensor, ...] = (), bound: float | None = None, **more: float,
 ) -> tuple[Encoded, torch.Tensor]:
     """The plan that stores ``array``, and the tensor a reader will decode from it. Store
-    ``array`` (pruned elements zero; a residual against ``base`` when ``residual``;
+    ``array`` (pruned elements zero; a residual against ``base`` when ``residual``, the ratio
+    to it (:class:`~ckptzip.codecs.BaseRatio`) when ``ratio``;
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
@@ -428,7 +444,9 @@ def finish_decoded(
     rounding before the quantizer (a :class:`~ckptzip.codecs.Dither` whose shift ``array``
     already holds). ``bound``: the absolute L2 error the mode promises; by default, no worse than
     storing nothing (:data:`NO_WORSE`: the update, or the tensor, left out)."""
-    stages: tuple[TensorToTensor, ...] = (LossyResidual(leaf.dtype.name),) if residual else ()
+    stages: tuple[TensorToTensor, ...] = (
+        (LossyResidual(leaf.dtype.name),) if residual else (BaseRatio(leaf.dtype.name),) if ratio
+        else ())
     siblings = {**({} if lowrank is None else lowrank[1]),
                 **({} if zeros is None else {zeros[0].leaf: zeros[1]})}
     context = TransformContext(leaf.name, base, None if support is None else support[1],
@@ -455,7 +473,8 @@ def finish_decoded(
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
     record = error_record(reference, decoded, bound=bound, **more)
-    return Encoded(coded(stages, array), array, {"error": record}, uses_base=residual), decoded
+    return (Encoded(coded(stages, array), array, {"error": record}, uses_base=residual or ratio),
+            decoded)
 
 
 def finish(

@@ -1,0 +1,76 @@
+"""Tensor to tensor, against a base: the ratio to the base's reconstruction (Adam's second
+moments).
+
+Between two checkpoints ``exp_avg_sq`` moves mostly by a factor shared by its elements (``beta2``
+per step, and what the new gradients add), so its ratio to the base's *decoded* value spans a far
+narrower range than the value itself: on the fidelity matrix's 10.75M GPT, five steps apart, the
+RMS of ``log sqrt(v / v_base)`` about its median is 0.09, where the values span decades. A
+log-domain codebook of the ratio then needs a centroid or two where one of the value needs
+dozens. Coding against the decoded base keeps the chain's error from adding up (closed loop).
+
+Encoding: ``x / base`` in float64 where ``x`` is non-zero, 0 where it is zero. An element with a
+non-zero ``x`` over a base that is zero, negative or not finite has no ratio: the encoder refuses
+it (:func:`ratio_problem` says where, before a policy picks this stage). Decoding: 0 where the
+ratio is 0, else ``base * r`` in float64 (exact for an fp32 base and an fp32 ratio, as the kmeans
+stage decodes), rounded once to ``dtype``: the same bits on any device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from .. import dtypes
+from ..errors import ConfigError
+from .base import TensorToTensor, TransformContext, register
+
+
+def ratio_problem(tensor: torch.Tensor, base: torch.Tensor | None) -> str | None:
+    """Why ``tensor`` cannot be coded as its ratio to ``base``, or None when it can."""
+    if base is None or tuple(base.shape) != tuple(tensor.shape):
+        return "no base tensor of its shape"
+    usable = torch.isfinite(base) & (base > 0)
+    if bool(((tensor != 0) & ~usable).any()):
+        return "a non-zero element over a base element that is zero, negative or not finite"
+    return None
+
+
+@register
+class BaseRatio(TensorToTensor):
+    codec_id: ClassVar[str] = "base-ratio"
+
+    def __init__(self, dtype: str) -> None:
+        out = dtypes.from_name(dtype)
+        if out.kind != "float":
+            raise ConfigError(f"base-ratio: dtype {dtype!r} is not a real float type")
+        self.dtype = out
+
+    def get_config(self) -> dict[str, Any]:
+        return {"id": self.codec_id, "dtype": self.dtype.name}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> BaseRatio:
+        return cls(config["dtype"])
+
+    def _base(self, shape: torch.Size, context: TransformContext) -> torch.Tensor:
+        base = context.base
+        if base is None:
+            raise ValueError(f"base-ratio: {context.name} needs its base tensor")
+        if tuple(base.shape) != tuple(shape):
+            raise ValueError(f"base-ratio: base shape {list(base.shape)} is not {list(shape)}")
+        return base
+
+    def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        base = self._base(tensor.shape, context).to(tensor.device)
+        problem = ratio_problem(tensor, base)
+        if problem is not None:
+            raise ValueError(f"base-ratio: {context.name}: {problem}")
+        ratio = tensor.double() / base.double()
+        return torch.where(tensor == 0, 0.0, ratio)
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        base = self._base(tensor.shape, context).to(tensor.device)
+        assert self.dtype.torch_dtype is not None
+        product = (base.double() * tensor.double()).to(self.dtype.torch_dtype)
+        return torch.where(tensor == 0, torch.zeros_like(product), product)
