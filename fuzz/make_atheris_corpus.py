@@ -58,6 +58,11 @@ def container_files() -> list[bytes]:
         ckptzip.dumps(new, base=base, threads=1),
     ]
     seeds += [ckptzip.dumps(new, base=base, mode=m, threads=1) for m in ("excp", "bitsnap", "adaptive")]
+    # the second moments stored at the first's support (support stages), and as their ratio to
+    # the base's (base-ratio stages)
+    seeds.append(ckptzip.dumps(new, base=base, mode="adaptive", threads=1, joint_restart=True))
+    seeds.append(ckptzip.dumps(new, base=base, mode="adaptive", threads=1, joint_restart=False,
+                               ratio_coding=True))
     return seeds
 
 
