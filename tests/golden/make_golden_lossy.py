@@ -6,6 +6,7 @@ decodes to (run once per change of what a lossy file may hold).
 Never regenerate a committed file: they pin what old writers stored. ``v1.0-adaptive-mark.ckz``
 was written before the adaptive mode dropped its ``mark`` stage (a faint known noise on the
 weights); this ckptzip must still decode it to exactly ``v1.0-adaptive-mark.expected.safetensors``.
+``v1.0-adaptive-ratio.ckz`` holds a ``base-ratio`` stage (``ratio_coding=True``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def main(mode: str) -> None:
     base = HERE / f"v1.0-{mode}-base.ckz"
     delta = HERE / f"v1.0-{mode}.ckz"
     ckptzip.save(first, base, threads=1)
-    ckptzip.save(second, delta, mode=mode.split("-")[0], base=base, threads=1)
+    # adaptive-ratio: the second moment as its ratio to the base's (the base-ratio stage)
+    options = {"ratio_coding": True, "joint_restart": False} if mode == "adaptive-ratio" else {}
+    ckptzip.save(second, delta, mode=mode.split("-")[0], base=base, threads=1, **options)
     decoded = ckptzip.load(delta)
     tensors = {"layer.weight": decoded["model"]["layer.weight"],
                "exp_avg": decoded["optimizer"]["state"][0]["exp_avg"],
