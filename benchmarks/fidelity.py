@@ -451,8 +451,8 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
         "there is no 100M-parameter run.", "",
         f"Per setup and seed: a lossless training prefix shared by the seed's arms, a lossless "
         f"keyframe, then 10 delta checkpoints; every arm resumes training from each checkpoint as "
-        f"decoded (10 resumes). Default arms at {seeds} seeds, sweep points at {sweep_seeds} "
-        f"(fewer, for time). **Gap**: the final validation loss (of the last decoded checkpoint, "
+        f"decoded (10 resumes). Default arms at {seeds} seeds, sweep points at {sweep_seeds}. "
+        f"**Gap**: the final validation loss (of the last decoded checkpoint, "
         f"on a validation set fixed per setup) against the lossless arm of the same seed, "
         f"percent; mean [min, max] over seeds. **Noise floor**: the lossless arm's "
         f"seed-to-seed spread of the final validation loss, 100 * (max - min) / mean. **Within "
@@ -486,6 +486,7 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
                     f"density={a['knob']:g}" if a["mode"] == "bitsnap" else
                     f"budget x{a['knob']:g}" if not isinstance(a["knob"], str)
                     else f"budget {a['knob']}")
+            knob += ", ratio_coding" if a["options"].get("ratio_coding") else ""
             within = {None: "n/a", True: "yes", False: "no"}[a["within_noise"]]
             strength = "" if a["excp_strength"] is None else f"{a['excp_strength']:.2f}"
             lines.append(
@@ -516,17 +517,21 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
         points = [a for a in s["arms"].values() if a["mode"] == mode]
-        points.sort(key=lambda a: a["full_state_ratio"])
+        variants = [a for a in points if a["options"].get("ratio_coding")]  # off the curve
+        points = sorted((a for a in points if a not in variants),
+                        key=lambda a: a["full_state_ratio"])
         if floor is not None:
             ax.axvspan(-floor, floor, color="0.9", label=f"noise floor ±{floor:.2f}%")
         ax.axvline(0, color="0.6", lw=0.8)
-        for a in points:
+        for a in (*points, *variants):
             lo, hi = a["gap_mean_pct"] - a["gap_min_pct"], a["gap_max_pct"] - a["gap_mean_pct"]
-            ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]], fmt="o",
-                        ms=5, capsize=3, color="C0" if a["tier"] == "default" else "C1")
+            color = "C2" if a in variants else "C0" if a["tier"] == "default" else "C1"
+            ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]],
+                        fmt="s" if a in variants else "o", ms=5, capsize=3, color=color)
             label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
                      f"d={a['knob']:g}" if mode == "bitsnap" else
                      f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
+            label += ", ratio" if a in variants else ""
             ax.annotate(f"{label} ({len(a['seeds'])}s)", (a["gap_mean_pct"], a["full_state_ratio"]),
                         fontsize=7, xytext=(4, 3), textcoords="offset points")
         ax.plot([a["gap_mean_pct"] for a in points], [a["full_state_ratio"] for a in points],
@@ -535,7 +540,8 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
                yscale="log")
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("full-state ratio (raw fp32 weights + states / stored)")
-    figure.suptitle(f"{name}: ratio against gap (blue: default arms, orange: sweep points)",
+    figure.suptitle(f"{name}: ratio against gap (blue: default arms, orange: sweep points, green "
+                    f"squares: exp_avg_sq coded against the base, ratio_coding=True)",
                     fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
