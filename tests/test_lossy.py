@@ -1061,3 +1061,28 @@ def test_base_ratio_stage_refuses_what_it_cannot_code_and_decodes_exactly():
         stage.decode(ratio.float(), TransformContext("v"))
     with pytest.raises(ValueError, match="base shape"):
         stage.decode(ratio[:3].float(), context)
+
+
+def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():
+    """An exp_avg_sq that is non-zero where the base's is zero (an element's first gradient)
+    has no ratio to the base there: the tensor is coded as its value, within the budget."""
+    generator = torch.Generator().manual_seed(6)
+
+    def state(v: torch.Tensor, w: torch.Tensor) -> dict:
+        moments = {"step": torch.tensor(5.0), "exp_avg": 1e-3 * torch.randn(64, 32, generator=generator),
+                   "exp_avg_sq": v}
+        return {"model": {"w": w}, "optimizer": {"state": {0: moments}, "param_groups": [
+            {"params": [0], "lr": 1e-3, "betas": (0.9, 0.999)}]}}
+
+    v_old = 1e-6 * torch.rand(64, 32, generator=generator)
+    w_old = torch.randn(64, 32, generator=generator)
+    v_new, w_new = v_old * 1.01, w_old + 1e-3 * torch.randn(64, 32, generator=generator)
+    for holes, domain in ((False, "ratio"), (True, "value")):
+        base_v = v_old.clone()
+        if holes:
+            base_v[::7] = 0  # v_new is non-zero there
+        base = state(base_v, w_old)
+        data = ckptzip.dumps(state(v_new, w_new), mode="adaptive", base=base, ratio_coding=True)
+        with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
+            record = next(leaf.extra["error"] for leaf in f.leaves if leaf.name.endswith("exp_avg_sq"))
+        assert record["domain"] == domain and record["rel_sqrt"] <= DEFAULT_BUDGET["exp_avg_sq"]
