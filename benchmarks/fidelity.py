@@ -126,13 +126,15 @@ SWEEP_ARMS = (
     ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
     ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"),
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
-    ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep"), ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
+    ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"), ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep"),
 )
-#: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), at every seed, where it can
-#: differ from the default: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq restarts jointly and is
-#: stored at exp_avg's support; SGD has no second moment).
-RATIO_ARM = ArmSpec("adaptive-ratio", "adaptive", 1.0, "sweep", (("ratio_coding", True),),
-                    ("gpt10m-adamw", "minilm-full", "minilm-lora"))
+#: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), in priority order, at every
+#: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
+#: restarts jointly and is stored at exp_avg's support; SGD has no second moment).
+RATIO_SETUPS = ("gpt10m-adamw", "minilm-full", "minilm-lora")
+RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", True),), RATIO_SETUPS)
+                   for name, scale in (("adaptive-ratio", 1.0), ("adaptive-ratio-x1.5", 1.5),
+                                       ("adaptive-ratio-x0.5", 0.5)))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
@@ -322,16 +324,17 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
              arms: list[str] | None = None) -> list[Job]:
     """In priority order: the default arms at seed 0 everywhere, then at the other seeds (cheap
     setups first), then each sweep point at all its seeds, setup by setup (cheap first), so that
-    every arm a cut-short matrix finished has all its seeds; last, :data:`RATIO_ARM` at every seed
-    where it applies. ``arms``: only those named."""
+    every arm a cut-short matrix finished has all its seeds; :data:`RATIO_ARMS` where they apply,
+    two before the sweep and one before its last point. ``arms``: only those named."""
     order = sorted(setups, key=lambda s: s not in (*CHEAP, QUICK.name))
     sweep = QUICK_SWEEP if quick else SWEEP_ARMS
     jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
-    jobs += [Job(s, seed, a) for a in sweep for s in order for seed in range(sweep_seeds)]
-    if not quick:
-        jobs += [Job(s, seed, RATIO_ARM) for s in order if s in (RATIO_ARM.setups or (s,))
-                 for seed in range(seeds)]
+    ratio = () if quick else RATIO_ARMS
+    # the ratio coding's first two points first, its last before the value coding's last
+    for arm in (*ratio[:2], *sweep[:-1], *ratio[2:], *sweep[-1:]):
+        jobs += [Job(s, seed, arm) for s in order if s in (arm.setups or (s,))
+                 for seed in range(seeds if arm in ratio else sweep_seeds)]
     if arms:
         jobs = [j for j in jobs if j.arm.name in arms]
     return jobs

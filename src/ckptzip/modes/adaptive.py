@@ -20,6 +20,9 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   ones under ``beta2 = 0.999``), except where the state's optimizer says ``beta2 <= 0.99`` or
   ``joint_restart=True`` asks: there both moments of a pruned element restart together, as
   ExCP's joint mask makes them, and ``exp_avg_sq`` is stored only at ``exp_avg``'s support.
+  With ``ratio_coding``, where it is kept, it is coded as its ratio to the base's decoded
+  ``exp_avg_sq`` (the ``base-ratio`` stage) whenever that needs no more centroids: between
+  checkpoints it moves mostly by a common factor, so one or two centroids hold the budget.
 
 Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
 tensor whose bound no candidate keeps is stored bit-exact.
