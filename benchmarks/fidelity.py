@@ -135,6 +135,11 @@ RATIO_SETUPS = ("gpt10m-adamw", "minilm-full", "minilm-lora")
 RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", True),), RATIO_SETUPS)
                    for name, scale in (("adaptive-ratio", 1.0), ("adaptive-ratio-x1.5", 1.5),
                                        ("adaptive-ratio-x0.5", 0.5)))
+#: The ratio coding with exp_avg_sq's budget at a quarter (0.1): a second moment that moves by a
+#: common factor keeps a tight budget for a fraction of a bit per element.
+RATIO_TIGHT_V = ArmSpec("adaptive-ratio-v0.1", "adaptive", 1.0, "sweep",
+                        (("ratio_coding", True),
+                         ("error_budget", {**DEFAULT_BUDGET, "exp_avg_sq": 0.1})), RATIO_SETUPS)
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
@@ -325,14 +330,14 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     """In priority order: the default arms at seed 0 everywhere, then at the other seeds (cheap
     setups first), then each sweep point at all its seeds, setup by setup (cheap first), so that
     every arm a cut-short matrix finished has all its seeds; :data:`RATIO_ARMS` where they apply,
-    two before the sweep and one before its last point. ``arms``: only those named."""
+    three before the sweep and one before its last point. ``arms``: only those named."""
     order = sorted(setups, key=lambda s: s not in (*CHEAP, QUICK.name))
     sweep = QUICK_SWEEP if quick else SWEEP_ARMS
     jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
-    ratio = () if quick else RATIO_ARMS
-    # the ratio coding's first two points first, its last before the value coding's last
-    for arm in (*ratio[:2], *sweep[:-1], *ratio[2:], *sweep[-1:]):
+    ratio = () if quick else (RATIO_ARMS[0], RATIO_TIGHT_V, *RATIO_ARMS[1:])
+    # the ratio coding's first three points first, its last before the value coding's last
+    for arm in (*ratio[:3], *sweep[:-1], *ratio[3:], *sweep[-1:]):
         jobs += [Job(s, seed, arm) for s in order if s in (arm.setups or (s,))
                  for seed in range(seeds if arm in ratio else sweep_seeds)]
     if arms:
