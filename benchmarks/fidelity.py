@@ -494,7 +494,7 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
                     f"density={a['knob']:g}" if a["mode"] == "bitsnap" else
                     f"budget x{a['knob']:g}" if not isinstance(a["knob"], str)
                     else f"budget {a['knob']}")
-            knob += ", ratio_coding" if a["options"].get("ratio_coding") else ""
+            knob += _variant(a)
             within = {None: "n/a", True: "yes", False: "no"}[a["within_noise"]]
             strength = "" if a["excp_strength"] is None else f"{a['excp_strength']:.2f}"
             lines.append(
@@ -513,6 +513,18 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
                          f"point.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _variant(arm: dict[str, Any]) -> str:
+    """How an adaptive arm differs from its budget's scale: the ratio coding, and its own
+    exp_avg_sq budget."""
+    options = arm["options"]
+    if not options.get("ratio_coding"):
+        return ""
+    v = options.get("error_budget", {}).get("exp_avg_sq")
+    scaled = DEFAULT_BUDGET["exp_avg_sq"] * float(arm["knob"])
+    return ", ratio_coding" + (f", exp_avg_sq {v:g}" if v is not None and abs(v - scaled) > 1e-9
+                               else "")
 
 
 def plot(name: str, s: dict[str, Any], path: Path) -> None:
@@ -539,7 +551,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
             label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
                      f"d={a['knob']:g}" if mode == "bitsnap" else
                      f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
-            label += ", ratio" if a in variants else ""
+            label += _variant(a).replace("_coding", "") if a in variants else ""
             ax.annotate(f"{label} ({len(a['seeds'])}s)", (a["gap_mean_pct"], a["full_state_ratio"]),
                         fontsize=7, xytext=(4, 3), textcoords="offset points")
         ax.plot([a["gap_mean_pct"] for a in points], [a["full_state_ratio"] for a in points],
