@@ -430,8 +430,9 @@ def summarize(runs: list[dict[str, Any]], setups: list[Setup]) -> dict[str, Any]
             }
         best: dict[str, Any] = {}
         for mode in MODES:
+            # an arm cut short (fewer seeds than the lossless arm's) is no evidence either way
             ok = [(a["full_state_ratio"], n) for n, a in arms.items()
-                  if a["mode"] == mode and a["within_noise"]]
+                  if a["mode"] == mode and a["within_noise"] and len(a["seeds"]) >= len(lossless)]
             best[mode] = ({"arm": max(ok)[1], "full_state_ratio": max(ok)[0]} if ok else None)
         matched = None
         if best["adaptive"] and best["excp"]:
