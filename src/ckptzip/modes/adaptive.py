@@ -406,21 +406,20 @@ class AdaptivePolicy(JointPolicy):
         # smaller ones did not keep the budget (lazily: the fits of large codebooks cost most)
         sizes = (size for size in (1, *CODEBOOKS)
                  if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
-        ratio = None
+        trials: list[tuple[torch.Tensor | None, int]] = []  # (the ratio or None: the value, size)
         if v_base is not None and sibling is None and ratio_problem(array, v_base) is None:
-            ratio = BaseRatio(leaf.dtype.name).encode(array, TransformContext(leaf.name, v_base))
-            ratio_logs = np.log(sample_sorted(ratio[positive]))
+            ratios = BaseRatio(leaf.dtype.name).encode(array, TransformContext(leaf.name, v_base))
+            ratio_logs = np.log(sample_sorted(ratios[positive]))
             ratio_size = next(size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
                               or sqrt_error(ratio_logs, lloyd_sorted(ratio_logs, size)) <= budget)
             # the ratio where it needs no more centroids than the value (it is then the
-            # narrower distribution, so its codes are the cheaper ones too)
+            # narrower distribution, so its codes are the cheaper ones too), the value after
             value_size = ratio_size if ratio_size == 1 else next(sizes)
             if ratio_size <= value_size:
-                sizes = iter(size for size in (1, *CODEBOOKS) if size >= ratio_size)
-            else:
-                ratio = None
-                sizes = iter(size for size in (1, *CODEBOOKS) if size >= value_size)
-        for size in sizes:
+                trials += [(ratios, size) for size in (1, *CODEBOOKS) if size >= ratio_size]
+            sizes = iter(size for size in (1, *CODEBOOKS) if size >= value_size)
+        trials += [(None, size) for size in sizes]
+        for ratio, size in trials:
             quantizer = KMeans(size, leaf.dtype.name, "log")
             if ratio is not None:
                 encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=True, base=v_base)
