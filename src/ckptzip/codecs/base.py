@@ -90,6 +90,15 @@ class TransformContext:
     #: factors); None otherwise.
     siblings: Mapping[int, torch.Tensor] | None = None
 
+    def base_of(self, stage: str, shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+        """The base tensor a ``stage`` coded against the base needs, of the tensor's shape (a
+        ValueError naming the stage and the tensor where there is none, or of another shape)."""
+        if self.base is None:
+            raise ValueError(f"{stage}: {self.name} needs its base tensor")
+        if tuple(self.base.shape) != tuple(shape):
+            raise ValueError(f"{stage}: base shape {list(self.base.shape)} is not {list(shape)}")
+        return self.base
+
 
 class TensorToTensor(Codec):
     """A whole-tensor transform, applied before chunking and undone after decoding.

@@ -53,16 +53,8 @@ class BaseRatio(TensorToTensor):
     def from_config(cls, config: dict[str, Any]) -> BaseRatio:
         return cls(config["dtype"])
 
-    def _base(self, shape: torch.Size, context: TransformContext) -> torch.Tensor:
-        base = context.base
-        if base is None:
-            raise ValueError(f"base-ratio: {context.name} needs its base tensor")
-        if tuple(base.shape) != tuple(shape):
-            raise ValueError(f"base-ratio: base shape {list(base.shape)} is not {list(shape)}")
-        return base
-
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        base = self._base(tensor.shape, context).to(tensor.device)
+        base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         problem = ratio_problem(tensor, base)
         if problem is not None:
             raise ValueError(f"base-ratio: {context.name}: {problem}")
@@ -70,7 +62,7 @@ class BaseRatio(TensorToTensor):
         return torch.where(tensor == 0, 0.0, ratio)
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        base = self._base(tensor.shape, context).to(tensor.device)
+        base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
         product = (base.double() * tensor.double()).to(self.dtype.torch_dtype)
         return torch.where(tensor == 0, torch.zeros_like(product), product)

@@ -39,22 +39,14 @@ class LossyResidual(TensorToTensor):
     def compute_dtype(self) -> torch.dtype:
         return torch.float64 if self.dtype.itemsize == 8 else torch.float32
 
-    def _base(self, shape: torch.Size, context: TransformContext) -> torch.Tensor:
-        base = context.base
-        if base is None:
-            raise ValueError(f"lossy-residual: {context.name} needs its base tensor")
-        if tuple(base.shape) != tuple(shape):
-            raise ValueError(f"lossy-residual: base shape {list(base.shape)} is not {list(shape)}")
-        return base
-
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        base = self._base(tensor.shape, context).to(tensor.device, self.compute_dtype)
+        base = context.base_of(self.codec_id, tensor.shape).to(tensor.device, self.compute_dtype)
         return tensor.to(self.compute_dtype) - base
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         """The base plus the difference, and the base's own bits where the difference is zero
         (``-0.0 + 0.0`` would give ``+0.0``): an element the update left alone decodes exactly."""
-        exact = self._base(tensor.shape, context).to(tensor.device)
+        exact = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
         exact = exact.to(self.dtype.torch_dtype)
         delta = tensor.to(self.compute_dtype)
