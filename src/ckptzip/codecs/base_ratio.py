@@ -10,7 +10,7 @@ dozens. Coding against the decoded base keeps the chain's error from adding up (
 
 Encoding: ``x / base`` in float64 where ``x`` is non-zero, 0 where it is zero. An element with a
 non-zero ``x`` over a base that is zero, negative or not finite has no ratio: the encoder refuses
-it (:func:`ratio_problem` says where, before a policy picks this stage). Decoding: 0 where the
+it (:func:`base_ratios` gives None, for a policy to code the tensor another way). Decoding: 0 where the
 ratio is 0, else ``base * r`` in float64 (exact for an fp32 base and an fp32 ratio, as the kmeans
 stage decodes), rounded once to ``dtype``: the same bits on any device.
 """
@@ -26,14 +26,14 @@ from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 
 
-def ratio_problem(tensor: torch.Tensor, base: torch.Tensor | None) -> str | None:
-    """Why ``tensor`` cannot be coded as its ratio to ``base``, or None when it can."""
-    if base is None or tuple(base.shape) != tuple(tensor.shape):
-        return "no base tensor of its shape"
+def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None:
+    """``tensor / base`` in float64, 0 where ``tensor`` is zero (``base`` of its shape, on its
+    device), or None where an element has no ratio: a non-zero element over a base element that
+    is zero, negative or not finite."""
     usable = torch.isfinite(base) & (base > 0)
     if bool(((tensor != 0) & ~usable).any()):
-        return "a non-zero element over a base element that is zero, negative or not finite"
-    return None
+        return None
+    return torch.where(tensor == 0, 0.0, tensor.double() / base.double())
 
 
 @register
@@ -54,12 +54,11 @@ class BaseRatio(TensorToTensor):
         return cls(config["dtype"])
 
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
-        problem = ratio_problem(tensor, base)
-        if problem is not None:
-            raise ValueError(f"base-ratio: {context.name}: {problem}")
-        ratio = tensor.double() / base.double()
-        return torch.where(tensor == 0, 0.0, ratio)
+        ratios = base_ratios(tensor, context.base_of(self.codec_id, tensor.shape).to(tensor.device))
+        if ratios is None:
+            raise ValueError(f"base-ratio: {context.name}: a non-zero element over a base element "
+                             f"that is zero, negative or not finite")
+        return ratios
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)

@@ -39,7 +39,6 @@ import torch
 
 from ..chain import Base
 from ..codecs import (
-    BaseRatio,
     Dither,
     ExactZeros,
     KMeans,
@@ -48,7 +47,7 @@ from ..codecs import (
     TensorToTensor,
     TransformContext,
 )
-from ..codecs.base_ratio import ratio_problem
+from ..codecs.base_ratio import base_ratios
 from ..codecs.kmeans import Fit, lloyd_sorted, sample_sorted
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
@@ -156,7 +155,7 @@ class AdaptivePolicy(JointPolicy):
             raise ConfigError(f"adaptive: ratio_coding must be True or False, not {ratio_coding!r}")
         # exp_avg_sq as its ratio to the base's decoded exp_avg_sq (the base-ratio stage), where
         # that needs no more centroids than the value itself, within the same budget
-        self.ratio_coding = self.reads_v_base = ratio_coding
+        self.ratio_coding = ratio_coding
         if joint_restart is not None and type(joint_restart) is not bool:
             raise ConfigError(f"adaptive: joint_restart must be True, False or None (by the "
                               f"optimizer's beta2), not {joint_restart!r}")
@@ -189,6 +188,10 @@ class AdaptivePolicy(JointPolicy):
                 f"alone; give less (default {DEFAULT_BUDGET['weight']})")
 
     @property
+    def reads_v_base(self) -> bool:
+        return self.ratio_coding
+
+    @property
     def carried(self) -> float:
         """How much of their base's error this checkpoint's weight updates carry: none when
         training resumed from the base as decoded, all when it went on from the true state."""
@@ -217,11 +220,9 @@ class AdaptivePolicy(JointPolicy):
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept.to(values.v.device),
                                                               group.exp_avg)
             else:
-                plans[group.exp_avg_sq] = self._second_moment(
-                    v_leaf, values.v, values.v != 0,
-                    v_base=values.v_base)
+                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0,
+                                                              v_base=values.v_base)
         return plans
-
 
     def _restarts_jointly(self, exp_avg: Leaf) -> bool:
         """Whether this moment's pruned elements restart both moments: as asked, else where
@@ -407,8 +408,8 @@ class AdaptivePolicy(JointPolicy):
         sizes = (size for size in (1, *CODEBOOKS)
                  if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
         trials: list[tuple[torch.Tensor | None, int]] = []  # (the ratio or None: the value, size)
-        if v_base is not None and sibling is None and ratio_problem(array, v_base) is None:
-            ratios = BaseRatio(leaf.dtype.name).encode(array, TransformContext(leaf.name, v_base))
+        ratios = None if v_base is None or sibling is not None else base_ratios(array, v_base)
+        if ratios is not None:
             ratio_logs = np.log(sample_sorted(ratios[positive]))
             ratio_size = next(size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
                               or sqrt_error(ratio_logs, lloyd_sorted(ratio_logs, size)) <= budget)

@@ -220,10 +220,12 @@ class JointPolicy(LosslessPolicy):
     tensor names (``model.ema.*``) kept bit-exact whatever the scope.
     """
 
-    #: Whether :meth:`groups` reads the base's ``exp_avg_sq`` too (the base's tensors are read
-    #: there, before the groups are planned on the thread pool, which the base's own decoding
-    #: uses).
-    reads_v_base = False
+    @property
+    def reads_v_base(self) -> bool:
+        """Whether :meth:`groups` reads the base's ``exp_avg_sq`` too (the base's tensors are
+        read there, before the groups are planned on the thread pool, which the base's own
+        decoding uses)."""
+        return False
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
@@ -350,10 +352,7 @@ class JointPolicy(LosslessPolicy):
                 continue
             self._keep_unchanged(leaves, values, base, plans)
             if self.reads_v_base and values.v is not None and group.exp_avg_sq is not None:
-                v_leaf = leaves[group.exp_avg_sq]
-                found = base.tensor(v_leaf.name)
-                if found is not None and (found.dtype, found.shape) == (v_leaf.dtype, v_leaf.shape):
-                    values.v_base = base.value(v_leaf.name).to(values.v.device).float()
+                values.v_base = _base_value(leaves[group.exp_avg_sq], base)
             finite.append(values)
         return finite
 
@@ -384,15 +383,20 @@ class JointPolicy(LosslessPolicy):
             return None if index is None else leaves[index].tensor.detach().float()
 
         weight = None if group.weight is None else leaves[group.weight]
-        w_base = None
-        if weight is not None:
-            found = base.tensor(weight.name)
-            if found is not None and (found.dtype, found.shape) == (weight.dtype, weight.shape):
-                w_base = base.value(weight.name).to(weight.tensor.device).float()
-            else:
-                weight = None
+        w_base = None if weight is None else _base_value(weight, base)
+        if w_base is None:
+            weight = None
         return GroupValues(group, weight, get(group.weight) if weight else None, w_base,
                            get(group.exp_avg), get(group.exp_avg_sq))
+
+
+def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
+    """The base's decoded tensor of ``leaf``'s name in float32 on the leaf's device, where the
+    base has one of the leaf's dtype and shape; else None."""
+    found = base.tensor(leaf.name)
+    if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
+        return None
+    return base.value(leaf.name).to(leaf.tensor.device).float()
 
 
 def _renumber(plans: dict[int, Encoded | Exact], start: int, added: int) -> int:
