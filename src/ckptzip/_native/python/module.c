@@ -48,6 +48,13 @@ static int check_elem(long elem_size, long rotate) {
     return 0;
 }
 
+/* The element size of a float32 or float64 buffer: 0, or -1 with a ValueError set. */
+static int check_float_size(long elem_size) {
+    if (elem_size == 4 || elem_size == 8) return 0;
+    PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    return -1;
+}
+
 static int check_len(Py_ssize_t len, long elem_size, const char *name) {
     if (len % elem_size) {
         PyErr_Format(PyExc_ValueError, "%s length %zd is not a multiple of elem_size %ld", name,
@@ -151,8 +158,7 @@ static PyObject *py_dither_shift(PyObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOlkdi:dither_shift", kwlist, &so, &dobj,
                                      &elem_size, &seed, &step, &sign))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     if (sign != 1 && sign != -1) return PyErr_Format(PyExc_ValueError, "sign %d is not 1 or -1", sign);
     if (seed > 0xffffffffUL)
         return PyErr_Format(PyExc_ValueError, "seed %lu exceeds 32 bits", seed);
@@ -199,8 +205,7 @@ static PyObject *py_uniform_bins(PyObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOlddI:uniform_bins", kwlist, &so, &po, &sumo,
                                      &co, &elem_size, &step, &offset, &limit))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     if (limit > CKZ_MAX_UNIFORM_LEVEL || !(step > 0) || !(offset >= 0 && offset < 1))
         return PyErr_Format(PyExc_ValueError, "need 0 < step, 0 <= offset < 1 and limit <= %d",
                             CKZ_MAX_UNIFORM_LEVEL);
@@ -259,8 +264,7 @@ static PyObject *py_sum_squares(PyObject *self, PyObject *args, PyObject *kw) {
     long elem_size;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOl:sum_squares", kwlist, &ao, &bo, &elem_size))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     Py_buffer a, b;
     int with_b = bo != Py_None;
     if (get_buffer(ao, &a, 0, "a")) return NULL;
@@ -311,8 +315,7 @@ static PyObject *py_nearest_codes(PyObject *self, PyObject *args, PyObject *kw) 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:nearest_codes", kwlist, &so, &to, &dobj,
                                      &elem_size))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     Py_buffer s, t, d;
     if (get_buffer(so, &s, 0, "src")) return NULL;
     if (get_doubles(to, &t, CKZ_MAX_CENTROIDS - 1, "thresholds")) {
@@ -359,8 +362,7 @@ static PyObject *py_table_lookup(PyObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:table_lookup", kwlist, &co, &to, &dobj,
                                      &elem_size))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     Py_buffer c, t, d;
     if (get_buffer(co, &c, 0, "codes")) return NULL;
     if (get_doubles(to, &t, 256, "table")) {
@@ -530,8 +532,7 @@ static PyObject *py_compact_nonzero(PyObject *self, PyObject *args, PyObject *kw
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOl:compact_nonzero", kwlist, &so, &dobj,
                                      &elem_size))
         return NULL;
-    if (elem_size != 4 && elem_size != 8)
-        return PyErr_Format(PyExc_ValueError, "elem_size %ld is not 4 or 8", elem_size);
+    if (check_float_size(elem_size)) return NULL;
     Py_buffer s, d;
     if (get_buffer(so, &s, 0, "src")) return NULL;
     if (get_buffer(dobj, &d, 1, "dst")) {
