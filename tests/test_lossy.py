@@ -305,6 +305,29 @@ def test_excp_prunes_weights_and_moments_jointly(chain_states):
     assert len(torch.unique((steps / steps.abs().max() * 200).round())) <= 15
 
 
+def test_bitsnap_at_density_one_keeps_every_changed_element(chain_states, tmp_path):
+    """Density 1 (the default) stores every element of the update; the role, phase and size
+    scales share out only a smaller kept fraction (they used to drop embeddings' updates by half
+    even at 1)."""
+    ckptzip.save(chain_states[1], tmp_path / "d1.ckz", mode="bitsnap", base=chain_states[0])
+    with ckptzip.open(tmp_path / "d1.ckz") as checkpoint:
+        records = {leaf.name: leaf.extra for leaf in checkpoint.leaves
+                   if "policy" in leaf.extra}
+    roles = {extra["policy"]["role"] for extra in records.values()}
+    assert "embedding" in roles and len(records) >= 4
+    true = flat(chain_states[1])
+    base = flat(chain_states[0])
+    for name, extra in records.items():
+        changed = float((true[name] != base[name]).float().mean())
+        assert extra["error"]["kept"] == pytest.approx(changed, abs=1e-9), name
+    ckptzip.save(chain_states[1], tmp_path / "d05.ckz", mode="bitsnap", density=0.5,
+                 base=chain_states[0])
+    with ckptzip.open(tmp_path / "d05.ckz") as checkpoint:
+        kept = [leaf.extra["error"]["kept"] for leaf in checkpoint.leaves
+                if leaf.extra.get("policy", {}).get("role") == "embedding"]
+    assert kept and max(kept) < 0.5  # below 1 the scales still apply (embeddings at half)
+
+
 def expected_index(chain_states, model_index):
     """The demo optimizer's index of the model's parameter number ``model_index``."""
     model = chain_states[0]["model"]
