@@ -52,7 +52,7 @@ import torch
 import ckptzip
 from ckptzip.demo.gpt import GPTConfig
 from ckptzip.demo.train import TrainConfig
-from ckptzip.modes.adaptive import DEFAULT_BUDGET
+from ckptzip.modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET, AdaptivePolicy
 from ckptzip.modes.bitsnap import BitsnapPolicy
 from ckptzip.modes.excp import ExcpPolicy
 
@@ -100,6 +100,12 @@ EXCP_ALPHA = ExcpPolicy().alpha
 BITSNAP_DENSITY = BitsnapPolicy().density
 
 
+#: The budget adaptive's curve scales: session 15's default, ``exp_avg``'s twice today's
+#: (:data:`~ckptzip.modes.adaptive.DEFAULT_BUDGET`), so that the points measured then keep
+#: their options. The default arm runs the library's defaults.
+REFERENCE_BUDGET = {"weight": 0.75, "exp_avg": 0.665, "exp_avg_sq": 0.4}
+
+
 @dataclass(frozen=True)
 class ArmSpec:
     name: str
@@ -115,18 +121,22 @@ class ArmSpec:
 
 
 #: The arms at every seed: lossless, each mode at its default, and the fair ExCP.
-DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", 1.0),
+DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive", "default"),
                 ArmSpec("excp", "excp", "published"), ArmSpec("excp-fair", "excp", "fair"),
                 ArmSpec(f"bitsnap-d{BITSNAP_DENSITY:g}", "bitsnap", BITSNAP_DENSITY))
 #: The other points of each mode's curve (4 per mode with the defaults; ExCP's published and fair
 #: alphas are two of its four), in the order they run: modes alternate, so a matrix cut short by
 #: --stop-at still has points of each.
+#: Adaptive's points code exp_avg_sq as values unless named ``-ratio`` (``ratio_coding``).
+VALUE = (("ratio_coding", False),)
 SWEEP_ARMS = (
-    ArmSpec("adaptive-x1.5", "adaptive", 1.5, "sweep"), ArmSpec("excp-s1", "excp", 1.0, "sweep"),
-    ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
-    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep"),
+    ArmSpec("adaptive-x1", "adaptive", 1.0, "sweep", VALUE),
+    ArmSpec("adaptive-x1.5", "adaptive", 1.5, "sweep", VALUE),
+    ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"),
+    ArmSpec("adaptive-x0.5", "adaptive", 0.5, "sweep", VALUE),
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
-    ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"), ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep"),
+    ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
+    ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep", VALUE),
 )
 #: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), in priority order, at every
 #: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
@@ -139,14 +149,14 @@ RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", T
 #: common factor keeps a tight budget for a fraction of a bit per element.
 RATIO_TIGHT_V = ArmSpec("adaptive-ratio-v0.1", "adaptive", 1.0, "sweep",
                         (("ratio_coding", True),
-                         ("error_budget", {**DEFAULT_BUDGET, "exp_avg_sq": 0.1})), RATIO_SETUPS)
+                         ("error_budget", {**REFERENCE_BUDGET, "exp_avg_sq": 0.1})), RATIO_SETUPS)
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
 
 
 def adaptive_budget(knob: Any) -> dict[str, float]:
-    return {k: v * float(knob) for k, v in DEFAULT_BUDGET.items()}
+    return {k: v * float(knob) for k, v in REFERENCE_BUDGET.items()}
 
 
 @dataclass
@@ -228,7 +238,8 @@ def arm_options(arm: ArmSpec, key: Keyframe, task: Task) -> dict[str, Any]:
         return {}
     options: dict[str, Any] = {"pairing": task.pairing()}
     if arm.mode == "adaptive":
-        options["error_budget"] = adaptive_budget(arm.knob)
+        if arm.knob != "default":  # the default arm passes none: exp_avg's default budget
+            options["error_budget"] = adaptive_budget(arm.knob)  # depends on the restart
         options.update(arm.extra)
     elif arm.mode == "bitsnap":
         options["density"] = float(arm.knob)
@@ -494,7 +505,7 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
                     f"alpha={a['options'].get('alpha'):.3g}" if a["mode"] == "excp" else
                     f"density={a['knob']:g}" if a["mode"] == "bitsnap" else
                     f"budget x{a['knob']:g}" if not isinstance(a["knob"], str)
-                    else f"budget {a['knob']}")
+                    else DEFAULT_TEXT if a["knob"] == "default" else f"budget {a['knob']}")
             knob += _variant(a)
             within = {None: "n/a", True: "yes", False: "no"}[a["within_noise"]]
             strength = "" if a["excp_strength"] is None else f"{a['excp_strength']:.2f}"
@@ -516,14 +527,20 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
     return "\n".join(lines)
 
 
+#: What the default adaptive arm runs (the library's defaults).
+DEFAULT_TEXT = (f"defaults: budget w {DEFAULT_BUDGET['weight']:g} / m {DEFAULT_BUDGET['exp_avg']:g} "
+                f"({RESTART_EXP_AVG_BUDGET:g} where both moments restart) / v "
+                f"{DEFAULT_BUDGET['exp_avg_sq']:g}, ratio_coding={AdaptivePolicy().ratio_coding}")
+
+
 def _variant(arm: dict[str, Any]) -> str:
     """How an adaptive arm differs from its budget's scale: the ratio coding, and its own
     exp_avg_sq budget."""
     options = arm["options"]
-    if not options.get("ratio_coding"):
+    if arm["knob"] == "default" or not options.get("ratio_coding"):
         return ""
     v = options.get("error_budget", {}).get("exp_avg_sq")
-    scaled = DEFAULT_BUDGET["exp_avg_sq"] * float(arm["knob"])
+    scaled = adaptive_budget(arm["knob"])["exp_avg_sq"]
     return ", ratio_coding" + (f", exp_avg_sq {v:g}" if v is not None and abs(v - scaled) > 1e-9
                                else "")
 
@@ -538,7 +555,9 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
         points = [a for a in s["arms"].values() if a["mode"] == mode]
-        variants = [a for a in points if a["options"].get("ratio_coding")]  # off the curve
+        # off the value-coded budget curve: the ratio coding's points and adaptive's default
+        variants = [a for a in points if a["options"].get("ratio_coding") or
+                    (mode == "adaptive" and a["knob"] == "default")]
         points = sorted((a for a in points if a not in variants),
                         key=lambda a: a["full_state_ratio"])
         if floor is not None:
@@ -546,7 +565,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
         ax.axvline(0, color="0.6", lw=0.8)
         for a in (*points, *variants):
             lo, hi = a["gap_mean_pct"] - a["gap_min_pct"], a["gap_max_pct"] - a["gap_mean_pct"]
-            color = "C2" if a in variants else "C0" if a["tier"] == "default" else "C1"
+            color = "C0" if a["tier"] == "default" else "C2" if a in variants else "C1"
             ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]],
                         fmt="s" if a in variants else "o", ms=5, capsize=3, color=color)
             label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
@@ -561,8 +580,9 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
                yscale="log")
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("full-state ratio (raw fp32 weights + states / stored)")
-    figure.suptitle(f"{name}: ratio against gap (blue: default arms, orange: sweep points, green "
-                    f"squares: exp_avg_sq coded against the base, ratio_coding=True)",
+    figure.suptitle(f"{name}: ratio against gap (blue: each mode's default, orange: sweep "
+                    f"points; squares: exp_avg_sq coded against the base, ratio_coding=True, "
+                    f"green where not the default)",
                     fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

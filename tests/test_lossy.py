@@ -433,6 +433,34 @@ def test_adaptive_second_moment_restarts_by_the_optimizers_beta2(chain_states):
         ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0], joint_restart="yes")
 
 
+def _exp_avg_budgets(state, base, tmp_path, **options):
+    """The budgets the records of a delta's ``exp_avg`` tensors state."""
+    path = tmp_path / "budgets.ckz"
+    ckptzip.save(state, path, mode="adaptive", base=base, **options)
+    with ckptzip.open(path) as checkpoint:
+        return {leaf.extra["error"]["budget"] for leaf in checkpoint.leaves
+                if leaf.name.endswith(".exp_avg") and "error" in leaf.extra}
+
+
+def test_exp_avg_default_budget_follows_the_restart_and_a_given_one_holds(chain_states, tmp_path):
+    """exp_avg's default budget is DEFAULT_BUDGET's where the second moments are kept (beta2
+    0.999), RESTART_EXP_AVG_BUDGET where both moments restart (0.95, or joint_restart=True);
+    a budget the caller gives, as a number or for exp_avg, holds in both."""
+    from ckptzip.modes.adaptive import RESTART_EXP_AVG_BUDGET
+
+    slow = [_with_beta2(s, 0.999) for s in chain_states[:2]]
+    fast = chain_states[:2]
+    assert _exp_avg_budgets(slow[1], slow[0], tmp_path) == {DEFAULT_BUDGET["exp_avg"]}
+    assert _exp_avg_budgets(fast[1], fast[0], tmp_path) == {RESTART_EXP_AVG_BUDGET}
+    assert _exp_avg_budgets(slow[1], slow[0], tmp_path, joint_restart=True) == {
+        RESTART_EXP_AVG_BUDGET}
+    assert _exp_avg_budgets(fast[1], fast[0], tmp_path, error_budget=0.5) == {0.5}
+    assert _exp_avg_budgets(fast[1], fast[0], tmp_path, error_budget={"exp_avg": 0.2}) == {0.2}
+    # a budget for the other states leaves exp_avg's default as it is
+    assert _exp_avg_budgets(fast[1], fast[0], tmp_path, error_budget={"weight": 0.5}) == {
+        RESTART_EXP_AVG_BUDGET}
+
+
 def test_second_moment_betas_are_read_from_every_optimizer_state_dict():
     from ckptzip.modes.pairing import second_moment_betas
 

@@ -13,15 +13,16 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   update also carries the base's own error is stated by the caller (``resumed``), not guessed;
 * ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
   within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
-  ``|m^ - m| / |m|``;
+  ``|m^ - m| / |m|``, by default 0.3325, or 0.665 where both moments restart (below);
 * ``exp_avg_sq``: quantized in the log domain with the fewest centroids that keep the relative
   error of ``sqrt(v)``, by which Adam divides, within budget. Where ``exp_avg`` is pruned it is
   kept (a second moment restarted from zero lets its element take steps many times its steady
   ones under ``beta2 = 0.999``), except where the state's optimizer says ``beta2 <= 0.99`` or
   ``joint_restart=True`` asks: there both moments of a pruned element restart together, as
   ExCP's joint mask makes them, and ``exp_avg_sq`` is stored only at ``exp_avg``'s support.
-  With ``ratio_coding``, where it is kept, it is coded as its ratio to the base's decoded
-  ``exp_avg_sq`` (the ``base-ratio`` stage) whenever that needs no more centroids: between
+  With ``ratio_coding`` (the default), where it is kept, it is coded as its ratio to the
+  base's decoded ``exp_avg_sq`` (the ``base-ratio`` stage) whenever that needs no more
+  centroids: between
   checkpoints it moves mostly by a common factor, so one or two centroids hold the budget.
 
 Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
@@ -74,12 +75,19 @@ STATES = ("weight", *MOMENTS)
 #: each a bound on the error a reader decodes. The weights' is relative to the update training
 #: made since the base (unbiased rounding). ``exp_avg``'s is relative to the moment, after its
 #: codebook is rescaled to keep the projection: its least-squares fit is then held to
-#: 0.665 / sqrt(1 + 0.665^2) = 0.55. That of ``exp_avg_sq`` bounds the RMS relative error of
-#: ``sqrt(v)`` where it is kept. Half the budget of earlier rounds (1.5, 1.33, 0.8), which the
-#: fidelity matrix found unsafe: training resumed from its checkpoints ended 2.7-3.6% behind on
-#: the 10.75M GPT under AdamW's defaults and 19% behind on one LoRA seed; at this budget, within
-#: the lossless arm's seed spread there (docs/BENCHMARKS.md §5).
-DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.665, "exp_avg_sq": 0.4}
+#: 0.3325 / sqrt(1 + 0.3325^2) = 0.32. That of ``exp_avg_sq`` bounds the RMS relative error of
+#: ``sqrt(v)`` where it is kept. The fidelity matrix (docs/BENCHMARKS.md §5) measured each: at
+#: ``exp_avg`` 0.665 (session 15's default) the MiniLM fine-tune ended +0.73% [+0.54, +0.91]
+#: behind against a 0.86% noise floor, its momentum pruned to 8%; halving the weights' budget
+#: instead did not help there (+1.28%), halving ``exp_avg``'s did (+0.35%), and it stays within
+#: noise in the other four setups. Earlier defaults, twice these (1.5, 1.33, 0.8), diverged.
+DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
+#: ``exp_avg``'s default where both moments of a pruned element restart (by default where the
+#: optimizer's ``beta2`` is at most :data:`JOINT_RESTART_BETA2`): session 15's 0.665. There the
+#: pruned elements' second moments restart too and recover within a few dozen steps; on the 0.44M
+#: GPT under betas 0.9/0.95 it was within noise (-0.02% [-0.12, +0.16], floor 0.23%) and the
+#: halved budget was not (-0.10% [-0.33, +0.09]), at 2/3 of the ratio.
+RESTART_EXP_AVG_BUDGET = 0.665
 #: The weight budget must stay below this. The budget is relative to the update training made
 #: since the base, estimated as ``|r|^2 - |e|^2`` when the update against the decoded base ``r``
 #: carries the base's error ``e`` (training went on from the true state), but never below
@@ -149,7 +157,7 @@ class AdaptivePolicy(JointPolicy):
                  pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = (), joint_restart: bool | None = None,
-                 ratio_coding: bool = False) -> None:
+                 ratio_coding: bool = True) -> None:
         super().__init__(pairing, chunk_bytes, scope, keep_exact)
         if type(ratio_coding) is not bool:
             raise ConfigError(f"adaptive: ratio_coding must be True or False, not {ratio_coding!r}")
@@ -170,6 +178,10 @@ class AdaptivePolicy(JointPolicy):
         # (+0.75% on the 0.44M GPT against -0.02% restarted; docs/LOSSY.md).
         self.joint_restart = joint_restart
         self.budget = dict(DEFAULT_BUDGET)
+        # exp_avg's default differs where both moments restart (RESTART_EXP_AVG_BUDGET); a
+        # budget the caller gives holds everywhere
+        self.exp_avg_budget_given = error_budget is not None and (
+            not isinstance(error_budget, Mapping) or "exp_avg" in error_budget)
         if isinstance(error_budget, Mapping):
             unknown = set(error_budget) - set(STATES)
             if unknown:
@@ -205,11 +217,14 @@ class AdaptivePolicy(JointPolicy):
             plans.update(self._weight(group.weight, values.weight, values.w, values.w_base,
                                       base))
         kept = None  # where exp_avg decodes non-zero, for a joint restart
+        restarts = group.exp_avg is not None and self._restarts_jointly(leaves[group.exp_avg])
         if group.exp_avg is not None and values.m is not None:
+            budget = (RESTART_EXP_AVG_BUDGET if restarts and not self.exp_avg_budget_given
+                      else None)
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
-                                                  magnitude(values.m) ** 2, "exp_avg")
-        if group.exp_avg is not None and group.exp_avg in plans and self._restarts_jointly(
-                leaves[group.exp_avg]):
+                                                  magnitude(values.m) ** 2, "exp_avg",
+                                                  budget=budget)
+        if group.exp_avg is not None and group.exp_avg in plans and restarts:
             m_plan = plans[group.exp_avg]
             kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
                     else leaves[group.exp_avg].tensor.detach() != 0)  # exact: its own non-zeros
