@@ -25,7 +25,7 @@ from . import __version__
 from .chain import base_exists, relative_location, resolve_relative
 from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
-from .modes.adaptive import DEFAULT_BUDGET
+from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
 from .objstore import StorageOptions
 from .reader import CheckpointFile, open_base
 from .sinks import open_sink
@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/LOSSY.md; default: lossless)")
     p.add_argument("--error-budget", metavar="E", type=parse_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
-                        f"per state, e.g. {_BUDGET_TEXT} (the default; each bounds the error as "
+                        f"per state, e.g. {_BUDGET_TEXT} (the default, with exp_avg at "
+                        f"{RESTART_EXP_AVG_BUDGET:g} where both moments restart; each bounds the error as "
                         "decoded; the weights' is relative to the update training made since the "
                         "base, below 2; 0 keeps a state bit-exact)")
     p.add_argument("--resumed", action="store_true",
