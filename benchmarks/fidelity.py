@@ -442,9 +442,10 @@ def summarize(runs: list[dict[str, Any]], setups: list[Setup]) -> dict[str, Any]
         best: dict[str, Any] = {}
         for mode in MODES:
             # an arm cut short (fewer seeds than the lossless arm's) is no evidence either way
-            ok = [(a["full_state_ratio"], n) for n, a in arms.items()
+            # (ratio, default arm first on a tie: two arms may share their runs, docs/BENCHMARKS.md §5)
+            ok = [(a["full_state_ratio"], a["tier"] == "default", n) for n, a in arms.items()
                   if a["mode"] == mode and a["within_noise"] and len(a["seeds"]) >= len(lossless)]
-            best[mode] = ({"arm": max(ok)[1], "full_state_ratio": max(ok)[0]} if ok else None)
+            best[mode] = ({"arm": max(ok)[2], "full_state_ratio": max(ok)[0]} if ok else None)
         matched = None
         if best["adaptive"] and best["excp"]:
             matched = best["adaptive"]["full_state_ratio"] / best["excp"]["full_state_ratio"]

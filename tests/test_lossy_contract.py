@@ -289,7 +289,8 @@ CHAIN_OPTIONS: dict[str, list[dict[str, object]]] = {
     "adaptive": [{}, {"error_budget": 0}, {"error_budget": 0.01}, {"error_budget": 1.99},
                  {"error_budget": {"weight": 1.99, "exp_avg": 3.0, "exp_avg_sq": 2.0}},
                  {"error_budget": {"weight": 0.3, "exp_avg": 0.2, "exp_avg_sq": 0.1}},
-                 {"ratio_coding": True}, {"ratio_coding": True, "error_budget": 1.99}],
+                 {"ratio_coding": False}, {"ratio_coding": True, "error_budget": 1.99},
+                 {"ratio_coding": False, "error_budget": 1.99}],
 }
 
 
