@@ -22,8 +22,8 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   ExCP's joint mask makes them, and ``exp_avg_sq`` is stored only at ``exp_avg``'s support.
   With ``ratio_coding`` (the default), where it is kept, it is coded as its ratio to the
   base's decoded ``exp_avg_sq`` (the ``base-ratio`` stage) whenever that needs no more
-  centroids: between
-  checkpoints it moves mostly by a common factor, so one or two centroids hold the budget.
+  centroids: between checkpoints it moves mostly by a common factor, so one or two centroids
+  hold the budget.
 
 Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
 tensor whose bound no candidate keeps is stored bit-exact.
@@ -78,9 +78,10 @@ STATES = ("weight", *MOMENTS)
 #: 0.3325 / sqrt(1 + 0.3325^2) = 0.32. That of ``exp_avg_sq`` bounds the RMS relative error of
 #: ``sqrt(v)`` where it is kept. The fidelity matrix (docs/BENCHMARKS.md §5) measured each: at
 #: ``exp_avg`` 0.665 (session 15's default) the MiniLM fine-tune ended +0.73% [+0.54, +0.91]
-#: behind against a 0.86% noise floor, its momentum pruned to 8%; halving the weights' budget
-#: instead did not help there (+1.28%), halving ``exp_avg``'s did (+0.35%), and it stays within
-#: noise in the other four setups. Earlier defaults, twice these (1.5, 1.33, 0.8), diverged.
+#: behind against a 0.86% noise floor, 3% of its momentum kept. With the ratio coding, halving
+#: the weights' budget did not help there (+1.28%, one seed); halving ``exp_avg``'s did (+0.45%
+#: [+0.32, +0.64]), and it is within noise in the other setups too. Earlier defaults, about
+#: twice these (1.5, 1.33, 0.8), diverged.
 DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
 #: ``exp_avg``'s default where both moments of a pruned element restart (by default where the
 #: optimizer's ``beta2`` is at most :data:`JOINT_RESTART_BETA2`): session 15's 0.665. There the

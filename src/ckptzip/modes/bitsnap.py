@@ -8,8 +8,8 @@ tensor's role.
 * Optimizer states: 8-bit k-means (255 clusters; ``exp_avg_sq`` in the log domain, where its
   wide range lives), every element kept.
 * Adaptation (below ``density=1``, which keeps every changed element): the kept fraction
-  starts from ``density`` and scales with the tensor's role (norms
-  and biases are kept whole, embeddings at half), with the learning-rate phase (more during
+  starts from ``density`` and scales with the tensor's role (norms and biases are kept whole,
+  embeddings at half), with the learning-rate phase (more during
   warmup, less while it decays: the phase is read from the trend of the effective step size
   ``rms(dW) / rms(exp_avg / sqrt(exp_avg_sq))`` per optimizer step, against the base's), and
   with the tensor's update size relative to the whole model's; it never exceeds the fraction of
@@ -115,8 +115,8 @@ class BitsnapPolicy(JointPolicy):
                       * size_scale)
         if self.density >= 1:
             # density 1 keeps every changed element: the scales only share out a smaller kept
-            # fraction. At 1 they dropped about 5% of the changed elements (x0.75 while the learning
-            # rate decays, x0.5 on embeddings and small updates), which cost +0.25% of
+            # fraction. At 1 they dropped about 5% of the changed elements (x0.75 while the
+            # learning rate decays, x0.5 on embeddings and small updates), which cost +0.25% of
             # validation loss on the fidelity matrix's 0.44M GPT against a 0.23% noise floor
             density = changed
         keep = round(density * delta.numel())
