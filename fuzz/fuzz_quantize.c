@@ -13,7 +13,10 @@
  * - compact_nonzero keeps exactly the non-zeros, in order;
  * - sparse_unpack, on a mask and value planes taken from the data, accepts exactly the masks
  *   that mark `count` of the n elements, and what it decodes packs back to no more values, each
- *   at a marked element.
+ *   at a marked element;
+ * - base_ratios (ratio.h) refuses exactly the non-zero values over a base that is zero,
+ *   negative or not finite, gives 0 at zeros, and ratio_restore gives the value back within
+ *   two float roundings where it is normal; sqrt_error_squares is never negative.
  * Any outcome but a crash or a sanitizer report is fine otherwise.
  */
 #include <math.h>
@@ -24,6 +27,7 @@
 #include "common.h"
 #include "dither.h"
 #include "quantize.h"
+#include "ratio.h"
 #include "sparse.h"
 
 #define LIMIT 63
@@ -149,6 +153,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 abort();
         free(mask), free(planes);
     }
+
+    /* second moments against a base: the data's floats over the same floats one place on */
+    size_t n_ratio = size / 4 > 1 ? size / 4 - 1 : 0;
+    float *x = malloc(n_ratio * 4 + 8), *base = malloc(n_ratio * 4 + 8);
+    float *restored = malloc(n_ratio * 4 + 8);
+    double *ratios = malloc(n_ratio * 8 + 8);
+    memcpy(x, data, n_ratio * 4);
+    memcpy(base, data + 4, n_ratio * 4);
+    int has_ratios = ckz_base_ratios(x, base, n_ratio, ratios) == 0;
+    int usable = 1;
+    for (size_t i = 0; i < n_ratio; i++)
+        if (x[i] != 0.0f && !(isfinite(base[i]) && base[i] > 0.0f)) usable = 0;
+    if (has_ratios != usable) abort();
+    if (has_ratios) {
+        if (ckz_ratio_restore(ratios, 8, base, n_ratio, restored)) abort();
+        for (size_t i = 0; i < n_ratio; i++) {
+            if (x[i] == 0.0f) {
+                if (ratios[i] != 0.0 || restored[i] != 0.0f) abort();
+            } else if (isnormal(x[i]) && isnormal(restored[i])
+                       && fabsf(restored[i] - x[i]) > fabsf(x[i]) * 0x1p-22f) {
+                abort();
+            }
+        }
+    }
+    if (ckz_ratio_restore(ratios, 3, base, n_ratio, restored) != -1) abort();
+    if (ckz_sqrt_error_squares(x, base, n_ratio) < 0.0) abort();
+    free(x), free(base), free(restored), free(ratios);
     free(out), free(values), free(thresholds), free(codes), free(pruned), free(shifted);
     free(compact), free(decoded);
     return 0;

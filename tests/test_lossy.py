@@ -1056,6 +1056,28 @@ def test_randomized_svd_of_a_large_update_is_seeded_and_leaves_the_random_state_
     assert torch.equal(factoring._randomized_right_vectors(matrix, 12), vectors)
 
 
+def test_randomized_svd_is_the_same_on_concurrent_threads():
+    """The planning threads run rank searches at once: each randomized SVD draws from a generator
+    of its own (a shared, re-seeded global one gave another sketch, and other bytes, about once
+    in 40 concurrent calls), and it is torch.svd_lowrank's arithmetic op for op."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ckptzip.modes import factoring
+
+    generator = torch.Generator().manual_seed(0)
+    matrices = [torch.randn(300, 400, generator=generator) for _ in range(8)]
+    matrices += [m.T.contiguous() for m in matrices[:2]]
+    alone = [factoring._randomized_right_vectors(m, 20) for m in matrices]
+    with torch.random.fork_rng():
+        torch.manual_seed(factoring.SVD_SEED)
+        reference = torch.svd_lowrank(matrices[0], q=20, niter=2)[2]
+    assert torch.equal(alone[0], reference)
+    for _ in range(5):
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda m: factoring._randomized_right_vectors(m, 20), matrices))
+        assert all(torch.equal(a, b) for a, b in zip(together, alone))
+
+
 def test_adaptive_ratio_coding_codes_second_moments_against_the_base(chain_states):
     """``ratio_coding=True`` (beta2 0.999: no joint restart) codes exp_avg_sq as its ratio to the
     base's decoded exp_avg_sq (the base-ratio stage) where that needs no more centroids: fewer

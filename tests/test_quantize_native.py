@@ -245,3 +245,77 @@ def test_compact_nonzero_is_the_boolean_index(dtype: torch.dtype) -> None:
     assert torch.equal(got.view(torch.uint8) if dtype == torch.float64 else got.view(torch.int32),
                        expected.view(torch.uint8) if dtype == torch.float64
                        else expected.view(torch.int32))
+
+
+def _moments(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Second-moment-like float32 values over 30 decades, a fifth of them zero, and a base that
+    differs from them by a common factor and noise, with a few of its own zeros."""
+    generator = torch.Generator().manual_seed(seed)
+    v = torch.exp(torch.empty(n).uniform_(-69, 0, generator=generator)).float()
+    v[torch.rand(n, generator=generator) < 0.2] = 0
+    base = (v * 0.97 * torch.exp(0.1 * torch.randn(n, generator=generator))).float()
+    base[(v == 0) & (torch.rand(n, generator=generator) < 0.5)] = 0
+    return v, base
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 65_537])
+def test_base_ratios_native_and_torch_agree_to_the_bit(n: int) -> None:
+    from ckptzip.codecs.base_ratio import base_ratios
+
+    v, base = _moments(n, n)
+    native = base_ratios(v, base)
+    torch_way = torch.where(v == 0, 0.0, v.double() / base.double())
+    assert native is not None and native.dtype == torch.float64
+    assert torch.equal(native, torch_way)
+    # a base without a ratio under a non-zero element refuses; under a zero one it is fine
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        if n:
+            spoiled = base.clone()
+            spoiled[v == 0] = bad
+            assert base_ratios(v, spoiled) is not None
+            nonzero = int(torch.nonzero(v)[0]) if bool((v != 0).any()) else None
+            if nonzero is not None:
+                spoiled[nonzero] = bad
+                assert base_ratios(v, spoiled) is None
+
+
+@pytest.mark.parametrize("ratio_dtype", [torch.float32, torch.float64])
+def test_ratio_restore_is_the_float64_product_rounded_once(ratio_dtype: torch.dtype) -> None:
+    from ckptzip.codecs import BaseRatio
+
+    v, base = _moments(10_001, 3)
+    ratios = torch.where(v == 0, 0.0, v.double() / torch.where(base > 0, base, 1.0).double())
+    ratios = ratios.to(ratio_dtype)
+    context = TransformContext("v", base=base)
+    decoded = BaseRatio("float32").decode(ratios, context)
+    product = (base.double() * ratios.double()).float()
+    expected = torch.where(ratios == 0, torch.zeros_like(product), product)
+    assert decoded.dtype == torch.float32 and torch.equal(decoded, expected)
+    assert torch.equal(torch.signbit(decoded), torch.signbit(expected))
+    with pytest.raises(ValueError, match="ratios"):
+        N.ratio_restore(ratios.numpy()[:-1], ratios.element_size(), base.numpy(),
+                        torch.empty(base.numel()).float().numpy())
+
+
+@pytest.mark.parametrize("n", [0, 5, 8, 13, 4096, 100_003])
+def test_sqrt_error_is_ieee_float32_summed_as_sum_squares(n: int) -> None:
+    """Each term is IEEE float32 arithmetic, correctly rounded (numpy's), its squares summed as
+    sum_squares sums them; torch's expression (whose square root on AVX-512 can be an ulp off)
+    agrees to float32's precision."""
+    from ckptzip.modes.adaptive import decoded_sqrt_error_norm
+    from ckptzip.modes.common import magnitude
+
+    v, base = _moments(n, 7 + n)
+    decoded = torch.where(v > 0, base, 0.0)  # decoded values off by a factor, some zero
+    positive = v > 0
+    x = np.where(positive.numpy(), v.numpy(), np.float32(1))
+    y = np.where(positive.numpy(), decoded.numpy(), np.float32(1))
+    terms = (y - x) / (x * (np.sqrt(y / x) + np.float32(1)))
+    assert terms.dtype == np.float32
+    expected = np.sqrt(N.sum_squares(np.ascontiguousarray(terms), None, 4))
+    assert decoded_sqrt_error_norm(v, decoded, positive) == expected
+    stored, restored = torch.where(positive, v, 1.0), torch.where(positive, decoded, 1.0)
+    torch_way = magnitude((restored - stored) / (stored * ((restored / stored).sqrt() + 1)))
+    assert decoded_sqrt_error_norm(v, decoded, positive) == pytest.approx(torch_way, rel=1e-6)
+    with pytest.raises(ValueError, match="float32"):
+        N.sqrt_error_squares(v.numpy(), np.zeros(n + 1, np.float32))

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import dtypes
+from .. import _native, dtypes
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 
@@ -30,10 +30,21 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
     """``tensor / base`` in float64, 0 where ``tensor`` is zero (``base`` of its shape, on its
     device), or None where an element has no ratio: a non-zero element over a base element that
     is zero, negative or not finite."""
+    if _host_float32(tensor, base):  # one native pass, the same arithmetic
+        ratios = torch.empty(tensor.shape, dtype=torch.float64)
+        has_ratios = _native.base_ratios(tensor.contiguous().reshape(-1).numpy(),
+                                     base.contiguous().reshape(-1).numpy(), ratios.reshape(-1).numpy())
+        return ratios if has_ratios else None
     usable = torch.isfinite(base) & (base > 0)
     if bool(((tensor != 0) & ~usable).any()):
         return None
     return torch.where(tensor == 0, 0.0, tensor.double() / base.double())
+
+
+def _host_float32(*tensors: torch.Tensor) -> bool:
+    """Whether the native passes take these: float32 on the host, of one element count."""
+    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+            and len({t.numel() for t in tensors}) == 1)
 
 
 @register
@@ -63,5 +74,13 @@ class BaseRatio(TensorToTensor):
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
+        if (self.dtype.torch_dtype == torch.float32 and _host_float32(base)
+                and tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
+                and tensor.numel() == base.numel()):
+            ratios = tensor.contiguous()
+            out = torch.empty(tensor.shape, dtype=torch.float32)
+            _native.ratio_restore(ratios.reshape(-1).numpy(), ratios.element_size(),
+                                  base.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
+            return out
         product = (base.double() * tensor.double()).to(self.dtype.torch_dtype)
         return torch.where(tensor == 0, torch.zeros_like(product), product)

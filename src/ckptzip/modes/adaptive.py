@@ -31,13 +31,15 @@ tensor whose bound no candidate keeps is stored bit-exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from .. import _native
 from ..chain import Base
 from ..codecs import (
     Dither,
@@ -49,7 +51,7 @@ from ..codecs import (
     TransformContext,
 )
 from ..codecs.base_ratio import base_ratios
-from ..codecs.kmeans import Fit, lloyd_sorted, sample_sorted
+from ..codecs.kmeans import Fit, lloyd_sorted, nonzero_values, sample_sorted
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
 from ..errors import ConfigError
@@ -149,6 +151,23 @@ def sqrt_error(logs: np.ndarray, fit: Fit) -> float:
         return 0.0
     assigned = np.repeat(fit.centroids, fit.counts)
     return float(np.sqrt(np.mean(np.expm1((assigned - logs) / 2) ** 2)))
+
+
+def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor,
+                            positive: torch.Tensor) -> float:
+    """The L2 norm of ``sqrt(v^ / v) - 1`` over the elements where ``v`` (``array``) is positive,
+    its squares summed in float64 (as :func:`~.common.magnitude` sums them). As ``(v^ - v) / (v
+    (sqrt(v^ / v) + 1))`` it keeps float32's relative precision however small ``v`` is: ``v^ -
+    v`` is exact where the two are within a factor of two. One native pass on the host (IEEE
+    float32, the same on every CPU), torch's ops on a device (its square root may differ by an
+    ulp: the check, not what a reader decodes)."""
+    stored, restored = array.float().contiguous(), decoded.float().contiguous()
+    if stored.device.type == "cpu" and restored.device.type == "cpu":
+        return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
+                                                    restored.reshape(-1).numpy()))
+    stored = torch.where(positive, stored, 1.0)
+    restored = torch.where(positive, restored, 1.0)
+    return magnitude((restored - stored) / (stored * ((restored / stored).sqrt() + 1)))
 
 
 class AdaptivePolicy(JointPolicy):
@@ -417,26 +436,35 @@ class AdaptivePolicy(JointPolicy):
         budget = self.budget["exp_avg_sq"]
         array = v * kept
         positive = array > 0
-        count = int(positive.sum())
-        logs = np.log(sample_sorted(array[positive]))  # the log is monotone: sorted still
-        # one centroid: the mask alone, where v varies little; each size is fitted only when the
-        # smaller ones did not keep the budget (lazily: the fits of large codebooks cost most)
-        sizes = (size for size in (1, *CODEBOOKS)
-                 if size == CODEBOOKS[-1] or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
-        trials: list[tuple[torch.Tensor | None, int]] = []  # (the ratio or None: the value, size)
+        stored = nonzero_values(array.reshape(-1))  # v >= 0: its non-zeros are the positives
+        count = stored.numel()
+
+        def value_sizes() -> Iterator[int]:
+            # one centroid: the mask alone, where v varies little; each size is fitted only when
+            # the smaller ones did not keep the budget (lazily: the fits of large codebooks cost
+            # most), and the values' logs only taken when a size is asked for
+            logs = np.log(sample_sorted(stored))  # the log is monotone: sorted still
+            yield from (size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
+                        or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
+
+        sizes = value_sizes()
+        # (the ratio or None: the value, size), drawn as tried: the first that keeps the budget
+        # ends the search, so the codebooks after it are never fitted
+        first: list[tuple[torch.Tensor | None, int]] = []
         ratios = None if v_base is None or sibling is not None else base_ratios(array, v_base)
         if ratios is not None:
-            ratio_logs = np.log(sample_sorted(ratios[positive]))
+            # the ratios are non-zero exactly where v is positive (a float32 over a float32 does
+            # not underflow float64)
+            ratio_logs = np.log(sample_sorted(nonzero_values(ratios.reshape(-1))))
             ratio_size = next(size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
                               or sqrt_error(ratio_logs, lloyd_sorted(ratio_logs, size)) <= budget)
             # the ratio where it needs no more centroids than the value (it is then the
             # narrower distribution, so its codes are the cheaper ones too), the value after
             value_size = ratio_size if ratio_size == 1 else next(sizes)
             if ratio_size <= value_size:
-                trials += [(ratios, size) for size in (1, *CODEBOOKS) if size >= ratio_size]
+                first = [(ratios, size) for size in (1, *CODEBOOKS) if size >= ratio_size]
             sizes = iter(size for size in (1, *CODEBOOKS) if size >= value_size)
-        trials += [(None, size) for size in sizes]
-        for ratio, size in trials:
+        for ratio, size in itertools.chain(first, ((None, size) for size in sizes)):
             quantizer = KMeans(size, leaf.dtype.name, "log")
             if ratio is not None:
                 encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=True, base=v_base)
@@ -445,13 +473,9 @@ class AdaptivePolicy(JointPolicy):
             else:
                 encoded, decoded = finish_decoded(leaf, array, quantizer,
                                                   support=(Support(sibling), kept))
-            # sqrt(v^ / v) - 1 where v is stored (0 elsewhere), its RMS summed in float64. As
-            # (v^ - v) / (v (sqrt(v^ / v) + 1)) it keeps float32's relative precision however
-            # small: v^ - v is exact where the two are within a factor of two
-            stored = torch.where(positive, array.float(), 1.0)
-            restored = torch.where(positive, decoded.float(), 1.0)
-            relative = (restored - stored) / (stored * ((restored / stored).sqrt() + 1))
-            error = math.sqrt(magnitude(relative) ** 2 / count) if count else 0.0
+            # sqrt(v^ / v) - 1 where v is stored (0 elsewhere), its RMS
+            norm = decoded_sqrt_error_norm(array, decoded, positive)
+            error = math.sqrt(norm ** 2 / count) if count else 0.0
             if error <= budget and honoured(encoded):
                 finished(encoded)
                 encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget,

@@ -315,16 +315,25 @@ def _solve_left(gram: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
 
 
 def _randomized_right_vectors(matrix: torch.Tensor, q: int) -> torch.Tensor:
-    """The top ``q`` right singular vectors (columns) by torch's randomized SVD, drawn from the
-    matrix's device's generator seeded with :data:`SVD_SEED`, so that the same save gives the
-    same bytes; the caller's random state, on that device and the host, is left as it was."""
-    device = matrix.device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        if device.type == "cuda":
-            torch.cuda.default_generators[device.index or 0].manual_seed(SVD_SEED)
-        else:
-            torch.default_generator.manual_seed(SVD_SEED)
-        return torch.svd_lowrank(matrix, q=q, niter=2)[2]
+    """The top ``q`` right singular vectors (columns) by a randomized SVD (Halko et al.,
+    algorithm 4.4, two power iterations: ``torch.svd_lowrank``'s arithmetic, op for op), its
+    Gaussian draws from a generator of its own on the matrix's device, seeded with
+    :data:`SVD_SEED`, so that the same save gives the same bytes. ``torch.svd_lowrank`` draws
+    from the device's global generator, which the planning threads share: seeded and drawn from
+    by two threads at once, its draws (and a save's bytes) depended on their timing. The caller's
+    random state is not touched."""
+    generator = torch.Generator(device=matrix.device).manual_seed(SVD_SEED)
+    tall = matrix.mH if matrix.shape[0] < matrix.shape[1] else matrix
+    draws = torch.randn(tall.shape[-1], q, dtype=tall.dtype, device=tall.device,
+                        generator=generator)
+    basis = torch.linalg.qr(tall @ draws).Q
+    for _ in range(2):
+        basis = torch.linalg.qr(tall.mH @ basis).Q
+        basis = torch.linalg.qr(tall @ basis).Q
+    left, _, right_h = torch.linalg.svd(basis.mH @ tall, full_matrices=False)
+    if tall is matrix:
+        return right_h.mH
+    return basis @ left  # the transpose's left vectors are the matrix's right ones
 
 
 def _canonical_signs(vectors: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@
 #include "planes.h"
 #include "pymemory.h"
 #include "quantize.h"
+#include "ratio.h"
 #include "residual.h"
 #include "sparse.h"
 #include "stream.h"
@@ -556,6 +557,132 @@ static PyObject *py_compact_nonzero(PyObject *self, PyObject *args, PyObject *kw
     }
     PyBuffer_Release(&s);
     PyBuffer_Release(&d);
+    return result;
+}
+
+/* Acquires count buffers (writable where asked), releasing those taken when one fails: the
+ * bindings below take their arguments in one call instead of a release ladder each. */
+static int get_buffers(PyObject *const objs[], Py_buffer views[], const int writable[],
+                       const char *const names[], int count) {
+    for (int i = 0; i < count; i++)
+        if (get_buffer(objs[i], &views[i], writable[i], names[i])) {
+            while (i--) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    return 0;
+}
+
+static void release_buffers(Py_buffer views[], int count) {
+    for (int i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
+/* n float32 values in a buffer of `len` bytes that must match `expected` values (or any count
+ * when expected is negative); -1 with a ValueError naming the buffer. */
+static Py_ssize_t float32_count(Py_ssize_t len, Py_ssize_t expected, const char *name) {
+    if (len % 4 || (expected >= 0 && len / 4 != expected)) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zd float32 values", name, len,
+                     expected >= 0 ? expected : len / 4);
+        return -1;
+    }
+    return len / 4;
+}
+
+PyDoc_STRVAR(base_ratios_doc,
+             "base_ratios(x, base, dst) -> bool\n\n"
+             "dst (float64) = x / base (float32 each) in float64 where x is non-zero, 0 where it\n"
+             "is zero. False where a non-zero x has a base that is zero, negative or not finite\n"
+             "(no ratio; dst is then meaningless).");
+static PyObject *py_base_ratios(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "base", "dst", NULL};
+    PyObject *objs[3];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:base_ratios", kwlist, &objs[0], &objs[1],
+                                     &objs[2]))
+        return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"x", "base", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[0].len, -1, "x");
+    if (n >= 0 && float32_count(v[1].len, n, "base") >= 0) {
+        if (v[2].len != 8 * n)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, not %zd float64 values", v[2].len, n);
+        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps x or base");
+        else {
+            int status;
+            Py_BEGIN_ALLOW_THREADS
+            status = ckz_base_ratios(v[0].buf, v[1].buf, (size_t)n, v[2].buf);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(status == 0);
+        }
+    }
+    release_buffers(v, 3);
+    return result;
+}
+
+PyDoc_STRVAR(ratio_restore_doc,
+             "ratio_restore(r, elem_size, base, dst) -> None\n\n"
+             "dst (float32) = base * r rounded once from float64, +0.0 where r is zero; r holds\n"
+             "float32 (elem_size 4) or float64 (8) ratios, one per base value.");
+static PyObject *py_ratio_restore(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"r", "elem_size", "base", "dst", NULL};
+    PyObject *objs[3];
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OlOO:ratio_restore", kwlist, &objs[0], &elem_size,
+                                     &objs[1], &objs[2]))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"r", "base", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[1].len, -1, "base");
+    if (n >= 0 && float32_count(v[2].len, n, "dst") >= 0) {
+        if (v[0].len != elem_size * n)
+            PyErr_Format(PyExc_ValueError, "r holds %zd bytes, not %zd ratios of %ld bytes",
+                         v[0].len, n, elem_size);
+        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps r or base");
+        else {
+            Py_BEGIN_ALLOW_THREADS
+            ckz_ratio_restore(v[0].buf, (size_t)elem_size, v[1].buf, (size_t)n, v[2].buf);
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    release_buffers(v, 3);
+    return result;
+}
+
+PyDoc_STRVAR(sqrt_error_squares_doc,
+             "sqrt_error_squares(x, y) -> float\n\n"
+             "The sum over float32 x and y where x > 0 of (sqrt(y / x) - 1)^2, each term computed\n"
+             "as (y - x) / (x (sqrt(y / x) + 1)) in float32, summed in float64 as sum_squares does.");
+static PyObject *py_sqrt_error_squares(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "y", NULL};
+    PyObject *objs[2];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:sqrt_error_squares", kwlist, &objs[0],
+                                     &objs[1]))
+        return NULL;
+    Py_buffer v[2];
+    static const int writable[2] = {0, 0};
+    static const char *const names[2] = {"x", "y"};
+    if (get_buffers(objs, v, writable, names, 2)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[0].len, -1, "x");
+    if (n >= 0 && float32_count(v[1].len, n, "y") >= 0) {
+        double total;
+        Py_BEGIN_ALLOW_THREADS
+        total = ckz_sqrt_error_squares(v[0].buf, v[1].buf, (size_t)n);
+        Py_END_ALLOW_THREADS
+        result = PyFloat_FromDouble(total);
+    }
+    release_buffers(v, 2);
     return result;
 }
 
@@ -1268,6 +1395,9 @@ static PyMethodDef methods[] = {
     KW("sum_squares", py_sum_squares, sum_squares_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
+    KW("base_ratios", py_base_ratios, base_ratios_doc),
+    KW("ratio_restore", py_ratio_restore, ratio_restore_doc),
+    KW("sqrt_error_squares", py_sqrt_error_squares, sqrt_error_squares_doc),
     KW("sparse_survey", py_sparse_survey, sparse_survey_doc),
     KW("sparse_pack", py_sparse_pack, sparse_pack_doc),
     KW("sparse_unpack", py_sparse_unpack, sparse_unpack_doc),
