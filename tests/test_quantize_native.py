@@ -319,3 +319,33 @@ def test_sqrt_error_is_ieee_float32_summed_as_sum_squares(n: int) -> None:
     assert decoded_sqrt_error_norm(v, decoded, positive) == pytest.approx(torch_way, rel=1e-6)
     with pytest.raises(ValueError, match="float32"):
         N.sqrt_error_squares(v.numpy(), np.zeros(n + 1, np.float32))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 65_537])
+def test_residual_add_and_keep_changed_are_torchs_to_the_bit(n: int) -> None:
+    """The lossy-residual stage's decoding (the base's own bits where the difference is zero,
+    -0.0 included, else the float32 sum) and the zeros stage's masking (+0.0 where the packed
+    mask says unchanged, most significant bit first), natively as torch computes them."""
+    from ckptzip.codecs import ExactZeros, LossyResidual
+    from ckptzip.codecs.zeros import pack_changed
+
+    generator = torch.Generator().manual_seed(n)
+    base = torch.randn(n, generator=generator)
+    base[::5] = -0.0
+    delta = torch.randn(n, generator=generator) * 1e-3
+    delta[::3] = 0.0
+    delta[1::7] = -0.0
+    delta[2::11] = -base[2::11]  # sums to zero
+    context = TransformContext("w", base=base)
+    decoded = LossyResidual("float32").decode(delta, context)
+    expected = torch.where(delta == 0, base, base + delta)
+    assert torch.equal(decoded.view(torch.int32), expected.view(torch.int32))  # signs of zeros too
+    changed = torch.rand(n, generator=generator) < 0.6
+    packed = pack_changed(changed)
+    stage = ExactZeros(0)
+    masked = stage.decode(delta, TransformContext("w", siblings={0: packed}))
+    assert torch.equal(masked.view(torch.int32), delta.masked_fill(~changed, 0).view(torch.int32))
+    with pytest.raises(ValueError, match="mask"):
+        N.keep_changed(delta.numpy(), np.zeros(n // 8 + 2, np.uint8), np.zeros(n, np.float32))
+    with pytest.raises(ValueError, match="change mask holds"):  # the wrong size: the torch path's error
+        stage.decode(delta, TransformContext("w", siblings={0: torch.zeros(n // 8 + 2, dtype=torch.uint8)}))

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import _native
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
@@ -86,7 +87,20 @@ class ExactZeros(TensorToTensor):
         return unpack_changed(packed.to(tensor.device), tensor.numel()).reshape(tensor.shape)
 
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return tensor.masked_fill(~self._changed(tensor, context), 0)
+        return self._keep_changed(tensor, context)
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._keep_changed(tensor, context)
+
+    def _keep_changed(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        """``tensor`` with +0.0 where the mask says unchanged: one native pass over the packed
+        mask for float32 on the host, torch's ``masked_fill`` of the unpacked one elsewhere."""
+        packed = (context.siblings or {}).get(self.leaf)
+        if (packed is not None and tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+                and packed.device.type == "cpu" and packed.dtype == torch.uint8
+                and packed.numel() == -(-tensor.numel() // 8)):
+            out = torch.empty(tensor.shape, dtype=torch.float32)
+            _native.keep_changed(tensor.contiguous().reshape(-1).numpy(),
+                                 packed.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
+            return out
         return tensor.masked_fill(~self._changed(tensor, context), 0)

@@ -14,6 +14,7 @@
 #include "planes.h"
 #include "pymemory.h"
 #include "quantize.h"
+#include "masks.h"
 #include "ratio.h"
 #include "residual.h"
 #include "sparse.h"
@@ -683,6 +684,66 @@ static PyObject *py_sqrt_error_squares(PyObject *self, PyObject *args, PyObject 
         result = PyFloat_FromDouble(total);
     }
     release_buffers(v, 2);
+    return result;
+}
+
+PyDoc_STRVAR(residual_add_doc,
+             "residual_add(base, delta, dst) -> None\n\n"
+             "dst = base where delta is zero (either sign), else base + delta, all float32;\n"
+             "dst may be base or delta.");
+static PyObject *py_residual_add(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"base", "delta", "dst", NULL};
+    PyObject *objs[3];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:residual_add", kwlist, &objs[0], &objs[1],
+                                     &objs[2]))
+        return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"base", "delta", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[0].len, -1, "base");
+    if (n >= 0 && float32_count(v[1].len, n, "delta") >= 0 && float32_count(v[2].len, n, "dst") >= 0) {
+        Py_BEGIN_ALLOW_THREADS
+        ckz_residual_add(v[0].buf, v[1].buf, (size_t)n, v[2].buf);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    release_buffers(v, 3);
+    return result;
+}
+
+PyDoc_STRVAR(keep_changed_doc,
+             "keep_changed(x, mask, dst) -> None\n\n"
+             "dst = x (float32) where mask marks element i (byte k, most significant bit first:\n"
+             "elements 8 k .. 8 k + 7), "
+             "else +0.0; mask holds (n + 7) // 8 bytes; dst may be x.");
+static PyObject *py_keep_changed(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "mask", "dst", NULL};
+    PyObject *objs[3];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:keep_changed", kwlist, &objs[0], &objs[1],
+                                     &objs[2]))
+        return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"x", "mask", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[0].len, -1, "x");
+    if (n >= 0 && float32_count(v[2].len, n, "dst") >= 0) {
+        if (v[1].len != (n + 7) / 8)
+            PyErr_Format(PyExc_ValueError, "mask holds %zd bytes, not %zd for %zd elements",
+                         v[1].len, (n + 7) / 8, n);
+        else {
+            Py_BEGIN_ALLOW_THREADS
+            ckz_keep_changed(v[0].buf, v[1].buf, (size_t)n, v[2].buf);
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    release_buffers(v, 3);
     return result;
 }
 
@@ -1398,6 +1459,8 @@ static PyMethodDef methods[] = {
     KW("base_ratios", py_base_ratios, base_ratios_doc),
     KW("ratio_restore", py_ratio_restore, ratio_restore_doc),
     KW("sqrt_error_squares", py_sqrt_error_squares, sqrt_error_squares_doc),
+    KW("residual_add", py_residual_add, residual_add_doc),
+    KW("keep_changed", py_keep_changed, keep_changed_doc),
     KW("sparse_survey", py_sparse_survey, sparse_survey_doc),
     KW("sparse_pack", py_sparse_pack, sparse_pack_doc),
     KW("sparse_unpack", py_sparse_unpack, sparse_unpack_doc),
