@@ -101,4 +101,5 @@ class LowRank(TensorToTensor):
         if not tensor.is_floating_point():
             raise ValueError(f"lowrank: {context.name} decodes to {tensor.dtype}, not floats")
         dtype = torch.promote_types(tensor.dtype, torch.float32)
-        return tensor.to(dtype) + self.product(tensor.shape, context, dtype, tensor.device)
+        # added into the product, a fresh tensor (x + p and p + x are the same float sums)
+        return self.product(tensor.shape, context, dtype, tensor.device).add_(tensor.to(dtype))
