@@ -137,6 +137,9 @@ SWEEP_ARMS = (
     ArmSpec("excp-s1.75", "excp", 1.75, "sweep"), ArmSpec("bitsnap-d0.05", "bitsnap", 0.05, "sweep"),
     ArmSpec("bitsnap-d0.2", "bitsnap", 0.2, "sweep"),
     ArmSpec("adaptive-x2", "adaptive", 2.0, "sweep", VALUE),
+    # half the published alpha: on MiniLM ExCP's gap runs from -0.91% at 1.5e-5 to +3.46% at
+    # 5e-5 (session 16's probes), within noise between
+    ArmSpec("excp-a2.5e-5", "excp", "published", "sweep", (("alpha", EXCP_ALPHA / 2),)),
 )
 #: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), in priority order, at every
 #: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
@@ -249,6 +252,8 @@ def arm_options(arm: ArmSpec, key: Keyframe, task: Task) -> dict[str, Any]:
         options["alpha"] = EXCP_CAP * max(key.v_scales)
     else:
         options["alpha"] = float(arm.knob) * statistics.median(key.v_scales)
+    if arm.mode != "adaptive":
+        options.update(arm.extra)  # adaptive's are set in its branch above
     return options
 
 
