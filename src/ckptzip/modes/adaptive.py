@@ -153,8 +153,7 @@ def sqrt_error(logs: np.ndarray, fit: Fit) -> float:
     return float(np.sqrt(np.mean(np.expm1((assigned - logs) / 2) ** 2)))
 
 
-def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor,
-                            positive: torch.Tensor) -> float:
+def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float:
     """The L2 norm of ``sqrt(v^ / v) - 1`` over the elements where ``v`` (``array``) is positive,
     its squares summed in float64 (as :func:`~.common.magnitude` sums them). As ``(v^ - v) / (v
     (sqrt(v^ / v) + 1))`` it keeps float32's relative precision however small ``v`` is: ``v^ -
@@ -165,6 +164,7 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor,
     if stored.device.type == "cpu" and restored.device.type == "cpu":
         return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
                                                     restored.reshape(-1).numpy()))
+    positive = stored > 0
     stored = torch.where(positive, stored, 1.0)
     restored = torch.where(positive, restored, 1.0)
     return magnitude((restored - stored) / (stored * ((restored / stored).sqrt() + 1)))
@@ -435,7 +435,6 @@ class AdaptivePolicy(JointPolicy):
         stored: the mask is not paid for twice."""
         budget = self.budget["exp_avg_sq"]
         array = v * kept
-        positive = array > 0
         stored = nonzero_values(array.reshape(-1))  # v >= 0: its non-zeros are the positives
         count = stored.numel()
 
@@ -474,7 +473,7 @@ class AdaptivePolicy(JointPolicy):
                 encoded, decoded = finish_decoded(leaf, array, quantizer,
                                                   support=(Support(sibling), kept))
             # sqrt(v^ / v) - 1 where v is stored (0 elsewhere), its RMS
-            norm = decoded_sqrt_error_norm(array, decoded, positive)
+            norm = decoded_sqrt_error_norm(array, decoded)
             error = math.sqrt(norm ** 2 / count) if count else 0.0
             if error <= budget and honoured(encoded):
                 finished(encoded)
