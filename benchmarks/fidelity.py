@@ -88,6 +88,17 @@ SETUPS: dict[str, Setup] = {s.name: s for s in (
           "steps then cosine to 0.03 at step 200, clip 1, batch 16x64 bytes",
           gpt_setup(GPT044, 16, 0.3, "sgd", warmup=40), prefix=100, every=10),
 )}
+#: On a GPU (``--setups gpt100m-adamw``, CUDA only): 106M parameters, the GPT-2-small shape with
+#: 15 layers and a context of 256.
+GPT100M = GPTConfig(n_layer=15, n_head=12, n_embd=768, block_size=256)
+GPU_SETUPS: dict[str, Setup] = {s.name: s for s in (
+    Setup("gpt100m-adamw", "GPT 106M from scratch on a GPU (bf16 autocast, fp32 weights and "
+          "moments), AdamW at PyTorch's defaults (betas 0.9/0.999, weight decay 0.01), lr 6e-4, "
+          "warmup from 0 over 200 steps then cosine to 6e-5 at step 2000, clip 1, batch 16x256 "
+          "bytes of a 24 MB corpus",
+          gpt_setup(GPT100M, 16, 6e-4, "adamw-default", warmup=200, corpus_bytes=24_000_000,
+                    device="cuda"), prefix=1500, every=50),
+)}
 QUICK = Setup("tiny-b095", "GPT 0.1M (tiny) from scratch, AdamW betas 0.9/0.95, lr 1e-3, warmup "
               "from 0 over 20 steps, clip 1, batch 8x32 bytes",
               gpt_setup(GPTConfig.tiny(), 8, 1e-3, "adamw-0.95", warmup=20, corpus_bytes=1_000_000),
@@ -265,12 +276,20 @@ def leaf_bytes(path: Path, names: set[str] | None) -> int:
                    for chunk in leaf.chunks)
 
 
-def run_job(job: Job, work: Path, quick: bool, deltas: int | None = None) -> dict[str, Any]:
+def setup_named(name: str, quick: bool, shape: dict[str, int] | None) -> Setup:
+    """The setup ``name`` (``shape``: its prefix, every or deltas replaced, a smoke test)."""
+    setup = QUICK if quick else {**SETUPS, **GPU_SETUPS}[name]
+    if not shape:
+        return setup
+    return replace(setup, prefix=shape.get("prefix", setup.prefix),
+                   every=shape.get("every", setup.every), deltas=shape.get("deltas", setup.deltas))
+
+
+def run_job(job: Job, work: Path, quick: bool,
+            shape: dict[str, int] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    setup = QUICK if quick else SETUPS[job.setup]
-    if deltas:
-        setup = replace(setup, deltas=deltas)
+    setup = setup_named(job.setup, quick, shape)
     key = keyframe(setup, job.seed, work)
     started = time.perf_counter()
     task = setup.build(job.seed, setup.total)
@@ -278,12 +297,12 @@ def run_job(job: Job, work: Path, quick: bool, deltas: int | None = None) -> dic
     options = arm_options(job.arm, key, task)
     frozen = task.frozen()
     trained = [f"model.{n}" for n in task.param_names()]
-    previous = key.path
     stored, frozen_bytes, weights_kept, moments_kept, train_loss = [], [], [], [], []
     optimizer_bytes: list[int] = []
+    previous = key.path
     chain: list[Path] = []
     for d in range(1, setup.deltas + 1):
-        before = {n: t.detach().clone() for n, t in task.model.state_dict().items()
+        before = {n: t.detach().to("cpu", copy=True) for n, t in task.model.state_dict().items()
                   if f"model.{n}" in trained}
         train_loss += task.train(setup.every)
         path = work / f"{job.setup}-s{job.seed}-{job.arm.name}-{d:02d}.ckz"
@@ -329,7 +348,7 @@ def run_job(job: Job, work: Path, quick: bool, deltas: int | None = None) -> dic
     }
 
 
-def _worker(args: tuple[Job, Path, bool, int | None]) -> dict[str, Any]:
+def _worker(args: tuple[Job, Path, bool, dict[str, int] | None]) -> dict[str, Any]:
     return run_job(*args)
 
 
@@ -342,7 +361,7 @@ def done_runs(work: Path) -> dict[str, dict[str, Any]]:
 
 
 def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
-             arms: list[str] | None = None) -> list[Job]:
+             arms: list[str] | None = None, arm_major: bool = False) -> list[Job]:
     """In priority order: the default arms at seed 0 everywhere, then at the other seeds (cheap
     setups first), then each sweep point at all its seeds, setup by setup (cheap first), so that
     every arm a cut-short matrix finished has all its seeds; :data:`RATIO_ARMS` where they apply,
@@ -358,11 +377,13 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
                  for seed in range(seeds if arm in ratio else sweep_seeds)]
     if arms:
         jobs = [j for j in jobs if j.arm.name in arms]
+        if arm_major:  # each arm at all its seeds before the next, in the order named
+            jobs.sort(key=lambda j: (arms.index(j.arm.name), j.seed))
     return jobs
 
 
-def run_matrix(jobs: list[Job], work: Path, workers: int, quick: bool, deltas: int | None,
-               stop_at: datetime | None, log: Any) -> None:
+def run_matrix(jobs: list[Job], work: Path, workers: int, quick: bool,
+               shape: dict[str, int] | None, stop_at: datetime | None, log: Any) -> None:
     done = done_runs(work)
     todo = [j for j in jobs if j.key not in done]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} arms already done", file=log, flush=True)
@@ -384,7 +405,7 @@ def run_matrix(jobs: list[Job], work: Path, workers: int, quick: bool, deltas: i
             if stopped():
                 print(f"--stop-at reached: {job.key} and later not run", file=log, flush=True)
                 break
-            record(run_job(job, work, quick, deltas))
+            record(run_job(job, work, quick, shape))
         return
     import multiprocessing
 
@@ -395,7 +416,7 @@ def run_matrix(jobs: list[Job], work: Path, workers: int, quick: bool, deltas: i
         while pending or running:
             while pending and len(running) < workers and not stopped():
                 job = pending.pop(0)
-                running.append((job, pool.apply_async(_worker, ((job, work, quick, deltas),))))
+                running.append((job, pool.apply_async(_worker, ((job, work, quick, shape),))))
             if stopped() and pending:
                 print(f"--stop-at reached: {len(pending)} arms not started: "
                       + ", ".join(j.key for j in pending), file=log, flush=True)
@@ -622,17 +643,25 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the tiny GPT only (the tests)")
     parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, from: "
-                        + ", ".join(SETUPS))
+                        + ", ".join(SETUPS) + "; on a GPU: " + ", ".join(GPU_SETUPS))
     parser.add_argument("--seeds", type=int, help="seeds of the default arms (default 3; quick 2)")
     parser.add_argument("--sweep-seeds", type=int, help="seeds of the sweep points (default: "
                         "--seeds; quick 1)")
     parser.add_argument("--workers", type=int, default=1, help="processes (one torch thread each)")
     parser.add_argument("--stop-at", help="HH:MM UTC: start no arm after this time")
+    parser.add_argument("--stop-after", type=float,
+                        help="seconds from now: start no arm after then (a lease's budget)")
     parser.add_argument("--work", type=Path, help="keyframes and runs.jsonl (default: "
                         "<out>/fidelity-matrix-work)")
     parser.add_argument("--deltas", type=int, help="delta checkpoints per arm (default 10; a "
                         "smoke test of the harness only)")
+    parser.add_argument("--prefix", type=int, help="lossless steps before the keyframe "
+                        "(default: the setup's; a smoke test of the harness only)")
+    parser.add_argument("--every", type=int, help="steps between checkpoints (likewise)")
     parser.add_argument("--arms", help="comma-separated: only these arms (default: all)")
+    parser.add_argument("--arm-major", action="store_true", help="with --arms: run each arm at "
+                        "all its seeds before the next, in the order named (the seeds of an "
+                        "arm then run side by side on --workers)")
     parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where the md/json go")
     parser.add_argument("--png-out", type=Path, help="where the PNGs go (default: --out)")
@@ -641,23 +670,30 @@ def main() -> None:
     seeds = args.seeds or (2 if args.quick else 3)
     sweep_seeds = args.sweep_seeds if args.sweep_seeds is not None else 1 if args.quick else seeds
     names = [QUICK.name] if args.quick else [n for n in args.setups.split(",") if n]
-    unknown = [n for n in names if n not in SETUPS and not args.quick]
+    unknown = [n for n in names if n not in SETUPS and n not in GPU_SETUPS and not args.quick]
     if unknown:
         parser.error(f"unknown setups {unknown}")
-    setups = [QUICK] if args.quick else [SETUPS[n] for n in names]
-    if args.deltas:
-        setups = [replace(s, deltas=args.deltas) for s in setups]
+    if any(n in GPU_SETUPS for n in names) and not args.report_only and not torch.cuda.is_available():
+        parser.error(f"{', '.join(n for n in names if n in GPU_SETUPS)} trains on a GPU, and this "
+                     "machine has no CUDA device: run it on a GPU host, or pick CPU setups")
+    shape = {k: v for k, v in (("prefix", args.prefix), ("every", args.every),
+                               ("deltas", args.deltas)) if v}
+    setups = [setup_named(n, args.quick, shape) for n in names]
     work = args.work or args.out / "fidelity-matrix-work"
     work.mkdir(parents=True, exist_ok=True)
     stop_at = None
     if args.stop_at:
         hour, minute = (int(x) for x in args.stop_at.split(":"))
         stop_at = datetime.now(timezone.utc).replace(hour=hour, minute=minute, second=0)
+    if args.stop_after:
+        stop_at = datetime.fromtimestamp(time.time() + args.stop_after, timezone.utc)
+    if args.arm_major and not args.arms:
+        parser.error("--arm-major orders the arms that --arms names: name them")
     jobs = jobs_for(names, seeds, sweep_seeds, args.quick,
-                    args.arms.split(",") if args.arms else None)
+                    args.arms.split(",") if args.arms else None, args.arm_major)
     info = machine_info()
     if not args.report_only:
-        run_matrix(jobs, work, args.workers, args.quick, args.deltas, stop_at, sys.stderr)
+        run_matrix(jobs, work, args.workers, args.quick, shape or None, stop_at, sys.stderr)
     report(jobs, work, args.out, args.png_out or args.out, setups, info, seeds, sweep_seeds)
 
 

@@ -143,11 +143,15 @@ def _adamw_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
 
 
 def gpt_setup(config: GPTConfig, batch_size: int, lr: float, optimizer: str, warmup: int,
-              corpus_bytes: int = 2_000_000, eval_batches: int = 8) -> Callable[[int, int], Task]:
+              corpus_bytes: int = 2_000_000, eval_batches: int = 8,
+              device: str = "cpu") -> Callable[[int, int], Task]:
+    """``device="cuda"``: the model, its optimizer and the batches live on the GPU, and the
+    forward pass runs under bf16 autocast (the weights and Adam's moments stay fp32), as GPU
+    pretraining runs; the data generator stays on the host."""
     def build(seed: int, total: int) -> Task:
         train_data, val_data = split_corpus(load_corpus(corpus_bytes))
         torch.manual_seed(seed)
-        model = GPT(config)
+        model = GPT(config).to(device)
         if optimizer == "adamw-default":  # PyTorch's defaults: betas 0.9/0.999, decay 0.01
             opt: torch.optim.Optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         elif optimizer == "adamw-0.95":  # nanoGPT's: decay on matrices only
@@ -159,15 +163,22 @@ def gpt_setup(config: GPTConfig, batch_size: int, lr: float, optimizer: str, war
         scheduler = LambdaLR(opt, WarmupFromZero(warmup, total))
         block = config.block_size
         fixed = torch.Generator().manual_seed(12345)
-        evals = [get_batch(val_data, batch_size, block, fixed) for _ in range(eval_batches)]
+        evals = [tuple(t.to(device) for t in get_batch(val_data, batch_size, block, fixed))
+                 for _ in range(eval_batches)]
+        autocast = device != "cpu"
 
         def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-            out = model(*batch)[1]
+            with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                                enabled=autocast):
+                out = model(*batch)[1]
             assert out is not None
-            return out
+            return out.float()
 
-        return Task(model, opt, scheduler, torch.Generator().manual_seed(seed),
-                    lambda g: get_batch(train_data, batch_size, block, g), loss, evals)
+        def batch(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+            return tuple(t.to(device) for t in get_batch(train_data, batch_size, block, g))
+
+        return Task(model, opt, scheduler, torch.Generator().manual_seed(seed), batch, loss,
+                    evals)
     return build
 
 

@@ -19,8 +19,16 @@ bit-exact and error checks are outside both.
 ``--before FILE``: a JSON this script wrote earlier (say at the commit before a change): its
 ratios go beside the new ones.
 
+``--device cuda``: the states live on the GPU, as in training. Each save then runs the lossy
+transforms there (torch ops) and copies only their codes to the host. Besides the save and load
+clocks, each lossy mode's device transforms are timed alone (``prepare`` against the keyframe, to
+the last kernel, before any copy to the host): **transform GB/s** is the state's raw bytes over
+that time, and **peak extra GPU memory** is the most the device held above the state (and the
+test's own tensors) during it, as a multiple of the state's bytes. Loads decode to host memory.
+
     python benchmarks/lossy_speed.py [--states demo,synthetic] [--synthetic-gb 1.0]
         [--threads 1,2] [--modes lossless,excp,bitsnap,adaptive] [--repeat 2] [--before FILE]
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ from common import OUT_DIR, csv, info_markdown, machine_info, thread_counts, wri
 
 import ckptzip
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer
+from ckptzip.planning import prepare
+from ckptzip.reader import open_base
+from ckptzip.tree import flatten
 
 MODES = ("lossless", "excp", "bitsnap", "adaptive")
 STATES = ("demo", "synthetic")
@@ -128,15 +139,60 @@ def timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, fl
     return time.perf_counter() - started, time.process_time() - cpu, result
 
 
+def on_device(state: Any, device: str) -> Any:
+    """A copy of ``state`` with every tensor on ``device``."""
+    if isinstance(state, torch.Tensor):
+        return state.to(device, copy=True)
+    if isinstance(state, dict):
+        return {k: on_device(v, device) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(on_device(v, device) for v in state)
+    return state
+
+
+def device_transform(state: Any, mode: str, keyframe: Path, count: int,
+                     read_ahead: bool) -> tuple[float, int]:
+    """Seconds of ``mode``'s transforms of the device ``state`` against ``keyframe`` (to the last
+    kernel, nothing copied to the host), and the peak device bytes allocated above what was
+    allocated before. ``read_ahead``: the base's tensors are decoded to host memory before the
+    clock starts (what is left is the device's work and the base's copies to it)."""
+    base = open_base(keyframe, threads=count)
+    assert base is not None
+    try:
+        if read_ahead:
+            names = [leaf.name for leaf in flatten(state)[1] if base.tensor(leaf.name) is not None]
+            base.prefetch(names)
+            for name in names:
+                base.raw(name)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        prepared = prepare(state, mode=mode, base=base, resumed=True, threads=count)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        peak = torch.cuda.max_memory_allocated() - before
+    finally:
+        base.close()
+    del prepared
+    return seconds, peak
+
+
 def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: int,
-            modes: list[str], threads: list[int], repeat: int, workdir: Path) -> list[dict[str, Any]]:
-    """Each (mode, threads)'s save and load seconds over ``repeat`` interleaved rounds."""
+            modes: list[str], threads: list[int], repeat: int, workdir: Path,
+            device: str = "cpu") -> list[dict[str, Any]]:
+    """Each (mode, threads)'s save and load seconds over ``repeat`` interleaved rounds (and on
+    a GPU, its device transforms' seconds and peak extra memory)."""
     raw = 12 * params
     keyframe = workdir / f"{name}-keyframe.ckz"
     ckptzip.save(first, keyframe, mode="lossless")
+    if device != "cpu":
+        second = on_device(second, device)
     rows: dict[tuple[str, int], dict[str, Any]] = {
         (m, t): {"state": name, "mode": m, "threads": t, "params": params, "raw_bytes": raw,
-                 "save_s": [], "load_s": [], "save_cpu_s": [], "load_cpu_s": []}
+                 "device": device, "save_s": [], "load_s": [], "save_cpu_s": [],
+                 "load_cpu_s": [], "transform_s": [], "transform_read_s": [],
+                 "peak_extra_bytes": []}
         for m in modes for t in threads}
     for round_ in range(repeat):
         for count in threads:
@@ -152,10 +208,20 @@ def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: in
                 seconds, cpu, _ = timed(ckptzip.load, path, threads=count)
                 row["load_s"].append(seconds)
                 row["load_cpu_s"].append(cpu)
+                extra = ""
+                if device != "cpu" and mode != "lossless":
+                    seconds, peak = device_transform(second, mode, keyframe, count, True)
+                    read_s, read_peak = device_transform(second, mode, keyframe, count, False)
+                    row["transform_s"].append(seconds)
+                    row["transform_read_s"].append(read_s)
+                    row["peak_extra_bytes"].append(max(peak, read_peak))
+                    extra = (f", transforms {raw / seconds / 1e9:.2f} GB/s "
+                             f"({raw / read_s / 1e9:.2f} with the base's read), peak extra "
+                             f"{max(peak, read_peak) / raw:.2f}x")
                 print(f"{name} round {round_ + 1}: {mode:>8} x{count}: save "
                       f"{raw / row['save_s'][-1] / 1e6:7.1f} MB/s, load "
                       f"{raw / row['load_s'][-1] / 1e6:7.1f} MB/s, ratio "
-                      f"{raw / report.stored_bytes:.1f}x", file=sys.stderr, flush=True)
+                      f"{raw / report.stored_bytes:.1f}x{extra}", file=sys.stderr, flush=True)
                 path.unlink()
     return list(rows.values())
 
@@ -177,6 +243,35 @@ def speed_range(raw: int, seconds: list[float]) -> str:
     if len(rates) == 1 or rates[-1] < rates[0] * 1.005:
         return f"{statistics.median(rates):,.1f}"
     return f"{rates[0]:,.1f}-{rates[-1]:,.1f}"
+
+
+def gigabytes_range(raw: int, seconds: list[float]) -> str:
+    rates = sorted(raw / s / 1e9 for s in seconds)
+    return f"{rates[0]:.2f}" if rates[-1] < rates[0] * 1.005 else f"{rates[0]:.2f}-{rates[-1]:.2f}"
+
+
+def device_markdown(rows: list[dict[str, Any]]) -> str:
+    """The device transforms' table (a GPU run)."""
+    lines = ["Device transforms: `prepare` of the state on the GPU against the keyframe, to the "
+             "last kernel, nothing copied back. GB/s: the state's raw fp32 bytes per second, the "
+             "range over the rounds; *base read ahead*: the keyframe's tensors decoded to host "
+             "memory before the clock (the clock holds the device's work and the base's copies "
+             "to it); *with the base's read*: decoding the keyframe file inside the clock. Peak "
+             "extra: the most GPU memory allocated above the state during either, over the "
+             "state's bytes (the largest over the rounds).", "",
+             "| state | mode | threads | transform GB/s, base read ahead | with the base's read "
+             "| peak extra GPU memory | / state |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if not row["transform_s"]:
+            continue
+        raw = row["raw_bytes"]
+        peak = max(row["peak_extra_bytes"])
+        lines.append(f"| {row['state']} | {row['mode']} | {row['threads']} | "
+                     f"{gigabytes_range(raw, row['transform_s'])} | "
+                     f"{gigabytes_range(raw, row['transform_read_s'])} | "
+                     f"{peak / 1e6:,.0f} MB | {peak / raw:.2f}x |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict[str, Any]], before: dict[tuple[str, str], float]) -> str:
@@ -218,8 +313,13 @@ def main() -> None:
     parser.add_argument("--demo-delta", type=int, default=5)
     parser.add_argument("--before", type=Path,
                         help="an earlier run's JSON, or its log (the lines it prints): its ratios")
+    parser.add_argument("--device", default="cpu",
+                        help="where the states live while saved: cpu, or cuda (a GPU)")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
+    if args.device != "cpu" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA device; run on a GPU "
+                     "host or leave --device out")
     threads = sorted(set(args.threads))
     before: dict[tuple[str, str], float] = {}
     if args.before:
@@ -235,10 +335,13 @@ def main() -> None:
             else:
                 first, second, params = synthetic_states(args.synthetic_gb)
             rows += measure(name, first, second, params, args.modes, threads, args.repeat,
-                            Path(workdir))
+                            Path(workdir), args.device)
             del first, second
     text = ("## Lossy save and load speed\n\n" + info_markdown(info) + "\n\n"
+            + (f"States on `{args.device}`.\n\n" if args.device != "cpu" else "")
             + markdown(rows, before) + "\n")
+    if any(row["transform_s"] for row in rows):
+        text += "\n" + device_markdown(rows) + "\n"
     print(text)
     write_results("lossy_speed", text, {"machine": info, "rows": rows}, args.out)
 

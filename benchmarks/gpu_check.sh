@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU figures, on a CUDA host with PyTorch installed (run from the repository's root).
+#
+#   bash benchmarks/gpu_check.sh check OUT      build the extension, the CUDA tests, the lossy
+#                                               modes' device speed and memory (benchmarks/
+#                                               lossy_speed.py --device cuda), and a smoke run
+#                                               of the 106M fidelity setup
+#   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
+#                                               the 106M fidelity setup (benchmarks/fidelity.py
+#                                               --setups gpt100m-adamw): lossless, adaptive,
+#                                               ExCP and BitSnap arms, 3 seeds each, 3 at a time
+#                                               on the one GPU; no arm starts after SECONDS
+#                                               (default 420), and the run is stopped
+#                                               after LIMIT (default 500; finished arms stay)
+#
+# Everything it writes goes under OUT (logs, the results' md/json, the fidelity PNG, and
+# fidelity-work.tgz: runs.jsonl and the keyframes' metadata, which --report-only re-renders).
+set -uo pipefail
+what=${1:?check or fidelity}
+out=${2:?an output folder}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+py=${PYTHON:-python3}
+
+build() {
+    if ! ls src/ckptzip/_native*"$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" \
+            >/dev/null 2>&1; then
+        $py setup.py -q build_ext -j 16 --inplace >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    fi
+    $py -c 'import ckptzip, torch; print("ckptzip", ckptzip.__version__, "torch", torch.__version__,
+        "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))'
+}
+
+SECONDS=0
+case $what in
+check)
+    nvidia-smi -L
+    build
+    echo "== CUDA tests ($SECONDS s)"
+    $py -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_lossy.py 2>&1 \
+        | tee "$out/cuda-tests.log" | tail -5
+    echo "== lossy speed on the device ($SECONDS s)"
+    $py benchmarks/lossy_speed.py --device cuda --states synthetic --synthetic-gb 1.0 \
+        --threads "$(nproc)" --repeat 2 --out "$out" 2>&1 | tee "$out/lossy_speed-cuda.log" \
+        | grep -v "^|" | tail -40
+    echo "== fidelity smoke (106M, 2 deltas) ($SECONDS s)"
+    $py benchmarks/fidelity.py --setups gpt100m-adamw --prefix 30 --every 20 --deltas 2 \
+        --seeds 1 --arms lossless,adaptive --arm-major --work /tmp/fid-smoke \
+        --out /tmp/fid-smoke-out 2>&1 | grep -v "^|" | tail -8
+    echo "== done ($SECONDS s)"
+    ;;
+fidelity)
+    build
+    timeout "${4:-500}" $py benchmarks/fidelity.py --setups gpt100m-adamw --seeds 3 \
+        --arms lossless,adaptive,excp,bitsnap-d1,excp-a2.5e-5 --arm-major --workers 3 \
+        --stop-after "${3:-420}" --work /tmp/fid-gpu --out "$out" 2>&1 | tee "$out/fidelity-gpu.log" \
+        | grep -v "^|" | tail -30
+    tar czf "$out/fidelity-work.tgz" -C /tmp/fid-gpu runs.jsonl $(cd /tmp/fid-gpu && ls *.json)
+    echo "== done ($SECONDS s)"
+    ;;
+*)
+    echo "usage: $0 check|fidelity OUT [SECONDS [LIMIT]]" >&2
+    exit 2
+    ;;
+esac
