@@ -5,6 +5,10 @@
 #                                               modes' device speed and memory (benchmarks/
 #                                               lossy_speed.py --device cuda), and a smoke run
 #                                               of the 106M fidelity setup
+#   bash benchmarks/gpu_check.sh profile OUT    where the device transforms' time goes
+#                                               (benchmarks/probes/device_profile.py)
+#   bash benchmarks/gpu_check.sh all OUT [SECONDS [LIMIT]]
+#                                               check, profile, then fidelity if the smoke passed
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
@@ -13,12 +17,21 @@
 #                                               (default 420), and the run is stopped
 #                                               after LIMIT (default 500; finished arms stay)
 #
-# Everything it writes goes under OUT (logs, the results' md/json, the fidelity PNG, and
-# fidelity-work.tgz: runs.jsonl and the keyframes' metadata, which --report-only re-renders).
+# What it writes (logs, the results' md/json, the fidelity PNG, runs.jsonl and the keyframes'
+# metadata, which fidelity.py --report-only re-renders) is packed after each phase into
+# OUT/gpu-results.tgz, and the two result tables are copied beside it.
 set -uo pipefail
-what=${1:?check or fidelity}
-out=${2:?an output folder}
-mkdir -p "$out"
+what=${1:?check, profile, fidelity or all}
+dest=${2:?an output folder}
+out=/tmp/gpu-results
+mkdir -p "$dest" "$out"
+
+pack() {
+    cp /tmp/fid-gpu/runs.jsonl /tmp/fid-gpu/*.json "$out/" 2>/dev/null
+    tar czf "$dest/gpu-results.tgz" -C "$out" .
+    cp "$out"/lossy_speed.md "$out"/fidelity-matrix.md "$dest/" 2>/dev/null
+    return 0
+}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
 
@@ -31,9 +44,7 @@ build() {
         "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))'
 }
 
-SECONDS=0
-case $what in
-check)
+check() {
     nvidia-smi -L
     build
     echo "== CUDA tests ($SECONDS s)"
@@ -43,23 +54,46 @@ check)
     $py benchmarks/lossy_speed.py --device cuda --states synthetic --synthetic-gb 1.0 \
         --threads "$(nproc)" --repeat 2 --out "$out" 2>&1 | tee "$out/lossy_speed-cuda.log" \
         | grep -v "^|" | tail -40
+    pack
     echo "== fidelity smoke (106M, 2 deltas) ($SECONDS s)"
     $py benchmarks/fidelity.py --setups gpt100m-adamw --prefix 30 --every 20 --deltas 2 \
         --seeds 1 --arms lossless,adaptive --arm-major --work /tmp/fid-smoke \
         --out /tmp/fid-smoke-out 2>&1 | grep -v "^|" | tail -8
-    echo "== done ($SECONDS s)"
-    ;;
-fidelity)
-    build
-    timeout "${4:-500}" $py benchmarks/fidelity.py --setups gpt100m-adamw --seeds 3 \
+    test -s /tmp/fid-smoke-out/fidelity-matrix.json && grep -q '"arm": "adaptive"' /tmp/fid-smoke/runs.jsonl
+}
+
+profile() {
+    echo "== device profile ($SECONDS s)"
+    timeout 50 $py benchmarks/probes/device_profile.py --gb 0.3 >"$out/device-profile.txt" 2>&1
+    grep "^===" "$out/device-profile.txt"
+    pack
+}
+
+fidelity() {
+    echo "== fidelity, 106M ($SECONDS s)"
+    timeout "$2" $py benchmarks/fidelity.py --setups gpt100m-adamw --seeds 3 \
         --arms lossless,adaptive,excp,bitsnap-d1,excp-a2.5e-5 --arm-major --workers 3 \
-        --stop-after "${3:-420}" --work /tmp/fid-gpu --out "$out" 2>&1 | tee "$out/fidelity-gpu.log" \
+        --stop-after "$1" --work /tmp/fid-gpu --out "$out" 2>&1 | tee "$out/fidelity-gpu.log" \
         | grep -v "^|" | tail -30
-    tar czf "$out/fidelity-work.tgz" -C /tmp/fid-gpu runs.jsonl $(cd /tmp/fid-gpu && ls *.json)
-    echo "== done ($SECONDS s)"
+    pack
+}
+
+SECONDS=0
+case $what in
+check) check ;;
+profile) build; profile ;;
+fidelity) build; fidelity "${3:-420}" "${4:-500}" ;;
+all)
+    if check; then
+        profile
+        fidelity "${3:-420}" "${4:-500}"
+    else
+        echo "the smoke run failed: no fidelity run"
+    fi
     ;;
 *)
-    echo "usage: $0 check|fidelity OUT [SECONDS [LIMIT]]" >&2
+    echo "usage: $0 check|profile|fidelity|all OUT [SECONDS [LIMIT]]" >&2
     exit 2
     ;;
 esac
+echo "== done ($SECONDS s)"

@@ -284,7 +284,7 @@ def _factor(values: torch.Tensor) -> Factor:
     quantizer.set_table(table if table.size else np.zeros(1))
     context = TransformContext("<factor>")
     codes = quantizer.encode(pruned, context)
-    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).numpy()
+    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).cpu().numpy()
     return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), entropy_bits(counts))
 
 
