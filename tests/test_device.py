@@ -4,6 +4,8 @@ CUDA tests skip without a GPU."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import torch
 import ckptzip
 from ckptzip import manager as manager_module
 from ckptzip.manager import CheckpointManager
+from ckptzip.modes import factoring
 from ckptzip.planning import Prepared, prepare
 from ckptzip.reader import open_base
 from ckptzip.tree import flatten
@@ -210,3 +213,43 @@ def test_cuda_device_path_copies_less_to_the_host(tmp_path: Path) -> None:
     assert stored_host_bytes(host) < 0.3 * sum(leaf.nbytes for leaf in prepared.leaves)
     assert all(leaf.tensor.device.type == "cpu" for leaf in host.leaves)
     base.close()
+
+
+def test_factoring_loads_the_devices_linear_algebra_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every low-rank factoring first makes sure its device's linear-algebra library is loaded
+    (once, under a lock: see the CUDA test below); on the host there is nothing to load."""
+    seen: list[torch.device] = []
+    monkeypatch.setattr(factoring, "linalg_ready", seen.append)
+    generator = torch.Generator().manual_seed(5)
+    update = torch.randn(64, 4, generator=generator) @ torch.randn(4, 48, generator=generator)
+    factoring.factor_update(update, float(update.square().sum()), 0.5)
+    assert seen == [update.device]
+    factoring._LINALG_READY.clear()
+    monkeypatch.undo()
+    factoring.linalg_ready(torch.device("cpu"))
+    assert not factoring._LINALG_READY  # the host's LAPACK is linked in, not loaded lazily
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_adaptive_save_on_many_threads_in_a_fresh_process(tmp_path: Path) -> None:
+    """A fresh process's first adaptive save of CUDA tensors with low-rank updates, on 16
+    threads: their first cuSOLVER calls came at once and failed ("lazy wrapper should be called
+    at most once", pytorch/pytorch#90613) before the library was loaded ahead, under a lock."""
+    script = f"""
+import torch, ckptzip
+g = torch.Generator().manual_seed(0)
+base = {{f"w{{i}}": torch.randn(256, 192, generator=g) for i in range(16)}}
+state = {{k: (v + 1e-3 * torch.randn(256, 4, generator=g) @ torch.randn(4, 192, generator=g)).cuda()
+          for k, v in base.items()}}
+ckptzip.save(base, {str(tmp_path / "base.ckz")!r})
+ckptzip.save(state, {str(tmp_path / "delta.ckz")!r}, mode="adaptive",
+             base={str(tmp_path / "base.ckz")!r}, threads=16)
+decoded = ckptzip.load({str(tmp_path / "delta.ckz")!r})
+for k, v in state.items():
+    assert (decoded[k].double() - v.double().cpu()).norm() < 0.1 * (v.cpu() - base[k]).norm(), k
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

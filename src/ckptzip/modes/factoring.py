@@ -22,6 +22,7 @@ not: training absorbs it, even at an error the size of the update.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -297,6 +298,23 @@ def _columns(factor: Factor, rank: int) -> Factor:
                   factor.decoded[:, :rank].contiguous(), entropy_bits(counts))
 
 
+_LINALG_READY: set[torch.device] = set()
+_LINALG_LOCK = threading.Lock()
+
+
+def linalg_ready(device: torch.device) -> None:
+    """Load the linear-algebra library of ``device`` once, under a lock, before the planning
+    threads use it. PyTorch loads its CUDA one (cuSOLVER) at the first call, and two threads that
+    make their first calls at once fail with "lazy wrapper should be called at most once"
+    (pytorch/pytorch#90613): an adaptive save of CUDA tensors on 16 threads did, on an H100."""
+    if device.type == "cpu" or device in _LINALG_READY:
+        return
+    with _LINALG_LOCK:
+        if device not in _LINALG_READY:
+            torch.linalg.qr(torch.eye(2, device=device))
+            _LINALG_READY.add(device)
+
+
 def _fit_left(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """The least-squares ``U`` of ``matrix ~ U right^T`` (:func:`_solve_left`). The product
     with the matrix runs in its precision (fp32), the small solve in fp64."""
@@ -354,6 +372,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     top = min(min(matrix.shape) // 4, RANKS[-1])
     if not scale_sq > 0 or top < 1:
         return None
+    linalg_ready(matrix.device)
     if min(matrix.shape) <= EXACT_SVD_SIDE:
         right = torch.linalg.svd(matrix.double(), full_matrices=False)[2][:top].T
     else:
