@@ -285,6 +285,12 @@ def setup_named(name: str, quick: bool, shape: dict[str, int] | None) -> Setup:
                    every=shape.get("every", setup.every), deltas=shape.get("deltas", setup.deltas))
 
 
+def trained_on(task: Task) -> str:
+    """What the task's model trained on: the GPU's name, or "cpu"."""
+    device = next(task.model.parameters()).device
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def run_job(job: Job, work: Path, quick: bool,
             shape: dict[str, int] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
@@ -345,6 +351,7 @@ def run_job(job: Job, work: Path, quick: bool,
         "excp_strength": (None if job.arm.mode != "excp" or not key.v_scales else statistics.median(
             min(EXCP_CAP, options["alpha"] / s) for s in key.v_scales)),
         "seconds": time.perf_counter() - started,
+        "device": trained_on(task),
     }
 
 
@@ -489,13 +496,23 @@ def _fmt_ratio(a: dict[str, Any]) -> str:
     return text
 
 
+def where_trained(runs: list[dict[str, Any]]) -> str:
+    """Which devices the runs trained on, for the report (the machine line above it is the one
+    that rendered the report)."""
+    devices = sorted({r.get("device", "not recorded") for r in runs})
+    if devices == ["cpu"]:
+        return "Every run trained on the CPU of the machine above."
+    return ("The runs trained on: " + ", ".join(devices) + " (the machine above rendered this "
+            "report; runs made before the runs recorded their device say \"not recorded\": "
+            "their log names it).")
+
+
 def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_seeds: int,
-             missing: list[str]) -> str:
+             missing: list[str], runs: list[dict[str, Any]]) -> str:
     lines = [
         "## Fidelity matrix: training resumed from every decoded checkpoint", "",
         info_markdown(info), "",
-        "No GPU is lent to this task: every figure is from the 2-core CPU machine above, and "
-        "there is no 100M-parameter run.", "",
+        where_trained(runs), "",
         f"Per setup and seed: a lossless training prefix shared by the seed's arms, a lossless "
         f"keyframe, then 10 delta checkpoints; every arm resumes training from each checkpoint as "
         f"decoded (10 resumes). Default arms at {seeds} seeds, sweep points at {sweep_seeds}. "
@@ -627,7 +644,7 @@ def report(jobs: list[Job], work: Path, out: Path, png_out: Path, setups: list[S
         r["bits_per_param"] = 8 * statistics.mean(r["stored_bytes"]) / params
     missing = [j.key for j in jobs if j.key not in {r["key"] for r in runs}]
     summary = summarize(runs, setups)
-    text = markdown(summary, info, seeds, sweep_seeds, missing)
+    text = markdown(summary, info, seeds, sweep_seeds, missing, runs)
     print(text)
     png_out.mkdir(parents=True, exist_ok=True)
     for name, s in summary.items():
