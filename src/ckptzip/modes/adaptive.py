@@ -13,7 +13,9 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   update also carries the base's own error is stated by the caller (``resumed``), not guessed;
 * ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
   within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
-  ``|m^ - m| / |m|``, by default 0.3325, or 0.665 where both moments restart (below);
+  ``|m^ - m| / |m|``, by default 0.3325, or 0.665 where both moments restart (below). SGD's
+  ``momentum_buffer`` is coded the same way, with ``exp_avg``'s budget: SGD steps by ``lr *
+  buffer`` as Adam steps by ``lr * exp_avg / sqrt(exp_avg_sq)``;
 * ``exp_avg_sq``: quantized in the log domain with the fewest centroids that keep the relative
   error of ``sqrt(v)``, by which Adam divides, within budget. Where ``exp_avg`` is pruned it is
   kept (a second moment restarted from zero lets its element take steps many times its steady
@@ -69,7 +71,7 @@ from .common import (
     magnitude,
 )
 from .factoring import BOUND_SIGMAS, Rounding, cheapest_roundings, factor_update, grid
-from .pairing import MOMENTS, moment_key
+from .pairing import MOMENTS, MOMENTUM_ROLES, moment_key
 from .quantize import CODEBOOKS, fitted
 
 STATES = ("weight", *MOMENTS)
@@ -172,6 +174,8 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
 
 class AdaptivePolicy(JointPolicy):
     mode = "adaptive"
+    #: SGD's momentum buffer is coded as a first moment, like ``exp_avg``.
+    state_roles = MOMENTUM_ROLES
 
     def __init__(self, error_budget: float | Mapping[str, float] | None = None,
                  pairing: Mapping[str, int] | None = None,

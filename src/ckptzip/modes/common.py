@@ -10,7 +10,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf
 from .pairing import (
+    ADAM_ROLES,
     Group,
     group_state,
     lossy_candidate,
@@ -220,6 +221,9 @@ class JointPolicy(LosslessPolicy):
     tensor names (``model.ema.*``) kept bit-exact whatever the scope.
     """
 
+    #: The per-parameter optimizer states the mode codes lossy, and the moment each stands for.
+    state_roles: ClassVar[Mapping[str, str]] = ADAM_ROLES
+
     @property
     def reads_v_base(self) -> bool:
         """Whether :meth:`groups` reads the base's ``exp_avg_sq`` too (the base's tensors are
@@ -292,7 +296,7 @@ class JointPolicy(LosslessPolicy):
         """Raise :class:`ConfigError` now if an explicit ``pairing`` does not fit the state (a
         caller that plans later, in the background, asks first)."""
         if self.pairing is not None:
-            group_state(leaves, self.pairing, self.mode)
+            group_state(leaves, self.pairing, self.mode, self.state_roles)
 
     def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
         """Look at every group before any is planned (what holds for the whole checkpoint);
@@ -314,18 +318,19 @@ class JointPolicy(LosslessPolicy):
 
     def _warn_unhandled(self, leaves: list[Leaf]) -> None:
         """Warn, naming them, of per-parameter optimizer states the mode does not know (an SGD
-        momentum buffer, Adafactor's factored moments): they stay lossless."""
+        momentum buffer outside the adaptive mode, Adafactor's factored moments): they stay
+        lossless."""
         unknown: dict[str, list[str]] = {}
         for leaf in leaves:
             key = optimizer_state_key(leaf)
-            if key is not None and key not in ("exp_avg", "exp_avg_sq") and lossy_candidate(leaf):
+            if key is not None and key not in self.state_roles and lossy_candidate(leaf):
                 unknown.setdefault(key, []).append(leaf.name)
         if unknown:
             listed = "; ".join(f"{key} ({len(names)}: {', '.join(names[:2])}"
                                f"{', ...' if len(names) > 2 else ''})" for key, names in unknown.items())
-            warnings.warn(f"ckptzip mode {self.mode!r} knows Adam's exp_avg and exp_avg_sq only; "
-                          f"these optimizer states stay lossless: {listed}",
-                          UnhandledStateWarning, stacklevel=5)
+            known = " and ".join(self.state_roles)
+            warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
+                          f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
 
     def groups(self, leaves: list[Leaf], base: Base,
                plans: dict[int, Encoded | Exact]) -> list[GroupValues]:
@@ -334,7 +339,7 @@ class JointPolicy(LosslessPolicy):
         scope or ``keep_exact`` leaves out, and groups with NaN or infinite values (here or in
         the base), with a :class:`NonFiniteWarning`."""
         finite = []
-        for group in group_state(leaves, self.pairing, self.mode):
+        for group in group_state(leaves, self.pairing, self.mode, self.state_roles):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
                 continue  # a weight no Adam moment pairs with: outside the scope, lossless
             for role in ("weight", "exp_avg", "exp_avg_sq"):

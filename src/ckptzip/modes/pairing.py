@@ -23,6 +23,12 @@ from ..errors import ConfigError
 from ..tree import Leaf
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
+#: The per-parameter optimizer states a mode codes lossy, by their key in the optimizer's state,
+#: and the moment each stands for in its weight's :class:`Group`: Adam's two moments.
+ADAM_ROLES: Mapping[str, str] = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}
+#: Adam's moments and SGD's momentum buffer, as the first moment: SGD steps by ``lr * buffer``
+#: as Adam steps by ``lr * exp_avg / sqrt(exp_avg_sq)`` (the adaptive mode).
+MOMENTUM_ROLES: Mapping[str, str] = {**ADAM_ROLES, "momentum_buffer": "exp_avg"}
 #: Float tensors smaller than this stay lossless: nothing to gain, and statistics are meaningless.
 MIN_LOSSY_ELEMENTS = 16
 
@@ -42,13 +48,14 @@ class Group:
     param_id: int | None = None
 
 
-def _moment_of(leaf: Leaf) -> tuple[tuple[object, ...], int, str] | None:
+def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
+               ) -> tuple[tuple[object, ...], int, str] | None:
     """``(optimizer root path, parameter index, moment)`` for a leaf like
-    ``optimizer.state.3.exp_avg``."""
-    path = leaf.path
-    if len(path) >= 3 and path[-1] in MOMENTS and path[-3] == "state" and type(path[-2]) is int:
-        return path[:-3], path[-2], str(path[-1])
-    return None
+    ``optimizer.state.3.exp_avg`` whose state key ``roles`` names (the moment: its role)."""
+    key = optimizer_state_key(leaf)
+    if key is None or key not in roles:
+        return None
+    return leaf.path[:-3], leaf.path[-2], roles[key]
 
 
 #: How deep :func:`second_moment_betas` looks for optimizer state dicts.
@@ -112,12 +119,14 @@ def lossy_candidate(leaf: Leaf) -> bool:
     return leaf.dtype.kind == "float" and leaf.numel >= MIN_LOSSY_ELEMENTS
 
 
-def group_state(leaves: list[Leaf], pairing: Mapping[str, int] | None, mode: str) -> list[Group]:
-    """Every lossy-coded tensor of the state, grouped as weight + moments where possible."""
+def group_state(leaves: list[Leaf], pairing: Mapping[str, int] | None, mode: str,
+                roles: Mapping[str, str] = ADAM_ROLES) -> list[Group]:
+    """Every lossy-coded tensor of the state, grouped as weight + moments where possible (the
+    optimizer states ``roles`` names are the moments)."""
     states: dict[int, Group] = {}
     roots: set[tuple[object, ...]] = set()
     for index, leaf in enumerate(leaves):
-        found = _moment_of(leaf)
+        found = _moment_of(leaf, roles)
         if found is None or not lossy_candidate(leaf):
             continue
         root, param_id, moment = found
