@@ -499,7 +499,9 @@ def _fmt_ratio(a: dict[str, Any]) -> str:
 def where_trained(runs: list[dict[str, Any]]) -> str:
     """Which devices the runs trained on, for the report (the machine line above it is the one
     that rendered the report)."""
-    devices = sorted({r.get("device", "not recorded") for r in runs})
+    # a CPU setup trains on the CPU by construction (runs before the field existed lack it)
+    devices = sorted({r.get("device", "cpu" if r["setup"] in SETUPS else "not recorded")
+                      for r in runs})
     if devices == ["cpu"]:
         return "Every run trained on the CPU of the machine above."
     return ("The runs trained on: " + ", ".join(devices) + " (the machine above rendered this "
