@@ -285,3 +285,43 @@ def test_a_local_delta_never_fetches_a_remote_base_its_header_names(tmp_path) ->
     completed = subprocess.run([sys.executable, "-m", "ckptzip.cli", "inspect", str(local)],
                                capture_output=True, text=True)
     assert "remote, not followed" in completed.stdout + completed.stderr
+
+
+def test_a_base_given_its_decoded_bytes_decodes_nothing(tmp_path: Path, monkeypatch) -> None:
+    """A caller that holds what a base decodes to (it just loaded it) hands those bytes to the
+    base with ``Base.cache``: the delta saved and loaded against it is the one the file base
+    gives, and no chunk of the chain under it is decoded. Bytes of the wrong size are refused."""
+    from ckptzip.chain import Base
+    from ckptzip.errors import BaseMismatchError
+    from ckptzip.reader import CheckpointFile, FileBase
+    from ckptzip.tree import flatten
+
+    states = training_states(30, 5)[:3]
+    paths = [tmp_path / f"step-{i}.ckz" for i in range(3)]
+    ckptzip.save(states[0], paths[0])
+    ckptzip.save(states[1], paths[1], base=paths[0])
+    decoded = ckptzip.load(paths[1])
+    ckptzip.save(states[2], tmp_path / "plain.ckz", base=paths[1])
+
+    def warm() -> Base:
+        base = FileBase(CheckpointFile.open(paths[1]), owned=True)
+        for leaf in flatten(decoded)[1]:
+            if base.tensor(leaf.name) is not None:
+                base.cache(leaf.name, leaf.host_bytes().copy())
+        return base
+
+    decodes: list[str] = []
+    real = CheckpointFile.read_leaves
+    monkeypatch.setattr(CheckpointFile, "read_leaves",
+                        lambda self, indices, **kw: decodes.append(self.name) or real(self, indices, **kw))
+    ckptzip.save(states[2], paths[2], base=warm())
+    assert_states_equal(states[2], ckptzip.load(paths[2], base=warm()))
+    assert not any(Path(name).name in (paths[0].name, paths[1].name) for name in decodes), decodes
+    assert paths[2].read_bytes() == (tmp_path / "plain.ckz").read_bytes()
+    base = FileBase(CheckpointFile.open(paths[1]), owned=True)
+    name = next(leaf.name for leaf in flatten(decoded)[1] if base.tensor(leaf.name) is not None)
+    with pytest.raises(BaseMismatchError, match="raw bytes"):
+        base.cache(name, np.zeros(3, np.uint8))
+    with pytest.raises(BaseMismatchError, match="no such tensor"):
+        base.cache("no.such.tensor", np.zeros(3, np.uint8))
+    base.close()

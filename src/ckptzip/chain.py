@@ -59,6 +59,20 @@ class Base(ABC):
         """Have the raw bytes of these base tensors at hand before :meth:`raw` asks for them one
         by one (a file decodes them in one parallel pass)."""
 
+    def cache(self, name: str, data: np.ndarray) -> None:
+        """Take ``data`` as the raw bytes of ``name`` (uint8, C order), decoded elsewhere: a
+        caller that holds what this base decodes to (it just loaded it) spares the decode."""
+        found = self.tensor(name)
+        if found is None or data.dtype != np.uint8 or data.ndim != 1 or (
+                data.size != found.dtype.itemsize * math.prod(found.shape)):
+            raise BaseMismatchError(
+                f"base {self.location or '<memory>'}: {name}: "
+                + ("it holds no such tensor" if found is None else
+                   f"{data.size} bytes given as its decoded bytes, for {found.dtype.name} "
+                   f"{list(found.shape)}") + ": pass the raw bytes (uint8, 1-D) of the tensor "
+                "this base decodes to")
+        self._cache[name] = data
+
     def raw(self, name: str) -> np.ndarray:
         """The base tensor's raw bytes (uint8, C order); decoded once, then cached."""
         if name not in self._cache:
