@@ -8,7 +8,9 @@
 #   bash benchmarks/gpu_check.sh profile OUT    where the device transforms' time goes
 #                                               (benchmarks/probes/device_profile.py)
 #   bash benchmarks/gpu_check.sh all OUT [SECONDS [LIMIT]]
-#                                               check, profile, then fidelity if the smoke passed
+#                                               check, then fidelity if the smoke passed (one
+#                                               lease of 15 minutes: `all OUT 300 400`, about
+#                                               560 s in all)
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
@@ -85,7 +87,6 @@ profile) build; profile ;;
 fidelity) build; fidelity "${3:-420}" "${4:-500}" ;;
 all)
     if check; then
-        profile
         fidelity "${3:-420}" "${4:-500}"
     else
         echo "the smoke run failed: no fidelity run"
