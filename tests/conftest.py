@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from .s3server import SeaweedS3, unavailable_reason
+
+# the command line tunes glibc's malloc for its own process (ckptzip.allocator); tests call it
+# in pytest's process, whose allocator (and the memory tests' RSS) must stay the system's
+os.environ.setdefault("CKPTZIP_MALLOC", "system")
 
 
 @pytest.fixture(scope="session")

@@ -221,3 +221,39 @@ def test_verbose_shows_each_tensor(tmp_path: Path, model_file: Path, capsys) -> 
                  str(tmp_path / "b.pt")]) == 0
     line = next(line for line in capsys.readouterr().err.splitlines() if "model.w:" in line)
     assert "float32 300x200, 240,000 -> " in line and ", error mse=" in line and "rel=" in line
+
+
+def test_the_command_tunes_malloc_for_its_own_process(tmp_path, monkeypatch) -> None:
+    """ckptzip's command line sets glibc's malloc to keep what it frees (ckptzip.allocator),
+    unless CKPTZIP_MALLOC=system; the library leaves a user's process alone."""
+    import ckptzip.cli as cli
+
+    calls: list[int] = []
+    monkeypatch.setattr(cli, "tune_malloc", lambda: calls.append(1) or True)
+    path = tmp_path / "a.ckz"
+    ckptzip.save({"w": torch.zeros(4)}, path)
+    monkeypatch.delenv("CKPTZIP_MALLOC", raising=False)
+    assert main(["inspect", str(path)]) == 0 and calls == [1]
+    monkeypatch.setenv("CKPTZIP_MALLOC", "system")
+    assert main(["inspect", str(path)]) == 0 and calls == [1]
+    ckptzip.save({"w": torch.ones(4)}, tmp_path / "b.ckz", mode="adaptive", base=path)
+    assert calls == [1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_tune_malloc_sets_glibc_and_the_process_still_works() -> None:
+    """In a process of its own (it is process-wide): mallopt accepts every setting, and a lossy
+    save and load run as before."""
+    script = (
+        "import ckptzip, torch, platform\n"
+        "tuned = ckptzip.tune_malloc()\n"
+        "assert tuned == (platform.libc_ver()[0] == 'glibc'), tuned\n"
+        "state = {'w': torch.randn(256, 256)}\n"
+        "base = ckptzip.dumps(state)\n"
+        "state['w'] += 1e-3 * torch.randn(256, 256)\n"
+        "out = ckptzip.loads(ckptzip.dumps(state, mode='adaptive', base=base), base=base)\n"
+        "assert (out['w'] - state['w']).norm() < 1e-3 * 256\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

