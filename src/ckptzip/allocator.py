@@ -8,9 +8,9 @@ to flush its TLB, and that is costly in a virtual machine.
 
 On this project's 2-core VM, the adaptive transforms of a 0.3 GB state spent 0.3-1.5 s of
 system time on one thread and 2.2-3.5 s on two. :func:`tune_malloc` keeps freed memory in one
-heap for reuse, and the system time on two threads falls to 0.1-0.5 s. In the same runs, lossy
-saves on two threads ran 20-45% faster, and ExCP's and BitSnap's loads on two threads about
-twice as fast (docs/BENCHMARKS.md §7).
+heap for reuse, and the system time on two threads falls to 0.1-0.5 s. In interleaved runs,
+lossy saves on two threads ran about a third faster (the middles of the ranges), and ExCP's and
+BitSnap's loads on two threads about twice as fast (docs/BENCHMARKS.md §7).
 
 It changes the whole process's allocator: the process keeps the memory it frees (its peak
 temporary memory, not the state's size) and all threads share one arena. So ckptzip's own
