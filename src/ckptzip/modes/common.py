@@ -328,7 +328,7 @@ class JointPolicy(LosslessPolicy):
         if unknown:
             listed = "; ".join(f"{key} ({len(names)}: {', '.join(names[:2])}"
                                f"{', ...' if len(names) > 2 else ''})" for key, names in unknown.items())
-            known = " and ".join(self.state_roles)
+            known = ", ".join(self.state_roles)
             warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
                           f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
 
