@@ -9,8 +9,8 @@
 #                                               (benchmarks/probes/device_profile.py)
 #   bash benchmarks/gpu_check.sh all OUT [SECONDS [LIMIT]]
 #                                               check, then fidelity if the smoke passed (one
-#                                               lease of 15 minutes: `all OUT 300 400`, about
-#                                               560 s in all)
+#                                               lease of 15 minutes: `all OUT 280 380`, at most
+#                                               about 575 s in all)
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
