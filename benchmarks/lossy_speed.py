@@ -28,7 +28,7 @@ test's own tensors) during it, as a multiple of the state's bytes. Loads decode 
 
     python benchmarks/lossy_speed.py [--states demo,synthetic] [--synthetic-gb 1.0]
         [--threads 1,2] [--modes lossless,excp,bitsnap,adaptive] [--repeat 2] [--before FILE]
-        [--device cuda]
+        [--device cuda] [--tune-malloc]
 """
 
 from __future__ import annotations
@@ -313,6 +313,8 @@ def main() -> None:
     parser.add_argument("--demo-delta", type=int, default=5)
     parser.add_argument("--before", type=Path,
                         help="an earlier run's JSON, or its log (the lines it prints): its ratios")
+    parser.add_argument("--tune-malloc", action="store_true",
+                        help="call ckptzip.tune_malloc() first, as the ckptzip command does")
     parser.add_argument("--device", default="cpu",
                         help="where the states live while saved: cpu, or cuda (a GPU)")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
@@ -320,6 +322,8 @@ def main() -> None:
     if args.device != "cpu" and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: this machine has no CUDA device; run on a GPU "
                      "host or leave --device out")
+    if args.tune_malloc and not ckptzip.tune_malloc():
+        parser.error("--tune-malloc: this process's C library is not glibc")
     threads = sorted(set(args.threads))
     before: dict[tuple[str, str], float] = {}
     if args.before:

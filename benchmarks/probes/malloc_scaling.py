@@ -1,18 +1,23 @@
-"""Where a lossy save's second thread goes: wall, user and system seconds of ``prepare`` (the
-lossy transforms) of lossy_speed.py's synthetic delta on 1 and 2 threads, glibc's malloc as the
-process found it or tuned first (``--tuned``: :func:`ckptzip.tune_malloc`).
+"""Where a lossy save's time goes besides its arithmetic: wall, user and system seconds of
+``prepare`` (the lossy transforms) of a delta on 1 and 2 threads, glibc's malloc as the process
+found it or tuned first (``--tuned``: :func:`ckptzip.tune_malloc`). The state is lossy_speed.py's
+synthetic one (tensors up to 32 MB), or with ``--square N`` four N x N weights and their AdamW
+moments (a 4096 x 4096 fp32 weight is 64 MB: past glibc's largest mmap threshold).
 
-    python benchmarks/probes/malloc_scaling.py [--gb 0.3] [--mode adaptive] [--rounds 3] [--tuned]
+    python benchmarks/probes/malloc_scaling.py [--gb 0.3 | --square 4096] [--mode adaptive]
+        [--rounds 3] [--tuned]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,18 +29,46 @@ from ckptzip.planning import prepare
 from ckptzip.reader import open_base
 
 
+def square_states(side: int, count: int = 4) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """``count`` side x side weights with AdamW's moments after 3 steps and after 2 more, the
+    gradients a rank-8 product plus noise (as lossy_speed.py's)."""
+    generator = torch.Generator().manual_seed(0)
+    params = {f"w{i}": torch.nn.Parameter(0.02 * torch.randn(side, side, generator=generator))
+              for i in range(count)}
+    optimizer = torch.optim.AdamW(list(params.values()), lr=3e-4)
+
+    def step() -> None:
+        for p in params.values():
+            low = torch.randn(side, 8, generator=generator) @ torch.randn(8, side, generator=generator)
+            p.grad = 1e-3 * (low / 8**0.5 + 0.3 * torch.randn(side, side, generator=generator))
+        optimizer.step()
+
+    def state() -> dict[str, Any]:
+        return copy.deepcopy({"model": {k: v.detach() for k, v in params.items()},
+                              "optimizer": optimizer.state_dict()})
+
+    for _ in range(3):
+        step()
+    first = state()
+    for _ in range(2):
+        step()
+    return first, state(), count * side * side
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=0.3)
     parser.add_argument("--mode", default="adaptive")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--square", type=int, help="four N x N weights instead")
     parser.add_argument("--tuned", action="store_true", help="call ckptzip.tune_malloc() first")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.tuned:
         print("tune_malloc:", ckptzip.tune_malloc())
-    first, second, _ = lossy_speed.synthetic_states(args.gb)
+    first, second, params = (square_states(args.square) if args.square
+                        else lossy_speed.synthetic_states(args.gb))
     with tempfile.TemporaryDirectory() as work:
         keyframe = Path(work) / "keyframe.ckz"
         ckptzip.save(first, keyframe)
@@ -47,7 +80,8 @@ def main() -> None:
                 wall, after = time.perf_counter() - started, os.times()
                 if base is not None:
                     base.close()
-                print(f"{args.mode} on {threads} threads: wall {wall:.2f} s, user "
+                print(f"{args.mode} on {threads} threads: {12 * params / wall / 1e6:.0f} MB/s, "
+                      f"wall {wall:.2f} s, user "
                       f"{after.user - before.user:.2f} s, system {after.system - before.system:.2f} s")
 
 

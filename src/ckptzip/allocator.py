@@ -1,24 +1,25 @@
 """glibc's malloc, set for ckptzip's lossy transforms: an opt-in, process-wide tuning.
 
 A lossy save makes and drops many temporary tensors the size of a weight. glibc serves each
-large one with a fresh ``mmap`` and returns it to the system when it is freed (its threshold
-adapts only up to 32 MB, and each thread gets an arena of its own). Each allocation then pays
-page faults. When two threads do this at once, each ``munmap`` also interrupts the other core
-to flush its TLB, and that is costly in a virtual machine.
+one of 32 MB or more (a 4096 x 4096 fp32 weight is 64 MB) with a fresh ``mmap``, and returns it
+to the system when it is freed; each thread also gets an arena of its own. Each such allocation
+then pays its page faults. When two threads do this at once, each ``munmap`` also interrupts the
+other core to flush its TLB, which is costly in a virtual machine.
 
-On this project's 2-core VM, the adaptive transforms of a 0.3 GB state spent 0.3-1.5 s of
-system time on one thread and 2.2-3.5 s on two. :func:`tune_malloc` keeps freed memory in one
-heap for reuse, and the system time on two threads falls to 0.1-0.5 s. In interleaved runs,
-lossy saves on two threads ran about a third faster (the middles of the ranges), and ExCP's and
-BitSnap's loads on two threads about twice as fast (docs/BENCHMARKS.md §7).
+On this project's 2-core VM, the adaptive transforms of four 4096 x 4096 weights and their
+moments spent 8-12 s in the kernel against 9 s of user time under glibc's defaults.
+:func:`tune_malloc` serves every block from one heap and keeps freed memory there for reuse.
+The kernel time then fell to 0.2-1.6 s, and the transforms ran about twice as fast on 1 and on 2
+threads. On a state of smaller tensors (up to 32 MB), lossy saves on 2 threads ran 35-62% faster
+(docs/BENCHMARKS.md §7).
 
-It changes the whole process's allocator: the process keeps the memory it frees (its peak
-temporary memory, not the state's size) and all threads share one arena. So ckptzip's own
+It changes the whole process's allocator: the process keeps the memory it frees (it stays at
+its peak) and all threads share one arena. So ckptzip's own
 command line calls it, and a library user chooses. In a training process, call it before
 training starts. Or set the same values in the environment before the process starts; glibc
 reads them itself::
 
-    MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=33554432 \\
+    MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_MMAP_THRESHOLD_=33554432 \\
     MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456 python train.py
 """
 
@@ -28,15 +29,17 @@ import ctypes
 import ctypes.util
 import sys
 
-#: ``mallopt`` parameters (glibc's ``malloc.h``) and the values set: freed memory stays in the
-#: heap for reuse (trim threshold 1 GiB, top pad 256 MiB); blocks up to 32 MiB come from the
-#: heap, not from fresh mappings; one arena for every thread.
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8
-SETTINGS = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 256 << 20,
-            M_ARENA_MAX: 1}
+#: ``mallopt`` parameters (glibc's ``malloc.h``) and the values set: every block comes from the
+#: heap, none from a fresh mapping (mmap max 0: glibc's threshold stops at 32 MiB, and a 4096 x
+#: 4096 fp32 weight is 64 MiB); freed memory stays in the heap for reuse (trim threshold 1 GiB,
+#: top pad 256 MiB); one arena for every thread.
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -2, -3, -4, -8
+SETTINGS = {M_MMAP_MAX: 0, M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30,
+            M_TOP_PAD: 256 << 20, M_ARENA_MAX: 1}
 #: The same values as the environment variables glibc reads at start-up.
-ENVIRONMENT = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-               "MALLOC_TOP_PAD_": str(256 << 20), "MALLOC_ARENA_MAX": "1"}
+ENVIRONMENT = {"MALLOC_MMAP_MAX_": "0", "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+               "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(256 << 20),
+               "MALLOC_ARENA_MAX": "1"}
 
 
 def tune_malloc() -> bool:

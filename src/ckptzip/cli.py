@@ -57,7 +57,7 @@ Loading never runs code: .ckz holds no pickle. Inputs in torch.save format are r
 torch.load(weights_only=True).
 
 The command sets glibc's malloc to keep and reuse the memory it frees (ckptzip.tune_malloc):
-lossy saves on two threads ran about a third faster for it. CKPTZIP_MALLOC=system does not.
+lossy saves of large tensors ran up to twice as fast for it. CKPTZIP_MALLOC=system does not.
 """
 
 
