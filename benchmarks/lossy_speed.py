@@ -7,7 +7,9 @@ timed; a lossy mode's first checkpoint is lossless anyway):
   ``--demo-steps`` steps, the delta after ``--demo-delta`` more;
 * ``synthetic``: a GPT-shaped state of at least ``--synthetic-gb`` of raw fp32 weights plus both
   Adam moments, stepped by AdamW with synthetic gradients (a low-rank part plus noise, as real
-  updates between checkpoints are close to low rank).
+  updates between checkpoints are close to low rank);
+* ``square`` (not by default): four ``--square`` x ``--square`` weights (4096: 64 MB tensors, an
+  LLM's) with their moments, stepped the same way.
 
 Per state, mode and thread count: save and load MB/s, where MB is the raw fp32 bytes of the full
 state (weights and both moments, 12 bytes a parameter), and the ratio of those bytes to the stored
@@ -57,7 +59,7 @@ from ckptzip.reader import open_base
 from ckptzip.tree import flatten
 
 MODES = ("lossless", "excp", "bitsnap", "adaptive")
-STATES = ("demo", "synthetic")
+STATES = ("demo", "synthetic", "square")
 #: The synthetic state's shape: a GPT block of width W holds 12 W^2 weights (attention 4 W^2,
 #: MLP 8 W^2), plus biases and norms; the vocabulary's embedding is tied.
 SYNTHETIC_WIDTH = 1024
@@ -130,6 +132,37 @@ def synthetic_states(gigabytes: float, seed: int = 0) -> tuple[dict[str, Any], d
     for _ in range(2):
         step()
     return first, state(), sum(p.numel() for p in params.values())
+
+
+def square_states(side: int, count: int = 4) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """``count`` side x side weights with AdamW's moments after 3 steps and after 2 more, the
+    gradients a rank-``GRADIENT_RANK`` product plus noise: tensors of an LLM's size (a 4096 x
+    4096 fp32 weight is 64 MB), where the synthetic state's are at most 32 MB."""
+    import copy
+
+    generator = torch.Generator().manual_seed(0)
+    params = {f"w{i}": torch.nn.Parameter(0.02 * torch.randn(side, side, generator=generator))
+              for i in range(count)}
+    optimizer = torch.optim.AdamW(list(params.values()), lr=3e-4)
+
+    def step() -> None:
+        for p in params.values():
+            low = torch.randn(side, GRADIENT_RANK, generator=generator) @ torch.randn(
+                GRADIENT_RANK, side, generator=generator)
+            p.grad = 1e-3 * (low / GRADIENT_RANK**0.5
+                             + GRADIENT_NOISE * torch.randn(side, side, generator=generator))
+        optimizer.step()
+
+    def state() -> dict[str, Any]:
+        return copy.deepcopy({"model": {k: v.detach() for k, v in params.items()},
+                              "optimizer": optimizer.state_dict()})
+
+    for _ in range(3):
+        step()
+    first = state()
+    for _ in range(2):
+        step()
+    return first, state(), count * side * side
 
 
 def timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, float, Any]:
@@ -303,12 +336,15 @@ def markdown(rows: list[dict[str, Any]], before: dict[tuple[str, str], float]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--states", type=csv(list(STATES)), default=list(STATES))
+    parser.add_argument("--states", type=csv(list(STATES)), default=["demo", "synthetic"],
+                        help="demo, synthetic (the scoreboard's two) and square")
     parser.add_argument("--modes", type=csv(list(MODES)), default=list(MODES))
     parser.add_argument("--threads", type=thread_counts, default=[1, os.cpu_count() or 1],
                         help="thread counts (default: 1 and all cores)")
     parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds")
     parser.add_argument("--synthetic-gb", type=float, default=1.0)
+    parser.add_argument("--square", type=int, default=4096,
+                        help="the square state's side: four N x N weights (default 4096)")
     parser.add_argument("--demo-steps", type=int, default=20)
     parser.add_argument("--demo-delta", type=int, default=5)
     parser.add_argument("--before", type=Path,
@@ -336,6 +372,8 @@ def main() -> None:
             torch.set_num_threads(os.cpu_count() or 1)
             if name == "demo":
                 first, second, params = demo_states(args.demo_steps, args.demo_delta)
+            elif name == "square":
+                first, second, params = square_states(args.square)
             else:
                 first, second, params = synthetic_states(args.synthetic_gb)
             rows += measure(name, first, second, params, args.modes, threads, args.repeat,

@@ -11,13 +11,11 @@ moments (a 4096 x 4096 fp32 weight is 64 MB: past glibc's largest mmap threshold
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -27,32 +25,6 @@ import lossy_speed
 import ckptzip
 from ckptzip.planning import prepare
 from ckptzip.reader import open_base
-
-
-def square_states(side: int, count: int = 4) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """``count`` side x side weights with AdamW's moments after 3 steps and after 2 more, the
-    gradients a rank-8 product plus noise (as lossy_speed.py's)."""
-    generator = torch.Generator().manual_seed(0)
-    params = {f"w{i}": torch.nn.Parameter(0.02 * torch.randn(side, side, generator=generator))
-              for i in range(count)}
-    optimizer = torch.optim.AdamW(list(params.values()), lr=3e-4)
-
-    def step() -> None:
-        for p in params.values():
-            low = torch.randn(side, 8, generator=generator) @ torch.randn(8, side, generator=generator)
-            p.grad = 1e-3 * (low / 8**0.5 + 0.3 * torch.randn(side, side, generator=generator))
-        optimizer.step()
-
-    def state() -> dict[str, Any]:
-        return copy.deepcopy({"model": {k: v.detach() for k, v in params.items()},
-                              "optimizer": optimizer.state_dict()})
-
-    for _ in range(3):
-        step()
-    first = state()
-    for _ in range(2):
-        step()
-    return first, state(), count * side * side
 
 
 def main() -> None:
@@ -67,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.tuned:
         print("tune_malloc:", ckptzip.tune_malloc())
-    first, second, params = (square_states(args.square) if args.square
+    first, second, params = (lossy_speed.square_states(args.square) if args.square
                         else lossy_speed.synthetic_states(args.gb))
     with tempfile.TemporaryDirectory() as work:
         keyframe = Path(work) / "keyframe.ckz"
