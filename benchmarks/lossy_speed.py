@@ -88,7 +88,6 @@ def synthetic_states(gigabytes: float, seed: int = 0) -> tuple[dict[str, Any], d
     """A GPT-shaped state of at least ``gigabytes`` of fp32 weights and Adam moments, after 3
     AdamW steps and after 2 more, with gradients that are a random rank-``GRADIENT_RANK``
     product plus noise."""
-    import copy
 
     generator = torch.Generator().manual_seed(seed)
     width = SYNTHETIC_WIDTH
@@ -108,7 +107,16 @@ def synthetic_states(gigabytes: float, seed: int = 0) -> tuple[dict[str, Any], d
             params[name] = torch.nn.Parameter(torch.ones(shape))
         else:
             params[name] = torch.nn.Parameter(0.02 * torch.randn(shape, generator=generator))
-    optimizer = torch.optim.AdamW(list(params.values()), lr=3e-4, weight_decay=0.1)
+    return stepped_states(params, torch.optim.AdamW(list(params.values()), lr=3e-4,
+                                                    weight_decay=0.1), generator)
+
+
+def stepped_states(params: dict[str, torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+                   generator: torch.Generator) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The full state (deep copies) after 3 optimizer steps and after 2 more, each gradient a
+    random rank-``GRADIENT_RANK`` product (matrices) plus ``GRADIENT_NOISE`` of noise, times
+    1e-3; and the parameter count."""
+    import copy
 
     def step() -> None:
         for p in params.values():
@@ -138,31 +146,10 @@ def square_states(side: int, count: int = 4) -> tuple[dict[str, Any], dict[str, 
     """``count`` side x side weights with AdamW's moments after 3 steps and after 2 more, the
     gradients a rank-``GRADIENT_RANK`` product plus noise: tensors of an LLM's size (a 4096 x
     4096 fp32 weight is 64 MB), where the synthetic state's are at most 32 MB."""
-    import copy
-
     generator = torch.Generator().manual_seed(0)
     params = {f"w{i}": torch.nn.Parameter(0.02 * torch.randn(side, side, generator=generator))
               for i in range(count)}
-    optimizer = torch.optim.AdamW(list(params.values()), lr=3e-4)
-
-    def step() -> None:
-        for p in params.values():
-            low = torch.randn(side, GRADIENT_RANK, generator=generator) @ torch.randn(
-                GRADIENT_RANK, side, generator=generator)
-            p.grad = 1e-3 * (low / GRADIENT_RANK**0.5
-                             + GRADIENT_NOISE * torch.randn(side, side, generator=generator))
-        optimizer.step()
-
-    def state() -> dict[str, Any]:
-        return copy.deepcopy({"model": {k: v.detach() for k, v in params.items()},
-                              "optimizer": optimizer.state_dict()})
-
-    for _ in range(3):
-        step()
-    first = state()
-    for _ in range(2):
-        step()
-    return first, state(), count * side * side
+    return stepped_states(params, torch.optim.AdamW(list(params.values()), lr=3e-4), generator)
 
 
 def timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, float, Any]:
