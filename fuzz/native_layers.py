@@ -24,7 +24,7 @@ NATIVE = Path(__file__).resolve().parent.parent / "src" / "ckptzip" / "_native"
 LAYERS: dict[str, int] = {
     "common": 0,
     "memory": 1, "hist": 1, "crc32c": 1, "planes": 1, "residual": 1, "dither": 1,
-    "quantize": 1, "sparse": 1, "ratio": 1, "masks": 1,
+    "quantize": 1, "sparse": 1, "ratio": 1, "masks": 1, "search": 1,
     "huff": 2, "rans": 2,
     "stream": 3,
     "ctx": 4, "ctx_internal": 4, "ctx_encode": 4, "ctx_decode": 4, "ctx_format2": 4,

@@ -56,6 +56,57 @@ def test_lloyd_matches_brute_force_and_is_exact_on_few_values():
     assert np.array_equal(lloyd_sorted(few, 15).centroids, [-1.0, 2.0, 3.0, 7.0])
 
 
+def numpy_lloyd_sorted(values: np.ndarray, k: int, iterations: int = 40) -> tuple:
+    """The numpy fit the native one replaced (session 18): its centroids, counts and sse."""
+    n = values.size
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    squares = np.concatenate([[0.0], np.cumsum(values * values)])
+    bulk = k - k // 2
+    picks = ((np.arange(bulk) + 0.5) * n / bulk).astype(np.int64).clip(max=n - 1)
+    spread = np.linspace(values[0], values[-1], k // 2 + 2)[1:-1]
+    centroids = np.unique(np.concatenate([values[picks], spread]))
+
+    def edges_of(centroids: np.ndarray) -> np.ndarray:
+        inner = np.searchsorted(values, (centroids[1:] + centroids[:-1]) / 2, side="right")
+        return np.concatenate([[0], inner, [n]])
+
+    for _ in range(iterations):
+        edges = edges_of(centroids)
+        counts = np.diff(edges)
+        keep = counts > 0
+        means = (sums[edges[1:]] - sums[edges[:-1]])[keep] / counts[keep]
+        if means.size == centroids.size and np.array_equal(means, centroids):
+            break
+        centroids = means
+    edges = edges_of(centroids)
+    counts = np.diff(edges)
+    s1 = sums[edges[1:]] - sums[edges[:-1]]
+    s2 = squares[edges[1:]] - squares[edges[:-1]]
+    sse = float(max((s2 - 2 * centroids * s1 + counts * centroids * centroids).sum(), 0.0))
+    return centroids, counts, sse
+
+
+def test_native_lloyd_is_numpys_fit_op_for_op():
+    """The native fit (core/search.c) keeps the numpy fit's arithmetic: the same centroids,
+    counts and squared error on every distribution and size, so the files it plans are the same
+    bytes as before it."""
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        n = int(rng.integers(1, 40)) if trial % 3 == 0 else int(rng.integers(40, 70_000))
+        values = np.sort([rng.standard_normal(n), rng.standard_t(2, n),
+                          np.round(rng.standard_normal(n) * 3),
+                          np.log(rng.exponential(size=n) + 1e-30),
+                          rng.laplace(size=n) * 1e-6][trial % 5])
+        for k in (1, 2, 4, 15, 63, 255):
+            centroids, counts, sse = numpy_lloyd_sorted(values, k)
+            fit = lloyd_sorted(values, k)
+            assert np.array_equal(fit.centroids, centroids), (trial, k)
+            assert np.array_equal(fit.counts, counts), (trial, k)
+            assert fit.sse == sse, (trial, k)
+    with pytest.raises(ValueError):
+        lloyd_sorted(np.arange(3.0), 256)
+
+
 @pytest.mark.parametrize("domain", ["linear", "log"])
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

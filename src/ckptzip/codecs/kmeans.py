@@ -52,41 +52,17 @@ def lloyd_sorted(values: np.ndarray, k: int, iterations: int = 40) -> Fit:
     """1-D k-means of ascending float64 ``values`` into at most ``k`` clusters.
 
     Clusters of sorted data are contiguous, split at the midpoints between centroids, so one
-    Lloyd step is a ``searchsorted`` of the k-1 midpoints plus sums read off prefix sums. It runs
-    on the host (numpy): the values are a sample, and the steps are too small for a device.
+    Lloyd step is k-1 binary searches of the midpoints plus sums read off prefix sums. The
+    initialisation is fixed, which makes the fit deterministic: the middles of ``k - k // 2``
+    equal-population slices (the bulk), and ``k // 2`` evenly spaced points over the range (the
+    tails, which carry most of the squared error). It runs in the native core on the host
+    (``core/search.c``, numpy's arithmetic op for op): the values are a sample, and its steps are
+    too small for a device, or for numpy's per-call overhead.
     """
-    n = values.size
-    if n == 0:
-        return Fit(np.zeros(0), np.zeros(0, dtype=np.int64), 0.0)
-    sums = np.concatenate([[0.0], np.cumsum(values)])
-    squares = np.concatenate([[0.0], np.cumsum(values * values)])
-    # initialisation: the middles of equal-population slices (the bulk), and as many evenly
-    # spaced points over the range (the tails, which carry most of the squared error)
-    bulk = k - k // 2
-    picks = ((np.arange(bulk) + 0.5) * n / bulk).astype(np.int64).clip(max=n - 1)
-    spread = np.linspace(values[0], values[-1], k // 2 + 2)[1:-1]
-    centroids = np.unique(np.concatenate([values[picks], spread]))
-    for _ in range(iterations):
-        edges = _edges(values, centroids)
-        counts = np.diff(edges)
-        keep = counts > 0
-        means = (sums[edges[1:]] - sums[edges[:-1]])[keep] / counts[keep]
-        if means.size == centroids.size and np.array_equal(means, centroids):
-            break
-        centroids = means
-    edges = _edges(values, centroids)
-    counts = np.diff(edges)
-    s1 = sums[edges[1:]] - sums[edges[:-1]]
-    s2 = squares[edges[1:]] - squares[edges[:-1]]
-    # sum over a cluster of (x - c)^2 = s2 - 2 c s1 + n c^2
-    sse = float(max((s2 - 2 * centroids * s1 + counts * centroids * centroids).sum(), 0.0))
-    return Fit(centroids, counts, sse)
-
-
-def _edges(values: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """Start offsets of each centroid's cluster in sorted ``values``, plus the end."""
-    inner = np.searchsorted(values, (centroids[1:] + centroids[:-1]) / 2, side="right")
-    return np.concatenate([[0], inner, [values.size]])
+    centroids, counts = np.empty(k), np.empty(k, dtype=np.int64)
+    found, sse = _native.lloyd_sorted(np.ascontiguousarray(values, dtype=np.float64), k,
+                                      iterations, centroids, counts)
+    return Fit(centroids[:found].copy(), counts[:found].copy(), sse)
 
 
 def half_scale_exponent(max_abs: float) -> int:

@@ -17,6 +17,7 @@
 #include "masks.h"
 #include "ratio.h"
 #include "residual.h"
+#include "search.h"
 #include "sparse.h"
 #include "stream.h"
 
@@ -289,6 +290,124 @@ static PyObject *py_sum_squares(PyObject *self, PyObject *args, PyObject *kw) {
     }
     PyBuffer_Release(&a);
     if (with_b) PyBuffer_Release(&b);
+    return result;
+}
+
+/* A float32 buffer: 0, or -1 with a ValueError set. */
+static int check_floats(const Py_buffer *view, const char *name) {
+    if (view->len % 4) {
+        PyErr_Format(PyExc_ValueError, "%s must hold float32 values, not %zd bytes", name,
+                     view->len);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(rounding_spread_doc,
+             "rounding_spread(x, step) -> (mean, spread)\n\n"
+             "For float32 x and f the fraction of |x| / step past its lower multiple: the sums of\n"
+             "f (1 - f) and of f (1 - f) (1 - 2 f)^2 (unbiased rounding's expected squared error\n"
+             "and its variance, in units of step^2 and step^4).");
+static PyObject *py_rounding_spread(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "step", NULL};
+    PyObject *xo;
+    double step;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Od:rounding_spread", kwlist, &xo, &step))
+        return NULL;
+    if (!(step > 0)) return PyErr_Format(PyExc_ValueError, "step must be > 0, not %g", step);
+    Py_buffer x;
+    if (get_buffer(xo, &x, 0, "x")) return NULL;
+    PyObject *result = NULL;
+    if (check_floats(&x, "x") == 0) {
+        double mean, spread;
+        Py_BEGIN_ALLOW_THREADS
+        ckz_rounding_spread((const float *)x.buf, (size_t)x.len / 4, step, &mean, &spread);
+        Py_END_ALLOW_THREADS
+        result = Py_BuildValue("(dd)", mean, spread);
+    }
+    PyBuffer_Release(&x);
+    return result;
+}
+
+PyDoc_STRVAR(level_bits_doc,
+             "level_bits(x, step, limit) -> float\n\n"
+             "The expected order-0 entropy, in bits for all values, of float32 x rounded without\n"
+             "bias to multiples of step (a value at fraction f past a level rounds up with\n"
+             "probability f); -1.0 when the levels span more than limit or a value is not finite.");
+static PyObject *py_level_bits(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "step", "limit", NULL};
+    PyObject *xo;
+    double step;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Odn:level_bits", kwlist, &xo, &step, &limit))
+        return NULL;
+    if (!(step > 0) || limit < 2)
+        return PyErr_Format(PyExc_ValueError, "need step > 0 and limit >= 2, not %g and %zd",
+                            step, limit);
+    Py_buffer x;
+    if (get_buffer(xo, &x, 0, "x")) return NULL;
+    PyObject *result = NULL;
+    if (check_floats(&x, "x") == 0) {
+        double bits;
+        Py_BEGIN_ALLOW_THREADS
+        bits = ckz_level_bits((const float *)x.buf, (size_t)x.len / 4, step, (size_t)limit);
+        Py_END_ALLOW_THREADS
+        result = PyFloat_FromDouble(bits);
+    }
+    PyBuffer_Release(&x);
+    return result;
+}
+
+PyDoc_STRVAR(lloyd_sorted_doc,
+             "lloyd_sorted(values, k, iterations, centroids, counts) -> (m, sse)\n\n"
+             "1-D k-means of ascending float64 values into at most k (1..255) clusters (the\n"
+             "arithmetic of codecs/kmeans.py's lloyd_sorted): writes m ascending centroids into\n"
+             "centroids (float64, k of them) and their populations into counts (int64, k); sse is\n"
+             "the squared error.");
+static PyObject *py_lloyd_sorted(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"values", "k", "iterations", "centroids", "counts", NULL};
+    PyObject *vo, *co, *no;
+    unsigned int k, iterations;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OIIOO:lloyd_sorted", kwlist, &vo, &k,
+                                     &iterations, &co, &no))
+        return NULL;
+    if (k < 1 || k > CKZ_MAX_CENTROIDS)
+        return PyErr_Format(PyExc_ValueError, "k must be within 1..%d, not %u",
+                            CKZ_MAX_CENTROIDS, k);
+    Py_buffer v, c, counts;
+    if (get_buffer(vo, &v, 0, "values")) return NULL;
+    if (get_buffer(co, &c, 1, "centroids")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (get_buffer(no, &counts, 1, "counts")) {
+        PyBuffer_Release(&v);
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (v.len % 8)
+        PyErr_Format(PyExc_ValueError, "values must hold float64 values, not %zd bytes", v.len);
+    else if ((size_t)c.len != 8 * (size_t)k || (size_t)counts.len != 8 * (size_t)k)
+        PyErr_Format(PyExc_ValueError, "centroids and counts must hold %u 8-byte values", k);
+    else if (overlaps(&v, &c) || overlaps(&v, &counts) || overlaps(&c, &counts))
+        PyErr_SetString(PyExc_ValueError, "the buffers overlap");
+    else {
+        long m;
+        double sse;
+        Py_BEGIN_ALLOW_THREADS
+        m = ckz_lloyd_sorted((const double *)v.buf, (size_t)v.len / 8, k, iterations,
+                             (double *)c.buf, (int64_t *)counts.buf, &sse);
+        Py_END_ALLOW_THREADS
+        if (m < 0) PyErr_NoMemory();
+        else result = Py_BuildValue("(ld)", m, sse);
+    }
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&counts);
     return result;
 }
 
@@ -1454,6 +1573,9 @@ static PyMethodDef methods[] = {
     KW("nearest_codes", py_nearest_codes, nearest_codes_doc),
     KW("uniform_bins", py_uniform_bins, uniform_bins_doc),
     KW("sum_squares", py_sum_squares, sum_squares_doc),
+    KW("rounding_spread", py_rounding_spread, rounding_spread_doc),
+    KW("level_bits", py_level_bits, level_bits_doc),
+    KW("lloyd_sorted", py_lloyd_sorted, lloyd_sorted_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("base_ratios", py_base_ratios, base_ratios_doc),

@@ -1,0 +1,163 @@
+#include "search.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, double *spread) {
+    /* four accumulators each: the sums do not wait on one another */
+    double m[4] = {0, 0, 0, 0}, s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            double y = fabs((double)x[i + j]) / step, f = y - floor(y), p = f * (1 - f);
+            double t = 1 - 2 * f;
+            m[j] += p;
+            s[j] += p * t * t;
+        }
+    for (; i < n; i++) {
+        double y = fabs((double)x[i]) / step, f = y - floor(y), p = f * (1 - f);
+        double t = 1 - 2 * f;
+        m[0] += p;
+        s[0] += p * t * t;
+    }
+    *mean = (m[0] + m[1]) + (m[2] + m[3]);
+    *spread = (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+double ckz_level_bits(const float *x, size_t n, double step, size_t limit) {
+    if (!n) return 0.0;
+    if (!(step > 0)) return -1.0;
+    double low = INFINITY, high = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        double y = floor((double)x[i] / step);
+        low = y < low ? y : low;
+        high = y > high ? y : high;
+    }
+    /* levels low .. high + 1 (a value may round up); NaN fails the comparison */
+    if (!(high - low + 2 <= (double)limit)) return -1.0;
+    size_t bins = (size_t)(high - low) + 2;
+    double *hist = calloc(bins, sizeof *hist);
+    if (!hist) return -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double y = (double)x[i] / step, l = floor(y), f = y - l;
+        size_t b = (size_t)(l - low);
+        hist[b] += 1 - f;
+        hist[b + 1] += f;
+    }
+    double total = (double)n, bits = 0.0;
+    for (size_t b = 0; b < bins; b++)
+        if (hist[b] > 0) bits -= hist[b] * log2(hist[b] / total);
+    free(hist);
+    return bits;
+}
+
+/* The number of values <= key in the ascending values (numpy's searchsorted, side "right"). */
+static size_t upper_bound(const double *values, size_t n, double key) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (values[mid] <= key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* numpy's pairwise sum of n doubles (its add.reduce over a contiguous array): eight running
+ * sums over blocks of at most 128, halves above. */
+static double pairwise_sum(const double *a, size_t n) {
+    if (n < 8) {
+        double res = 0.;
+        for (size_t i = 0; i < n; i++) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8];
+        size_t i;
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    size_t half = n / 2;
+    half -= half % 8;
+    return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* edges[0..m] of the clusters of m ascending centroids: 0, the values up to each midpoint, n. */
+static void cluster_edges(const double *values, size_t n, const double *centroids, size_t m,
+                          size_t *edges) {
+    edges[0] = 0;
+    for (size_t j = 1; j < m; j++)
+        edges[j] = upper_bound(values, n, (centroids[j] + centroids[j - 1]) / 2);
+    edges[m] = n;
+}
+
+long ckz_lloyd_sorted(const double *values, size_t n, unsigned k, unsigned iterations,
+                      double *centroids, int64_t *counts, double *sse) {
+    if (k < 1 || k > 255) return -1;
+    *sse = 0.0;
+    if (!n) return 0;
+    double *sums = malloc((n + 1) * sizeof *sums), *squares = malloc((n + 1) * sizeof *squares);
+    if (!sums || !squares) {
+        free(sums);
+        free(squares);
+        return -1;
+    }
+    /* numpy's cumsum: one running sum, in order */
+    sums[0] = squares[0] = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        sums[i + 1] = sums[i] + values[i];
+        squares[i + 1] = squares[i] + values[i] * values[i];
+    }
+    double c[2 * 255], means[255];
+    size_t edges[256], m = 0;
+    unsigned bulk = k - k / 2, spread = k / 2;
+    for (unsigned i = 0; i < bulk; i++) {
+        size_t pick = (size_t)(((double)i + 0.5) * (double)n / (double)bulk);
+        c[m++] = values[pick < n - 1 ? pick : n - 1];
+    }
+    /* np.linspace(first, last, spread + 2)[1:-1]: i * step + first */
+    double first = values[0], delta = values[n - 1] - values[0], step = delta / (spread + 1);
+    for (unsigned i = 1; i <= spread; i++) c[m++] = step != 0 ? (double)i * step + first : first;
+    qsort(c, m, sizeof *c, compare_doubles);
+    size_t unique = 0;
+    for (size_t j = 0; j < m; j++)
+        if (!unique || c[j] != c[unique - 1]) c[unique++] = c[j];
+    m = unique;
+    for (unsigned it = 0; it < iterations; it++) {
+        cluster_edges(values, n, c, m, edges);
+        size_t kept = 0;
+        for (size_t j = 0; j < m; j++) {
+            size_t count = edges[j + 1] - edges[j];
+            if (count) means[kept++] = (sums[edges[j + 1]] - sums[edges[j]]) / (double)count;
+        }
+        int same = kept == m;
+        for (size_t j = 0; same && j < m; j++) same = means[j] == c[j];
+        if (same) break;
+        memcpy(c, means, kept * sizeof *c);
+        m = kept;
+    }
+    cluster_edges(values, n, c, m, edges);
+    double terms[255];
+    for (size_t j = 0; j < m; j++) {
+        size_t a = edges[j], b = edges[j + 1];
+        double s1 = sums[b] - sums[a], s2 = squares[b] - squares[a];
+        /* sum over a cluster of (x - c)^2 = s2 - 2 c s1 + n c^2, as numpy evaluates it */
+        terms[j] = (s2 - 2 * c[j] * s1) + (double)(int64_t)(b - a) * c[j] * c[j];
+        centroids[j] = c[j];
+        counts[j] = (int64_t)(b - a);
+    }
+    double total = pairwise_sum(terms, m);
+    *sse = total > 0.0 ? total : 0.0;
+    free(sums);
+    free(squares);
+    return (long)m;
+}

@@ -1,0 +1,32 @@
+/* The adaptive mode's searches over samples (modes/factoring.py, codecs/kmeans.py): the spread
+ * of unbiased rounding's error for a grid step, the expected entropy of its levels, and 1-D
+ * k-means (Lloyd) on sorted values.  Each is a few passes over a sample of at most a few
+ * hundred thousand values; they were hundreds of small torch and numpy steps per tensor. */
+#ifndef CKZ_SEARCH_H
+#define CKZ_SEARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* For n float32 values x and a grid step > 0, with f the fraction of |x| / step past its
+ * lower multiple: *mean = sum f (1 - f) and *spread = sum f (1 - f) (1 - 2 f)^2, the expected
+ * squared error of unbiased rounding and its variance, in units of step^2 and step^4. */
+void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, double *spread);
+
+/* The expected order-0 entropy, in bits for all n values, of the levels of x (float32) rounded
+ * without bias to multiples of step > 0: a value at fraction f past level l lands on l + 1 with
+ * probability f, else on l (stochastic rounding, and a subtractive dither's levels alike).  The
+ * expected histogram's entropy; a draw's is within a fraction of a bit of it per level used.
+ * -1 when the levels span more than `limit` (or a value is not finite, or out of memory). */
+double ckz_level_bits(const float *x, size_t n, double step, size_t limit);
+
+/* 1-D k-means of n ascending doubles into at most k (1..255) clusters, numpy's arithmetic of
+ * codecs/kmeans.py lloyd_sorted op for op (the same centroids and counts): clusters split at
+ * the midpoints between centroids, initialised at the middles of k - k/2 equal-population
+ * slices and k/2 evenly spaced points of the range, at most `iterations` Lloyd steps.  Writes
+ * the ascending centroids and their clusters' populations (arrays of k), *sse the squared
+ * error; returns how many centroids, or -1 for bad arguments or out of memory. */
+long ckz_lloyd_sorted(const double *values, size_t n, unsigned k, unsigned iterations,
+                      double *centroids, int64_t *counts, double *sse);
+
+#endif
