@@ -349,3 +349,39 @@ def test_residual_add_and_keep_changed_are_torchs_to_the_bit(n: int) -> None:
         N.keep_changed(delta.numpy(), np.zeros(n // 8 + 2, np.uint8), np.zeros(n, np.float32))
     with pytest.raises(ValueError, match="change mask holds"):  # the wrong size: the torch path's error
         stage.decode(delta, TransformContext("w", siblings={0: torch.zeros(n // 8 + 2, dtype=torch.uint8)}))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 5000), st.floats(1e-3, 10.0), st.integers(0, 2**31))
+def test_rounding_spread_is_unbiased_roundings_expected_error(n: int, step: float,
+                                                             seed: int) -> None:
+    """The native sums the step bisection reads: sum f (1 - f) and sum f (1 - f) (1 - 2 f)^2 of
+    the fractions of |x| / step, against numpy in float64."""
+    x = (np.random.default_rng(seed).standard_t(3, n) * 2).astype(np.float32)
+    scaled = np.abs(x.astype(np.float64)) / step
+    f = scaled - np.floor(scaled)
+    mean, spread = N.rounding_spread(x, step)
+    assert mean == pytest.approx(float((f * (1 - f)).sum()), rel=1e-9, abs=1e-9)
+    assert spread == pytest.approx(float((f * (1 - f) * (1 - 2 * f) ** 2).sum()), rel=1e-9,
+                                   abs=1e-9)
+
+
+def test_level_bits_is_the_expected_entropy_of_a_draw() -> None:
+    """The levels' expected entropy (the rank search and the choice of rounding read it) is the
+    entropy of the expected histogram, which a stochastic draw's and a dither's levels both come
+    within a fraction of a percent of; it gives up (-1) beyond its level limit, or on a value that
+    is not finite."""
+    from ckptzip.modes.factoring import Rounding, dithered_levels, unbiased_levels
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(200_000, generator=generator) * 0.7
+    for step in (0.05, 0.4, 3.0):
+        expected = N.level_bits(x.numpy(), step, 1 << 16)
+        for levels in (unbiased_levels(x, step, 9), dithered_levels(x, step, 9)):
+            assert Rounding(levels, step, False).bits == pytest.approx(expected, rel=0.005)
+    # by hand: 0.25 of a step lands on level 1 a quarter of the time
+    bits = N.level_bits(np.array([0.25, 0.25, 2.0, 2.0], dtype=np.float32), 1.0, 8)
+    hist = np.array([1.5, 0.5, 2.0])
+    assert bits == pytest.approx(float(-(hist * np.log2(hist / 4)).sum()))
+    assert N.level_bits(np.array([0.0, 1000.0], dtype=np.float32), 1.0, 100) == -1.0
+    assert N.level_bits(np.array([0.0, np.nan], dtype=np.float32), 1.0, 100) == -1.0
+    assert N.level_bits(np.zeros(0, dtype=np.float32), 1.0, 100) == 0.0

@@ -86,8 +86,12 @@ def spread_sample(flat: torch.Tensor, count: int) -> torch.Tensor:
 
 def sample_sorted(values: torch.Tensor, limit: int = FIT_SAMPLES) -> np.ndarray:
     """``values`` (1-D), or a spread sample of ``limit`` of them, ascending, float64, on the
-    host."""
-    return np.sort(spread_sample(values, limit).double().cpu().numpy())
+    host: sorted in float32 where they fit it (twice as fast as float64; widening after the sort
+    gives the same values)."""
+    sample = spread_sample(values, limit)
+    if sample.dtype != torch.float64:
+        sample = sample.float()
+    return np.sort(sample.cpu().numpy()).astype(np.float64)
 
 
 def nonzero_values(flat: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import _native
 from ..codecs import Dither, KMeans, LowRank, TransformContext
 from ..codecs.dither import offsets
 from .quantize import entropy_bits, uniform_table
@@ -50,10 +51,13 @@ FACTOR_HEADER_BYTES = 200
 #: Elements the size estimates and the grid step's bisection look at (an evenly strided sample
 #: beyond); the realized error is then checked on the whole tensor as decoded.
 ESTIMATE_SAMPLES = 1 << 17
-#: Elements the rank search's estimates of a residual's bits look at: it tries a dozen ranks per
-#: matrix, each rounded both ways (their draws were a third of an adaptive save of the demo's
-#: 10.8M GPT); the entropy of a sample this size is within a fraction of a percent.
+#: Elements of the evenly spaced rows the rank search forms each rank's residual on (all of a
+#: small matrix): it tries about ten ranks per matrix.
 TRIAL_SAMPLES = 1 << 16
+#: Of those rows' elements, how many (evenly strided) each rank's bits are estimated on: the
+#: expected entropy of a few dozen levels from 16K values is within 0.1% of the whole's, and the
+#: ranks' estimates share the positions, so they compare like with like.
+TRIAL_ESTIMATE_SAMPLES = 1 << 14
 #: How close to the coarsest grid step within the budget the bisection of :func:`unbiased_step`
 #: comes: a step 0.1% finer than it could be costs 0.0015 bits an element.
 STEP_TOLERANCE = 1e-3
@@ -71,6 +75,9 @@ SVD_SEED = 0x2545F491
 #: independent terms, whose spread is large where few elements carry the error (a sparse update
 #: rounded stochastically on a coarse grid). At 3 a rounding misses about once in 700 tries.
 BOUND_SIGMAS = 3.0
+#: Most levels :func:`level_bits` counts a sample's expected entropy over; a grid finer than that
+#: over the sample is estimated from a draw.
+LEVEL_BITS_LIMIT = 1 << 16
 #: Stochastic rounding draws from the dither's hash of ``seed ^ STOCHASTIC_SEED_KEY``: a key of
 #: its own, so that the draws are independent of the dither's (``seed``).
 STOCHASTIC_SEED_KEY = 0x9E3779B9
@@ -84,6 +91,13 @@ def _sample(values: torch.Tensor, limit: int = ESTIMATE_SAMPLES) -> tuple[torch.
     return sample, sample.numel() / max(flat.numel(), 1)
 
 
+def _host_floats(values: torch.Tensor) -> np.ndarray:
+    """``values`` (a sample) as float32 on the host, flat: the searches run there, in the native
+    core, whatever device the tensor is on (on a GPU their steps were thousands of small
+    launches, each bisection step a synchronization)."""
+    return values.detach().reshape(-1).float().cpu().contiguous().numpy()
+
+
 def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
                   sigmas: float = 0.0) -> float:
     """The coarsest grid step whose unbiased rounding of ``values`` has an expected squared
@@ -94,31 +108,29 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
     A value at fraction ``f`` between two levels rounds up with probability ``f``: its squared
     error is ``step**2 (1 - f)**2`` then, else ``step**2 f**2``, with mean ``step**2 f (1 - f)``
     and variance ``step**4 f (1 - f) (1 - 2 f)**2``, summed over the values (bisected on a
-    sample).
+    sample, each step's sums one native pass).
     """
     sample, fraction = _sample(values)
-    magnitudes = sample.float().abs()
-    top = float(magnitudes.max()) if magnitudes.numel() else 0.0
+    magnitudes = np.abs(_host_floats(sample))
+    top = float(magnitudes.max()) if magnitudes.size else 0.0
     target = budget * budget * scale_sq * fraction
     if not (top > 0 and target > 0):
         return 0.0
 
     def error(step: float) -> float:
-        f = torch.frac(magnitudes / step).double()
-        spread = f * (1 - f)
-        deviation = math.sqrt(float((spread * (1 - 2 * f).pow(2)).sum()) * fraction) * step * step
-        return float(spread.sum()) * step * step + sigmas * deviation
+        mean, spread = _native.rounding_spread(magnitudes, step)
+        return mean * step * step + sigmas * math.sqrt(spread * fraction) * step * step
 
     # a step above every value rounds each |x| to 0 or step: the mean error is step sum|x| -
     # sum x^2, the root of a quadratic in the step (without the spread's term: checked below)
-    absolute = float(magnitudes.sum(dtype=torch.float64))
-    squares = float(torch.linalg.vector_norm(magnitudes, dtype=torch.float64)) ** 2
+    absolute = float(magnitudes.sum(dtype=np.float64))
+    squares = _native.sum_squares(magnitudes, None, 4)
     beyond = (target + squares) / absolute
     if beyond >= top and (not sigmas or error(beyond) <= target):
         return beyond
 
     # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
-    fine, coarse = min(math.sqrt(target / (magnitudes.numel() / 4)), top), top
+    fine, coarse = min(math.sqrt(target / (magnitudes.size / 4)), top), top
     for _ in range(32):
         if coarse <= fine * (1 + STEP_TOLERANCE):
             break
@@ -206,19 +218,28 @@ def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
             for step, dithered in _ways(values, scale_sq, budget, active, sigmas)]
 
 
+def level_bits(values: np.ndarray, step: float) -> float:
+    """The expected order-0 entropy, in bits, of the levels of ``values`` (float32 on the host)
+    rounded without bias to multiples of ``step``: a value at fraction ``f`` past a level lands
+    one above with probability ``f``. A subtractive dither's levels have the same distribution
+    (``floor(x / step + u)``, ``u`` uniform on [0, 1)), so the two ways differ in their steps
+    only. It ranks ways and ranks without drawing either; a draw's entropy is within a fraction
+    of a bit per level used of it. Levels beyond :data:`LEVEL_BITS_LIMIT` are drawn."""
+    bits = _native.level_bits(values, step, LEVEL_BITS_LIMIT)
+    if bits >= 0:
+        return bits
+    return _drawn(torch.from_numpy(values), step, False, 0).bits
+
+
 def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
                        active: int | None = None, sigmas: float = 0.0) -> Iterator[Rounding]:
-    """:func:`roundings`, the cheaper way first, each drawn on the whole of ``values`` only when
-    the caller asks for it (it takes the first whose levels fit its code). Above
-    ``ESTIMATE_SAMPLES`` values, a sample's levels tell which way is cheaper."""
-    sample, fraction = _sample(values)
-    if fraction == 1:  # small: both drawn, as :func:`roundings` does
-        yield from sorted(roundings(values, scale_sq, budget, seed, active, sigmas),
-                          key=lambda rounding: rounding.bits)
-        return
+    """:func:`roundings`, the cheaper way first by its levels' expected entropy on a sample of
+    ``ESTIMATE_SAMPLES`` values (all of a smaller tensor), each drawn on the whole of ``values``
+    only when the caller asks for it (it takes the first whose levels fit its code)."""
     ways = _ways(values, scale_sq, budget, active, sigmas)
     if len(ways) == 2:
-        ways.sort(key=lambda way: _drawn(sample, way[0], way[1], seed).bits)
+        host = _host_floats(_sample(values)[0])
+        ways.sort(key=lambda way: level_bits(host, way[0]))
     for step, dithered in ways:
         yield _drawn(values, step, dithered, seed)
 
@@ -226,13 +247,14 @@ def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, see
 def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
                   samples: int = ESTIMATE_SAMPLES) -> float:
     """Estimated entropy-coded bits of ``values`` rounded without bias within ``budget``, the
-    cheaper of the two ways (32 per value when no grid will do), from a sample of at most
-    ``samples`` values."""
+    cheaper of the two ways (32 per value when no grid will do), from the levels' expected
+    entropy (:func:`level_bits`) on a sample of at most ``samples`` values."""
     sample, fraction = _sample(values, samples)
-    found = roundings(sample, scale_sq * fraction, budget, 0)
-    if not found:
+    ways = _ways(sample, scale_sq * fraction, budget, None, 0.0)
+    if not ways:
         return 32.0 * values.numel()
-    return min(rounding.bits for rounding in found) / fraction
+    host = _host_floats(sample)
+    return min(level_bits(host, step) for step, _ in ways) / fraction
 
 
 def grid(levels: torch.Tensor, step: float, dtype: str) -> KMeans | None:
@@ -400,7 +422,8 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
             u = _factor(_solve_left(gram[:rank, :rank], projected[:, :rank]))
             residual = sampled - u.decoded[rows] @ v.decoded.T
             bits = (u.bits + v.bits + 2 * 8 * FACTOR_HEADER_BYTES
-                    + unbiased_bits(residual, scale_sq * fraction, budget, count) / fraction)
+                    + unbiased_bits(residual, scale_sq * fraction, budget,
+                                   TRIAL_ESTIMATE_SAMPLES) / fraction)
             tried[rank] = Factored(rank, bits, u, v, residual)
         return tried[rank]
 
@@ -415,7 +438,8 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
         if 1 <= rank <= top and trial(rank).bits < best.bits:
             best = tried[rank]
-    whole = unbiased_bits(sampled, scale_sq * fraction, budget, count) / fraction
+    whole = unbiased_bits(sampled, scale_sq * fraction, budget,
+                          TRIAL_ESTIMATE_SAMPLES) / fraction
     if best.bits >= whole:
         return None
     context = TransformContext("<factors>", siblings={0: best.u.decoded, 1: best.v.decoded})

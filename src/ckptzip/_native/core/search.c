@@ -4,22 +4,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* floor(y) for |y| < 2^62 by a conversion (the baseline x86-64 has no rounding instruction:
+ * floor() is a call per value there). */
+static inline double floor_of(double y) {
+    double t = (double)(int64_t)y;
+    return t > y ? t - 1 : t;
+}
+
+/* Magnitudes at or above this many steps are whole multiples of it in double. */
+#define WHOLE_STEPS 4503599627370496.0 /* 2^52 */
+
 void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, double *spread) {
     /* four accumulators each: the sums do not wait on one another */
-    double m[4] = {0, 0, 0, 0}, s[4] = {0, 0, 0, 0};
+    double m[4] = {0, 0, 0, 0}, s[4] = {0, 0, 0, 0}, inverse = 1 / step;
     size_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) {
-            double y = fabs((double)x[i + j]) / step, f = y - floor(y), p = f * (1 - f);
-            double t = 1 - 2 * f;
+    for (; i < n; i += 4) {
+        size_t lanes = n - i < 4 ? n - i : 4;
+        for (size_t j = 0; j < lanes; j++) {
+            double y = fabs((double)x[i + j]) * inverse;
+            double f = y < WHOLE_STEPS ? y - (double)(int64_t)y : 0.0; /* NaN: 0 */
+            double p = f * (1 - f), t = 1 - 2 * f;
             m[j] += p;
             s[j] += p * t * t;
         }
-    for (; i < n; i++) {
-        double y = fabs((double)x[i]) / step, f = y - floor(y), p = f * (1 - f);
-        double t = 1 - 2 * f;
-        m[0] += p;
-        s[0] += p * t * t;
     }
     *mean = (m[0] + m[1]) + (m[2] + m[3]);
     *spread = (s[0] + s[1]) + (s[2] + s[3]);
@@ -28,26 +35,33 @@ void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, do
 double ckz_level_bits(const float *x, size_t n, double step, size_t limit) {
     if (!n) return 0.0;
     if (!(step > 0)) return -1.0;
-    double low = INFINITY, high = -INFINITY;
+    double inverse = 1 / step, low = INFINITY, high = -INFINITY;
+    int finite = 1;
     for (size_t i = 0; i < n; i++) {
-        double y = floor((double)x[i] / step);
+        double y = (double)x[i] * inverse;
         low = y < low ? y : low;
         high = y > high ? y : high;
+        finite &= fabs(y) < WHOLE_STEPS; /* false for a NaN */
     }
-    /* levels low .. high + 1 (a value may round up); NaN fails the comparison */
-    if (!(high - low + 2 <= (double)limit)) return -1.0;
-    size_t bins = (size_t)(high - low) + 2;
-    double *hist = calloc(bins, sizeof *hist);
+    /* levels floor(low) .. floor(high) + 1 (a value may round up) */
+    if (!finite || !(high - low + 3 <= (double)limit)) return -1.0;
+    double first = floor_of(low);
+    size_t bins = (size_t)(floor_of(high) - first) + 2;
+    /* four histograms, one per element of each group of four: consecutive values mostly land
+     * in the same few bins, and one histogram's adds would wait on one another */
+    double *hist = calloc(4 * bins, sizeof *hist);
     if (!hist) return -1.0;
     for (size_t i = 0; i < n; i++) {
-        double y = (double)x[i] / step, l = floor(y), f = y - l;
-        size_t b = (size_t)(l - low);
-        hist[b] += 1 - f;
-        hist[b + 1] += f;
+        double y = (double)x[i] * inverse, l = floor_of(y), f = y - l;
+        double *h = hist + (i & 3) * bins + (size_t)(l - first);
+        h[0] += 1 - f;
+        h[1] += f;
     }
     double total = (double)n, bits = 0.0;
-    for (size_t b = 0; b < bins; b++)
-        if (hist[b] > 0) bits -= hist[b] * log2(hist[b] / total);
+    for (size_t b = 0; b < bins; b++) {
+        double count = (hist[b] + hist[bins + b]) + (hist[2 * bins + b] + hist[3 * bins + b]);
+        if (count > 0) bits -= count * log2(count / total);
+    }
     free(hist);
     return bits;
 }
