@@ -413,7 +413,7 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     wanted = min(height, -(-TRIAL_SAMPLES // matrix.shape[1]))
     rows = torch.linspace(0, height - 1, wanted, device=matrix.device).round().long().unique()
     sampled = matrix[rows]
-    fraction, count = rows.numel() / height, sampled.numel()
+    fraction = rows.numel() / height
     tried: dict[int, Factored] = {}
 
     def trial(rank: int) -> Factored:
