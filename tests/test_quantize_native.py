@@ -385,3 +385,46 @@ def test_level_bits_is_the_expected_entropy_of_a_draw() -> None:
     assert N.level_bits(np.array([0.0, 1000.0], dtype=np.float32), 1.0, 100) == -1.0
     assert N.level_bits(np.array([0.0, np.nan], dtype=np.float32), 1.0, 100) == -1.0
     assert N.level_bits(np.zeros(0, dtype=np.float32), 1.0, 100) == 0.0
+
+
+def numpy_uniform_candidate(sample: np.ndarray, step: float, offset: float,
+                            levels: int) -> tuple[int, int, float, float]:
+    """The numpy arithmetic the native candidate replaced (session 18)."""
+    from ckptzip.modes.quantize import entropy_bits
+    sums = np.concatenate([[0.0], np.cumsum(sample)])
+    squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
+    inner = (np.arange(1, levels + 1) - offset) * step
+    edges = np.searchsorted(sample, np.concatenate([-inner[::-1], inner]))
+    edges = np.concatenate([[0], edges, [sample.size]])
+    counts = np.diff(edges)
+    s1, s2 = sums[edges[1:]] - sums[edges[:-1]], squares[edges[1:]] - squares[edges[:-1]]
+    sse = s2 - s1 * s1 / np.maximum(counts, 1)
+    sse[levels] = s2[levels]
+    return (int(counts[levels]), int((counts > 0).sum() - (counts[levels] > 0)),
+            entropy_bits(counts), float(sse.sum()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 70_000), st.sampled_from([0.5, 0.35, 0.2]), st.floats(0.01, 8.0),
+       st.integers(0, 2**31))
+def test_uniform_candidate_is_the_numpy_search_step(n: int, offset: float, relative_step: float,
+                                                    seed: int) -> None:
+    """The uniform quantizer's candidates (the adaptive search's most frequent step) read the
+    same bins, error and entropy as the numpy code they replaced."""
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.standard_t(3, n) * 1e-3)
+    rms = float(np.sqrt(np.mean(sample * sample))) if n else 1.0
+    step = relative_step * rms
+    top = float(np.abs(sample).max()) if n else 0.0
+    levels = int(np.floor(top / step + offset))
+    if 2 * levels > 255:
+        return
+    sums = np.concatenate([[0.0], np.cumsum(sample)])
+    squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
+    zero, used, bits, sse = N.uniform_candidate(sample, sums, squares, step, offset, levels)
+    expected = numpy_uniform_candidate(sample, step, offset, levels)
+    assert (zero, used) == expected[:2]
+    assert bits == pytest.approx(expected[2], rel=1e-12, abs=1e-9)
+    assert sse == pytest.approx(expected[3], rel=1e-12, abs=1e-30)
+    with pytest.raises(ValueError):
+        N.uniform_candidate(sample, sums[:-1], squares, step, offset, levels)

@@ -60,7 +60,7 @@ class Support(TensorToTensor):
         if tuple(mask.shape) != tuple(tensor.shape):
             raise ConfigError(f"support: {context.name} has shape {list(tensor.shape)}, its "
                               f"sibling {list(mask.shape)}")
-        if bool((tensor[~mask] != 0).any()):
+        if bool(tensor.masked_fill(mask, 0).any()):  # one pass, nothing gathered
             raise ConfigError(f"support: {context.name} is non-zero outside its sibling's support")
         return tensor[mask]
 

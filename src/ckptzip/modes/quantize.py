@@ -137,11 +137,11 @@ def descending_magnitudes(ordered: torch.Tensor) -> torch.Tensor:
 def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
     """The cheapest uniform quantizer within ``budget``: ``q = sign(x) floor(|x| / step +
     offset)``, each level reconstructed at its values' mean (``q = 0`` at zero), the levels
-    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs one
-    ``searchsorted`` and reads its error off prefix sums. None when none fits in 255 levels."""
+    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs a
+    binary search per bin edge and reads its error off prefix sums. None when none fits in 255 levels."""
     n = ordered.numel()
     stride = max(1, -(-n // SEARCH_SAMPLES))
-    sample = ordered[::stride].cpu().numpy()
+    sample = np.ascontiguousarray(ordered[::stride].cpu().numpy())
     scale = n / max(sample.size, 1)
     sums = np.concatenate([[0.0], np.cumsum(sample)])
     squares = np.concatenate([[0.0], np.cumsum(sample * sample)])
@@ -153,19 +153,13 @@ def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | 
         levels = math.floor(top / step + offset)
         if 2 * levels > 255:
             return None
-        # boundaries -(j - offset) step ... (j - offset) step, j = levels..1 and 1..levels
-        inner = (np.arange(1, levels + 1) - offset) * step
-        edges = np.searchsorted(sample, np.concatenate([-inner[::-1], inner]))
-        edges = np.concatenate([[0], edges, [sample.size]])
-        counts = np.diff(edges)
-        s1, s2 = sums[edges[1:]] - sums[edges[:-1]], squares[edges[1:]] - squares[edges[:-1]]
-        zero = levels  # the bin between -(1 - offset) step and (1 - offset) step
-        sse = s2 - s1 * s1 / np.maximum(counts, 1)
-        sse[zero] = s2[zero]
-        error = math.sqrt(max(float(sse.sum()), 0.0) * scale / scale_sq)
-        kept = round((sample.size - int(counts[zero])) * scale)
-        return Choice(kept, int((counts > 0).sum() - (counts[zero] > 0)),
-                      entropy_bits(counts) * scale, error, step, offset)
+        # the bins between -(j - offset) step and (j - offset) step, j = levels..1 and 1..levels:
+        # one native pass of binary searches and sums (numpy's arithmetic)
+        zero, used, bits, sse = _native.uniform_candidate(sample, sums, squares, step, offset,
+                                                          levels)
+        error = math.sqrt(max(sse, 0.0) * scale / scale_sq)
+        return Choice(round((sample.size - zero) * scale), used, bits * scale, error, step,
+                      offset)
 
     best: Choice | None = None
     coarsest, finest = UNIFORM_STEPS[0] * rms, UNIFORM_STEPS[-1] * rms

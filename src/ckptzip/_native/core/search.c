@@ -175,3 +175,46 @@ long ckz_lloyd_sorted(const double *values, size_t n, unsigned k, unsigned itera
     free(squares);
     return (long)m;
 }
+
+/* The number of values < key in the ascending values (numpy's searchsorted, side "left"). */
+static size_t lower_bound(const double *values, size_t n, double key) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (values[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int ckz_uniform_candidate(const double *sorted, const double *sums, const double *squares,
+                          size_t n, double step, double offset, long levels, double out[4]) {
+    if (levels < 0 || levels > 127) return -1;
+    size_t bins = 2 * (size_t)levels + 1, edges[256];
+    double sse[255], counts[255];
+    edges[0] = 0;
+    for (long j = levels; j >= 1; j--) /* -(j - offset) step, ascending */
+        edges[levels - j + 1] = lower_bound(sorted, n, -(((double)j - offset) * step));
+    for (long j = 1; j <= levels; j++)
+        edges[levels + j] = lower_bound(sorted, n, ((double)j - offset) * step);
+    edges[bins] = n;
+    size_t used = 0, nonzero = 0;
+    for (size_t b = 0; b < bins; b++) {
+        size_t count = edges[b + 1] - edges[b];
+        double s1 = sums[edges[b + 1]] - sums[edges[b]];
+        double s2 = squares[edges[b + 1]] - squares[edges[b]];
+        sse[b] = b == (size_t)levels ? s2 : s2 - s1 * s1 / (double)(count ? count : 1);
+        if (count) {
+            counts[nonzero++] = (double)count;
+            used += b != (size_t)levels;
+        }
+    }
+    /* entropy_bits: -sum c log2(c / total) over the used bins, as numpy sums */
+    double total = pairwise_sum(counts, nonzero), terms[255];
+    for (size_t b = 0; b < nonzero; b++) terms[b] = counts[b] * log2(counts[b] / total);
+    out[0] = (double)(edges[levels + 1] - edges[levels]);
+    out[1] = (double)used;
+    out[2] = nonzero && total > 0 ? -pairwise_sum(terms, nonzero) : 0.0;
+    out[3] = pairwise_sum(sse, bins);
+    return 0;
+}

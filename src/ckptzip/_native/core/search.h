@@ -29,4 +29,14 @@ double ckz_level_bits(const float *x, size_t n, double step, size_t limit);
 long ckz_lloyd_sorted(const double *values, size_t n, unsigned k, unsigned iterations,
                       double *centroids, int64_t *counts, double *sse);
 
+/* One uniform quantizer of the adaptive search (modes/quantize.py _uniform) over n ascending
+ * doubles with their prefix sums and prefix sums of squares (n + 1 each, from 0): bins split at
+ * -(j - offset) step and (j - offset) step for j = levels..1 and 1..levels (levels <= 127),
+ * each bin reconstructed at its mean, the middle one at zero.  out[0] = the values in the zero
+ * bin, out[1] = the other bins used, out[2] = the bins' order-0 entropy in bits for all n
+ * values, out[3] = the squared error (numpy's sums, pairwise).  Returns 0, or -1 for bad
+ * arguments or out of memory. */
+int ckz_uniform_candidate(const double *sorted, const double *sums, const double *squares,
+                          size_t n, double step, double offset, long levels, double out[4]);
+
 #endif

@@ -411,6 +411,59 @@ static PyObject *py_lloyd_sorted(PyObject *self, PyObject *args, PyObject *kw) {
     return result;
 }
 
+PyDoc_STRVAR(uniform_candidate_doc,
+             "uniform_candidate(sorted, sums, squares, step, offset, levels)\n"
+             "    -> (zero_count, used, bits, sse)\n\n"
+             "One uniform quantizer of the adaptive search over ascending float64 values with\n"
+             "their prefix sums and prefix sums of squares (one more entry each, from 0): bins split\n"
+             "at +-(j - offset) step, j = 1..levels (at most 127), each at its mean, the middle at\n"
+             "zero. The values in the zero bin, the other bins used, the bins' order-0 entropy in\n"
+             "bits, and the squared error.");
+static PyObject *py_uniform_candidate(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"sorted", "sums", "squares", "step", "offset", "levels", NULL};
+    PyObject *vo, *so, *qo;
+    double step, offset;
+    long levels;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOddl:uniform_candidate", kwlist, &vo, &so, &qo,
+                                     &step, &offset, &levels))
+        return NULL;
+    if (!(step > 0) || !(offset >= 0 && offset < 1) || levels < 0 || levels > 127)
+        return PyErr_Format(PyExc_ValueError,
+                            "need step > 0, 0 <= offset < 1 and 0 <= levels <= 127");
+    Py_buffer v, sums, squares;
+    if (get_buffer(vo, &v, 0, "sorted")) return NULL;
+    if (get_buffer(so, &sums, 0, "sums")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (get_buffer(qo, &squares, 0, "squares")) {
+        PyBuffer_Release(&v);
+        PyBuffer_Release(&sums);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (v.len % 8 || sums.len != v.len + 8 || squares.len != v.len + 8)
+        PyErr_Format(PyExc_ValueError, "sorted must hold float64 values and sums and squares "
+                     "one more each (%zd, %zd and %zd bytes)", v.len, sums.len, squares.len);
+    else {
+        double out[4];
+        int failed;
+        Py_BEGIN_ALLOW_THREADS
+        failed = ckz_uniform_candidate((const double *)v.buf, (const double *)sums.buf,
+                                       (const double *)squares.buf, (size_t)v.len / 8, step,
+                                       offset, levels, out);
+        Py_END_ALLOW_THREADS
+        if (failed) PyErr_SetString(PyExc_ValueError, "uniform_candidate: bad arguments");
+        else result = Py_BuildValue("(nndd)", (Py_ssize_t)out[0], (Py_ssize_t)out[1], out[2],
+                                    out[3]);
+    }
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&sums);
+    PyBuffer_Release(&squares);
+    return result;
+}
+
 /* A buffer of doubles (thresholds, a codebook) of at most `most` entries. */
 static int get_doubles(PyObject *obj, Py_buffer *view, size_t most, const char *name) {
     if (get_buffer(obj, view, 0, name)) return -1;
@@ -1576,6 +1629,7 @@ static PyMethodDef methods[] = {
     KW("rounding_spread", py_rounding_spread, rounding_spread_doc),
     KW("level_bits", py_level_bits, level_bits_doc),
     KW("lloyd_sorted", py_lloyd_sorted, lloyd_sorted_doc),
+    KW("uniform_candidate", py_uniform_candidate, uniform_candidate_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("base_ratios", py_base_ratios, base_ratios_doc),
