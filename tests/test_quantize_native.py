@@ -428,3 +428,40 @@ def test_uniform_candidate_is_the_numpy_search_step(n: int, offset: float, relat
     assert sse == pytest.approx(expected[3], rel=1e-12, abs=1e-30)
     with pytest.raises(ValueError):
         N.uniform_candidate(sample, sums[:-1], squares, step, offset, levels)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 20_000), st.sampled_from([torch.float32, torch.float64]),
+       st.floats(1e-4, 0.05), st.booleans(), st.integers(0, 2**32 - 1))
+def test_round_levels_draws_torchs_levels(n: int, dtype: torch.dtype, step: float,
+                                          dithered: bool, seed: int) -> None:
+    """The native unbiased rounding (one pass, int8 levels and their histogram) draws exactly
+    the levels of the torch arithmetic it replaced on the host, both ways; a level beyond 127
+    makes it give up (-1), and the torch levels are drawn instead."""
+    from ckptzip.modes.factoring import (
+        STOCHASTIC_SEED_KEY,
+        _drawn,
+        dithered_levels,
+        unbiased_levels,
+    )
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(seed % 1000)) * 0.01).to(dtype)
+    levels = torch.empty(n, dtype=torch.int8)
+    counts = np.zeros(255, dtype=np.uint64)
+    top = N.round_levels(x.numpy(), levels.numpy(), counts, x.element_size(), step,
+                         seed if dithered else seed ^ STOCHASTIC_SEED_KEY, dithered)
+    expected = (dithered_levels if dithered else unbiased_levels)(x, step, seed)
+    biggest = int(expected.abs().max()) if n else 0
+    if biggest > 127:
+        assert top == -1
+        assert _drawn(x, step, dithered, seed).counts is None  # torch's levels instead
+        return
+    assert top == biggest
+    assert torch.equal(levels.long(), expected)
+    assert np.array_equal(counts, np.bincount((expected + 127).numpy(), minlength=255))
+    rounding = _drawn(x, step, dithered, seed)
+    codes = rounding.codes()
+    assert codes is not None and codes.dtype == torch.uint8
+    used = np.flatnonzero(counts) - 127
+    used = used[used != 0]
+    table = np.concatenate([[0], used])  # code -> level
+    assert np.array_equal(table[codes.numpy()], expected.numpy())

@@ -118,9 +118,10 @@ RETRY_BUDGETS = (1.0, 0.9, 0.75, 0.5)
 DEBIASED = ("weight", "exp_avg")
 
 
-#: An update rounded for the ``kmeans`` stage: the values it stores, that stage, the rounding and
-#: the stages before it (a dither).
-RoundedUpdate = tuple[torch.Tensor, KMeans, Rounding, tuple[TensorToTensor, ...]]
+#: An update rounded for the ``kmeans`` stage: the values it stores or (from the native pass)
+#: their codes, that stage, the rounding and the stages before it (a dither).
+RoundedUpdate = tuple[torch.Tensor | None, torch.Tensor | None, KMeans, Rounding,
+                      tuple[TensorToTensor, ...]]
 
 
 def base_error_energy(base: Base, name: str) -> float:
@@ -342,7 +343,7 @@ class AdaptivePolicy(JointPolicy):
             rounded = self._rounded(leaf, delta, scale_sq, target, seed, active)
         if rounded is None:
             return {}
-        values, quantizer, rounding, stages = rounded
+        values, codes, quantizer, rounding, stages = rounded
         lowrank = None
         if factored is not None:
             factors = LowRank(first, first + 1)
@@ -353,7 +354,9 @@ class AdaptivePolicy(JointPolicy):
                 plans[j] = finish(added, factor.pruned, factor.quantizer, codes=factor.codes)
                 plans[j].added = added
                 del plans[j].extra["error"]  # the weight's record covers its factors
-        plans[index] = finish(leaf, values, quantizer, residual=True, base=w_base,
+        stored = codes if values is None else values  # the codes stand for the values
+        assert stored is not None
+        plans[index] = finish(leaf, stored, quantizer, residual=True, base=w_base, codes=codes,
                               lowrank=lowrank, zeros=zeros, rounding=stages, bound=bound)
         if not honoured(plans[index]):
             return None
@@ -375,12 +378,14 @@ class AdaptivePolicy(JointPolicy):
         the sum, which differs between devices. ``active``: the elements an
         :class:`~ckptzip.codecs.ExactZeros` mask leaves to be coded (all by default)."""
         for rounding in cheapest_roundings(array, scale_sq, budget, seed, active, BOUND_SIGMAS):
-            quantizer = grid(rounding.levels, rounding.step, leaf.dtype.name)
+            quantizer = grid(rounding, leaf.dtype.name)
             if quantizer is not None:
                 stages: tuple[TensorToTensor, ...] = (
                     (Dither(seed, rounding.step),) if rounding.dithered else ())
-                return ((rounding.levels.double() * rounding.step).to(array.dtype), quantizer,
-                        rounding, stages)
+                codes = rounding.codes()
+                values = ((rounding.levels.double() * rounding.step).to(array.dtype)
+                          if codes is None else None)
+                return values, codes, quantizer, rounding, stages
         return None
 
     def _quantize(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, state: str, *,

@@ -177,19 +177,35 @@ def dithered_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tenso
 @dataclass
 class Rounding:
     """An update rounded without bias: its grid levels, the step, and whether a dither was added
-    before rounding to the nearest level (else the rounding was stochastic)."""
+    before rounding to the nearest level (else the rounding was stochastic). ``counts``: the
+    levels' histogram, ``-MAX_LEVEL .. MAX_LEVEL``, where the native pass drew them (as int8)."""
 
     levels: torch.Tensor
     step: float
     dithered: bool
+    counts: np.ndarray | None = None
 
     @property
     def bits(self) -> float:
         """The levels' order-0 entropy, in bits."""
+        if self.counts is not None:
+            return entropy_bits(self.counts)
         if not self.levels.numel():
             return 0.0
         counts = torch.bincount((self.levels - self.levels.min()).reshape(-1)).cpu().numpy()
         return entropy_bits(counts)
+
+    def codes(self) -> torch.Tensor | None:
+        """The uint8 codes of :func:`grid`'s table (0 for level 0, then the used levels in
+        order), from the native pass's levels; None where torch drew them."""
+        if self.counts is None:
+            return None
+        used = np.flatnonzero(self.counts) - MAX_LEVEL
+        used = used[used != 0]
+        by_pattern = np.zeros(256, dtype=np.uint8)  # indexed by the int8 level's bit pattern
+        by_pattern[used & 0xFF] = np.arange(1, used.size + 1)
+        patterns = self.levels.reshape(-1).numpy().view(np.uint8)
+        return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
 
 
 def _ways(values: torch.Tensor, scale_sq: float, budget: float, active: int | None,
@@ -202,6 +218,20 @@ def _ways(values: torch.Tensor, scale_sq: float, budget: float, active: int | No
 
 
 def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Rounding:
+    """``values`` rounded to multiples of ``step`` the one way or the other: on the host in one
+    native pass (the same levels as torch's ops, as int8 with their histogram) where every level
+    fits a uint8 code's grid; else by torch's ops (a device; a level beyond ``MAX_LEVEL``,
+    which :func:`grid` then refuses)."""
+    if values.device.type == "cpu" and values.is_floating_point():
+        source = values.contiguous() if values.dtype in (torch.float32, torch.float64) else (
+            values.float())  # bfloat16 and float16 widen exactly
+        levels = torch.empty(source.shape, dtype=torch.int8)
+        counts = np.zeros(2 * MAX_LEVEL + 1, dtype=np.uint64)
+        top = _native.round_levels(source.reshape(-1).numpy(), levels.reshape(-1).numpy(), counts,
+                                   source.element_size(), step,
+                                   seed if dithered else seed ^ STOCHASTIC_SEED_KEY, dithered)
+        if top >= 0:
+            return Rounding(levels, step, dithered, counts)
     levels = (dithered_levels if dithered else unbiased_levels)(values, step, seed)
     return Rounding(levels, step, dithered)
 
@@ -257,13 +287,18 @@ def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
     return min(level_bits(host, step) for step, _ in ways) / fraction
 
 
-def grid(levels: torch.Tensor, step: float, dtype: str) -> KMeans | None:
-    """A ``kmeans`` stage whose table is the grid levels ``levels`` uses (``k * step``, k != 0;
+def grid(rounding: Rounding, dtype: str) -> KMeans | None:
+    """A ``kmeans`` stage whose table is the grid levels ``rounding`` uses (``k * step``, k != 0;
     codes in level order), or None when they need more than a uint8 code."""
-    top = int(levels.abs().max()) if levels.numel() else 0
-    if top > MAX_LEVEL:
-        return None
-    used = torch.unique(levels[levels != 0]).cpu().numpy()
+    levels, step = rounding.levels, rounding.step
+    if rounding.counts is not None:  # the native pass: every level within MAX_LEVEL
+        used = np.flatnonzero(rounding.counts) - MAX_LEVEL
+        used = used[used != 0]
+    else:
+        top = int(levels.abs().max()) if levels.numel() else 0
+        if top > MAX_LEVEL:
+            return None
+        used = torch.unique(levels[levels != 0]).cpu().numpy()
     quantizer = KMeans(max(used.size, 1), dtype, precision="fp32")
     quantizer.set_table(used.astype(np.float64) * step)
     return quantizer

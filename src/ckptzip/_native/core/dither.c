@@ -1,5 +1,7 @@
 #include "dither.h"
 
+#include <math.h>
+
 /* The "lowbias32" 32-bit mixer: xorshift-multiply, bijective. */
 static inline uint32_t mix(uint32_t x) {
     x ^= x >> 16;
@@ -66,4 +68,37 @@ int ckz_dither_shift(const void *in, void *out, size_t elem_size, size_t count, 
         j += run;
     }
     return 0;
+}
+
+long ckz_round_levels(const void *x, size_t elem_size, size_t count, double step, uint32_t seed,
+                      int dithered, int8_t *levels, uint64_t *counts) {
+    if ((elem_size != 4 && elem_size != 8) || !(step > 0)) return -1;
+    long top = 0;
+    size_t j = 0;
+    while (j < count) {
+        uint64_t index = j;
+        uint32_t high = (uint32_t)(index >> 32);
+        uint32_t key = mix(mix(high) ^ seed);
+        uint64_t room = (((uint64_t)high + 1) << 32) - index;
+        size_t run = count - j < room ? count - j : (size_t)room;
+        uint32_t low = (uint32_t)index;
+        for (size_t i = 0; i < run; i++) {
+            double value = elem_size == 4 ? (double)((const float *)x)[j + i]
+                                          : ((const double *)x)[j + i];
+            double u = offset_of(low + (uint32_t)i, key), level;
+            if (dithered) {
+                level = floor((value + u * step) / step + 0.5);
+            } else {
+                double scaled = value / step, below = floor(scaled);
+                level = below + (u + 0.5 < scaled - below ? 1.0 : 0.0);
+            }
+            if (!(level >= -127 && level <= 127)) return -1; /* NaN too */
+            long l = (long)level;
+            levels[j + i] = (int8_t)l;
+            counts[l + 127]++;
+            top = l > top ? l : -l > top ? -l : top;
+        }
+        j += run;
+    }
+    return top;
 }

@@ -16,4 +16,15 @@ void ckz_dither_offsets(double *out, size_t count, uint64_t start, uint32_t seed
 int ckz_dither_shift(const void *in, void *out, size_t elem_size, size_t count, uint32_t seed,
                      double step, int sign);
 
+/* The adaptive mode's unbiased rounding of count floats (elem_size 4) or doubles (8) to
+ * multiples of step > 0, in double arithmetic op for op as modes/factoring.py's torch code:
+ * dithered (nonzero), level = floor((x + u * step) / step + 1/2) with u element i's offset for
+ * seed (the dither stage's); else stochastically, level = floor(x / step) + (u + 1/2 < x / step -
+ * floor(x / step)), u the offset for seed (the caller's key applied).  Writes each level as an
+ * int8 and counts[level + 127] (255 counts, added to).  Returns the largest |level|, or -1 at the
+ * first level beyond 127 or a NaN (then the levels and counts are meaningless), or for a bad
+ * elem_size or step. */
+long ckz_round_levels(const void *x, size_t elem_size, size_t count, double step, uint32_t seed,
+                      int dithered, int8_t *levels, uint64_t *counts);
+
 #endif

@@ -464,6 +464,62 @@ static PyObject *py_uniform_candidate(PyObject *self, PyObject *args, PyObject *
     return result;
 }
 
+PyDoc_STRVAR(round_levels_doc,
+             "round_levels(src, levels, counts, elem_size, step, seed, dithered) -> int\n\n"
+             "The adaptive mode's unbiased rounding of float32 or float64 src (by elem_size) to\n"
+             "multiples of step: with a subtractive dither of seed (dithered), else stochastically\n"
+             "with the draws of seed; levels (int8) and counts (255 uint64, level + 127) written.\n"
+             "The largest |level|, or -1 beyond 127 or at a NaN (nothing meaningful then).");
+static PyObject *py_round_levels(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "levels", "counts", "elem_size", "step", "seed", "dithered",
+                             NULL};
+    PyObject *so, *lo, *co;
+    long elem_size;
+    double step;
+    unsigned long seed;
+    int dithered;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOldkp:round_levels", kwlist, &so, &lo, &co,
+                                     &elem_size, &step, &seed, &dithered))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    if (!(step > 0) || seed > 0xFFFFFFFFul)
+        return PyErr_Format(PyExc_ValueError, "need step > 0 and a 32-bit seed");
+    Py_buffer s, l, c;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(lo, &l, 1, "levels")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (get_buffer(co, &c, 1, "counts")) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&l);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        size_t n = (size_t)s.len / (size_t)elem_size;
+        if ((size_t)l.len != n)
+            PyErr_Format(PyExc_ValueError, "levels holds %zd bytes for %zu values", l.len, n);
+        else if (c.len != 255 * 8)
+            PyErr_SetString(PyExc_ValueError, "counts must hold 255 uint64 values");
+        else if (overlaps(&s, &l) || overlaps(&s, &c) || overlaps(&l, &c))
+            PyErr_SetString(PyExc_ValueError, "the buffers overlap");
+        else {
+            long top;
+            Py_BEGIN_ALLOW_THREADS
+            top = ckz_round_levels(s.buf, (size_t)elem_size, n, step, (uint32_t)seed, dithered,
+                                   (int8_t *)l.buf, (uint64_t *)c.buf);
+            Py_END_ALLOW_THREADS
+            result = PyLong_FromLong(top);
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&l);
+    PyBuffer_Release(&c);
+    return result;
+}
+
 /* A buffer of doubles (thresholds, a codebook) of at most `most` entries. */
 static int get_doubles(PyObject *obj, Py_buffer *view, size_t most, const char *name) {
     if (get_buffer(obj, view, 0, name)) return -1;
@@ -1623,6 +1679,7 @@ static PyMethodDef methods[] = {
     KW("byte_histogram", py_byte_histogram, byte_histogram_doc),
     KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
     KW("dither_shift", py_dither_shift, dither_shift_doc),
+    KW("round_levels", py_round_levels, round_levels_doc),
     KW("nearest_codes", py_nearest_codes, nearest_codes_doc),
     KW("uniform_bins", py_uniform_bins, uniform_bins_doc),
     KW("sum_squares", py_sum_squares, sum_squares_doc),
