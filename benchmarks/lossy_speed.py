@@ -15,8 +15,10 @@ Per state, mode and thread count: save and load MB/s, where MB is the raw fp32 b
 state (weights and both moments, 12 bytes a parameter), and the ratio of those bytes to the stored
 ones. Runs interleave the modes (``--repeat`` rounds); the table gives each figure's range over
 the rounds. The save clock covers ``ckptzip.save`` only (the input is ready in memory, the base is
-a file on disk as in training); the load clock covers ``ckptzip.load`` into fresh tensors. The
-bit-exact and error checks are outside both.
+a file on disk as in training); the load clock covers ``ckptzip.load`` into fresh tensors, then
+again at once into memory the first load faulted in and freed ("load again": on a VM, memory
+the host has taken back costs about 2 s a GB to fault in, whatever writes it;
+``probes/fresh_memory.py``). The bit-exact and error checks are outside both.
 
 ``--before FILE``: a JSON this script wrote earlier (say at the commit before a change): its
 ratios go beside the new ones.
@@ -211,7 +213,7 @@ def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: in
     rows: dict[tuple[str, int], dict[str, Any]] = {
         (m, t): {"state": name, "mode": m, "threads": t, "params": params, "raw_bytes": raw,
                  "device": device, "save_s": [], "load_s": [], "save_cpu_s": [],
-                 "load_cpu_s": [], "transform_s": [], "transform_read_s": [],
+                 "load_cpu_s": [], "load_again_s": [], "transform_s": [], "transform_read_s": [],
                  "peak_extra_bytes": []}
         for m in modes for t in threads}
     for round_ in range(repeat):
@@ -228,6 +230,10 @@ def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: in
                 seconds, cpu, _ = timed(ckptzip.load, path, threads=count)
                 row["load_s"].append(seconds)
                 row["load_cpu_s"].append(cpu)
+                # at once again: into memory the first load faulted in and freed (on a VM, memory
+                # the host has taken back faults in at about 0.5 GB/s: probes/fresh_memory.py)
+                seconds, _, _ = timed(ckptzip.load, path, threads=count)
+                row["load_again_s"].append(seconds)
                 extra = ""
                 if device != "cpu" and mode != "lossless":
                     seconds, peak = device_transform(second, mode, keyframe, count, True)
@@ -240,7 +246,8 @@ def measure(name: str, first: dict[str, Any], second: dict[str, Any], params: in
                              f"{max(peak, read_peak) / raw:.2f}x")
                 print(f"{name} round {round_ + 1}: {mode:>8} x{count}: save "
                       f"{raw / row['save_s'][-1] / 1e6:7.1f} MB/s, load "
-                      f"{raw / row['load_s'][-1] / 1e6:7.1f} MB/s, ratio "
+                      f"{raw / row['load_s'][-1] / 1e6:7.1f} MB/s (again "
+                      f"{raw / row['load_again_s'][-1] / 1e6:7.1f}), ratio "
                       f"{raw / report.stored_bytes:.1f}x{extra}", file=sys.stderr, flush=True)
                 path.unlink()
     return list(rows.values())
@@ -299,13 +306,15 @@ def markdown(rows: list[dict[str, Any]], before: dict[tuple[str, str], float]) -
         "MB/s: raw fp32 bytes of the full state (weights and both Adam moments) per second of "
         "wall time, the range over the interleaved rounds. MB/CPU-s: the same bytes per second of "
         "this process's CPU time (all its threads): the speed per busy core, which a machine "
-        "shared with other work slows less than the wall clock. Ratio: those bytes over the delta "
+        "shared with other work slows less than the wall clock. Load again: the same file loaded "
+        "at once a second time, into memory the first load faulted in. Ratio: those bytes over "
+        "the delta "
         "checkpoint's stored bytes"
         + (" (before: the ratio at the earlier run given by --before)." if before else "."),
         "",
         "| state | params | mode | threads | save MB/s | save MB/CPU-s | load MB/s | load MB/CPU-s "
-        "| ratio " + ("| ratio before " if before else "") + "|",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else ""),
+        "| load again MB/s | ratio " + ("| ratio before " if before else "") + "|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else ""),
     ]
     for row in rows:
         raw = row["raw_bytes"]
@@ -315,7 +324,7 @@ def markdown(rows: list[dict[str, Any]], before: dict[tuple[str, str], float]) -
             f"| {row['state']} | {row['params'] / 1e6:.1f}M | {row['mode']} | {row['threads']} | "
             f"{speed_range(raw, row['save_s'])} | {speed_range(raw, row['save_cpu_s'])} | "
             f"{speed_range(raw, row['load_s'])} | {speed_range(raw, row['load_cpu_s'])} | "
-            f"{ratio:.1f}x |"
+            f"{speed_range(raw, row['load_again_s'])} | {ratio:.1f}x |"
             + (f" {previous:.1f}x |" if previous else (" - |" if before else "")))
     return "\n".join(lines)
 
