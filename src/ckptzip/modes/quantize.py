@@ -198,7 +198,6 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
                                    level_sums, level_counts, source.element_size(), step, offset,
                                    NATIVE_LEVELS)
         if top >= 0:
-            level_counts[NATIVE_LEVELS] = 0  # the zero bin is exactly zero, not a level
             filled = level_counts > 0
             return (pruned.reshape(values.shape),
                     level_sums[filled] / level_counts[filled].astype(np.float64))

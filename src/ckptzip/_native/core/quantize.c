@@ -104,18 +104,22 @@ long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, do
     long top = 0;
     for (size_t i = 0; i < n; i++) {
         double v = elem_size == 4 ? (double)((const float *)x)[i] : ((const double *)x)[i];
-        double magnitude = floor(fabs(v) / step + offset);
-        if (!(magnitude <= (double)limit)) return -1; /* beyond the limit, or NaN */
-        long level = (long)magnitude;
+        double scaled = fabs(v) / step + offset;
+        /* beyond the limit, or NaN; below it, a conversion is floor (scaled >= 0) without a
+         * libm call per value */
+        if (!(scaled < (double)limit + 1)) return -1;
+        long level = (long)scaled;
+        if (!level) { /* the zero bin, most values: nothing summed, nothing counted */
+            if (elem_size == 4) ((float *)pruned)[i] = 0.0f;
+            else ((double *)pruned)[i] = 0.0;
+            continue;
+        }
         if (level > top) top = level;
-        long signed_level = v < 0 ? -level : level;
-        size_t bin = (size_t)(signed_level + (long)limit);
+        size_t bin = (size_t)((v < 0 ? -level : level) + (long)limit);
         sums[bin] += v;
         counts[bin]++;
-        if (elem_size == 4)
-            ((float *)pruned)[i] = level ? (float)v : 0.0f;
-        else
-            ((double *)pruned)[i] = level ? v : 0.0;
+        if (elem_size == 4) ((float *)pruned)[i] = (float)v;
+        else ((double *)pruned)[i] = v;
     }
     return top;
 }

@@ -36,9 +36,10 @@ double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n)
 #define CKZ_MAX_UNIFORM_LEVEL 4095
 
 /* The uniform quantizer of the lossy modes' search, over n floats (elem_size 4) or doubles (8):
- * level = sign(x) * floor(|x| / step + offset), in double. For each level l in -limit..limit,
- * sums[l + limit] and counts[l + limit] get the sum and the number of the values at it (arrays of
- * 2 limit + 1), and pruned[i] = x[i], or zero at level 0. Returns the largest |level|, or -1 for
+ * level = sign(x) * floor(|x| / step + offset), in double. For each level l in -limit..limit
+ * but 0, sums[l + limit] and counts[l + limit] get the sum and the number of the values at it
+ * (arrays of 2 limit + 1; level 0's, which decodes to zero, stay 0), and pruned[i] = x[i], or
+ * zero at level 0. Returns the largest |level|, or -1 for
  * a level beyond `limit` (or a NaN), a step not > 0, a bad elem_size or a limit above
  * CKZ_MAX_UNIFORM_LEVEL (then nothing is meaningful). */
 long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, double offset,

@@ -194,8 +194,9 @@ static PyObject *py_dither_shift(PyObject *self, PyObject *args, PyObject *kw) {
 PyDoc_STRVAR(uniform_bins_doc,
              "uniform_bins(src, pruned, sums, counts, elem_size, step, offset, limit) -> int\n\n"
              "The uniform quantizer's levels sign(x) floor(|x| / step + offset) of src (float32 or\n"
-             "float64): per level -limit..limit, the sum (sums, float64) and number (counts,\n"
-             "uint64) of its values; pruned = src with level 0 zeroed. Returns the largest |level|,\n"
+             "float64): per level -limit..limit but 0, the sum (sums, float64) and number (counts,\n"
+             "uint64) of its values (level 0's stay 0); pruned = src with level 0 zeroed. Returns\n"
+             "the largest |level|,\n"
              "or -1 when a level is beyond limit (nothing is then meaningful).");
 static PyObject *py_uniform_bins(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
