@@ -6,10 +6,13 @@
  * 0-1 pick the element size (float or double, bit 0), bits 2-7 a step's exponent.  Checked:
  * - table_lookup decodes codes below the table's size and names the first code beyond it;
  * - nearest_codes gives 0 exactly at zeros, codes in 1..T+1 elsewhere, monotone in the value;
- * - uniform_bins' counts add up to the values, its pruned values are the originals or zero, and
+ * - uniform_bins' counts add up to the values off the zero level, its pruned values are the
+ *   originals or zero, and
  *   it refuses levels beyond its limit rather than writing past its bins;
  * - dither_shift by a step and back restores the values within a rounding each way, in place;
  * - sum_squares is finite and >= 0 on finite input;
+ * - round_levels' int8 levels lie within a step and a half of their values and are counted once;
+ * - lloyd_sorted's populations add up; level_bits and rounding_spread are never negative;
  * - compact_nonzero keeps exactly the non-zeros, in order;
  * - sparse_unpack, on a mask and value planes taken from the data, accepts exactly the masks
  *   that mark `count` of the n elements, and what it decodes packs back to no more values, each
@@ -28,6 +31,7 @@
 #include "dither.h"
 #include "quantize.h"
 #include "ratio.h"
+#include "search.h"
 #include "sparse.h"
 
 #define LIMIT 63
@@ -94,15 +98,61 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     long top = ckz_uniform_bins(values, elem, n, step, 0.5, LIMIT, pruned, sums, counts);
     if (top > LIMIT) abort();
     if (top >= 0) {
-        uint64_t total = 0;
+        /* every value off the zero level is counted once; the zero level is not */
+        uint64_t total = 0, off_zero = 0;
         for (size_t b = 0; b < 2 * LIMIT + 1; b++) total += counts[b];
-        if (total != n) abort();
+        if (counts[LIMIT] || sums[LIMIT] != 0.0) abort();
         for (size_t i = 0; i < n; i++) {
             double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
             double p = elem == 4 ? (double)((float *)pruned)[i] : ((double *)pruned)[i];
             if (p != v && p != 0.0) abort();
+            off_zero += floor(fabs(v) / step + 0.5) >= 1;
+        }
+        if (total != off_zero) abort();
+    }
+
+    /* the adaptive rounding: int8 levels within one step of the value (a dither's within a
+     * step and a half), counted once each, or a refusal */
+    int8_t *levels = malloc(n + 1);
+    uint64_t level_counts[255] = {0};
+    int dithered = (int)(control >> 1 & 1);
+    long biggest = ckz_round_levels(values, elem, n, step, control * 40503u, dithered, levels,
+                                    level_counts);
+    if (biggest > 127) abort();
+    if (biggest >= 0) {
+        uint64_t counted = 0;
+        for (size_t b = 0; b < 255; b++) counted += level_counts[b];
+        if (counted != n) abort();
+        for (size_t i = 0; i < n; i++) {
+            double v = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+            if (abs(levels[i]) > biggest || fabs(levels[i] * step - v) > 1.5 * step) abort();
         }
     }
+
+    /* the searches: a k-means fit of the sorted values (its populations add up), the
+     * rounding's expected entropy (a refusal or >= 0), its error sums (>= 0) */
+    double *sorted = malloc(n * sizeof(double) + 8), centroids[255], sse;
+    int64_t populations[255];
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = elem == 4 ? (double)((float *)values)[i] : ((double *)values)[i];
+    qsort(sorted, n, sizeof(double), ascending);
+    unsigned k = 1 + count % 255;
+    long fitted = ckz_lloyd_sorted(sorted, n, k, 40, centroids, populations, &sse);
+    if (fitted < 0 || fitted > (long)k || (n && !fitted) || !(sse >= 0.0)) abort();
+    int64_t population = 0;
+    /* (its centroids ascend where the prefix sums keep the values' precision; over a range
+     * of 10^600 they need not, in numpy's arithmetic as in this one) */
+    for (long j = 0; j < fitted; j++) population += populations[j];
+    (void)centroids;
+    if (population != (int64_t)n) abort();
+    if (elem == 4) {
+        double bits = ckz_level_bits((const float *)values, n, step, 1 << 12), mean, spread;
+        if (bits != -1.0 && !(bits >= 0.0)) abort();
+        ckz_rounding_spread((const float *)values, n, step, &mean, &spread);
+        if (!(mean >= 0.0 && spread >= 0.0)) abort();
+    }
+    free(levels);
+    free(sorted);
 
     double energy = ckz_sum_squares(values, NULL, elem, n);
     if (!(energy >= 0.0)) abort();
