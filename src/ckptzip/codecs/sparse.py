@@ -118,7 +118,7 @@ class Sparse(TensorToTensor):
         if self.layout == "bitmask":
             weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=tensor.device)
             kept = ((where.reshape(-1, 1) & weights) != 0).reshape(-1)
-            if bool(kept[self.numel:].any()) or int(kept.sum()) != self.count:
+            if bool(kept[self.numel:].any()) or int(torch.count_nonzero(kept)) != self.count:
                 raise ValueError(f"sparse: the bitmask does not mark exactly {self.count} elements")
             positions = kept[: self.numel].nonzero().reshape(-1)
         else:

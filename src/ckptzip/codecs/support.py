@@ -68,9 +68,9 @@ class Support(TensorToTensor):
         """Scatter the stored values into zeros of the sibling's shape (the reader has checked
         that it is the tensor's own)."""
         mask = self._mask(context).to(tensor.device)
-        if tensor.dim() != 1 or tensor.numel() != int(mask.sum()):
+        if tensor.dim() != 1 or tensor.numel() != int(torch.count_nonzero(mask)):
             raise ValueError(f"support: {tensor.numel()} stored values for a support of "
-                             f"{int(mask.sum())} elements")
+                             f"{int(torch.count_nonzero(mask))} elements")
         out = tensor.new_zeros(mask.shape)
         out[mask] = tensor
         return out

@@ -330,7 +330,7 @@ class AdaptivePolicy(JointPolicy):
             plans[first] = Encoded(coded((), packed), packed, added=mask)
             first += 1
             delta = delta.masked_fill(~changed, 0)
-        active = None if changed is None else int(changed.sum())
+        active = None if changed is None else int(torch.count_nonzero(changed))
         factored = factor_update(delta, scale_sq, target)
         residual = delta if factored is None else factored.residual
         if factored is not None and changed is not None:

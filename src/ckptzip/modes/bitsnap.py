@@ -154,7 +154,7 @@ def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base) -> 
         if values.w is None or values.w_base is None:
             continue
         delta = values.w - values.w_base
-        changed += int((delta != 0).sum())
+        changed += int(torch.count_nonzero(delta))
         total += delta.numel()
         delta_sq += float(delta.pow(2).sum())
         weight_sq += float(values.w.pow(2).sum())

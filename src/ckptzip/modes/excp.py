@@ -76,6 +76,6 @@ class ExcpPolicy(JointPolicy):
         which stores the tensor as is. The error is bounded by that of storing nothing (the
         update or the moment left out): pruning drops elements, and a centroid is its cluster's
         mean; a plan that misses the bound is stored bit-exact."""
-        exact = int((array != 0).sum()) <= self.centroids
+        exact = int(torch.count_nonzero(array)) <= self.centroids
         quantizer = KMeans(self.centroids, leaf.dtype.name, "linear", "fp32" if exact else "fp16")
         return finished(finish(leaf, array, quantizer, residual=residual, base=base))
