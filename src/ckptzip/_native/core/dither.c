@@ -12,16 +12,22 @@ static inline uint32_t mix(uint32_t x) {
     return x;
 }
 
+/* The indices from `index` on (at most `left` of them) that share its high 32 bits: how many,
+ * with the first one's low 32 bits and their key for `seed`. */
+static inline size_t key_run(uint64_t index, size_t left, uint32_t seed, uint32_t *key,
+                             uint32_t *low) {
+    uint32_t high = (uint32_t)(index >> 32);
+    uint64_t room = (((uint64_t)high + 1) << 32) - index;
+    *key = mix(mix(high) ^ seed);
+    *low = (uint32_t)index;
+    return left < room ? left : (size_t)room;
+}
+
 void ckz_dither_offsets(double *out, size_t count, uint64_t start, uint32_t seed) {
     size_t j = 0;
     while (j < count) {
-        uint64_t index = start + j;
-        uint32_t high = (uint32_t)(index >> 32);
-        uint32_t key = mix(mix(high) ^ seed);
-        /* the elements up to the next multiple of 2^32 share the key */
-        uint64_t room = (((uint64_t)high + 1) << 32) - index;
-        size_t run = count - j < room ? count - j : (size_t)room;
-        uint32_t low = (uint32_t)index;
+        uint32_t key, low;
+        size_t run = key_run(start + j, count - j, seed, &key, &low);
         for (size_t i = 0; i < run; i++) {
             uint32_t h = mix((low + (uint32_t)i) ^ key);
             /* exact: a 24-bit integer plus one half, over 2^24 */
@@ -42,12 +48,8 @@ int ckz_dither_shift(const void *in, void *out, size_t elem_size, size_t count, 
     if ((elem_size != 4 && elem_size != 8) || (sign != 1 && sign != -1)) return -1;
     size_t j = 0;
     while (j < count) {
-        uint64_t index = j;
-        uint32_t high = (uint32_t)(index >> 32);
-        uint32_t key = mix(mix(high) ^ seed);
-        uint64_t room = (((uint64_t)high + 1) << 32) - index;
-        size_t run = count - j < room ? count - j : (size_t)room;
-        uint32_t low = (uint32_t)index;
+        uint32_t key, low;
+        size_t run = key_run(j, count - j, seed, &key, &low);
         /* each element: x + (u * step) or x - (u * step) in double, as torch's ops compute
          * (tensor.double() +- offsets * step), rounded once to the output's type */
         if (elem_size == 4) {
@@ -76,12 +78,8 @@ long ckz_round_levels(const void *x, size_t elem_size, size_t count, double step
     long top = 0;
     size_t j = 0;
     while (j < count) {
-        uint64_t index = j;
-        uint32_t high = (uint32_t)(index >> 32);
-        uint32_t key = mix(mix(high) ^ seed);
-        uint64_t room = (((uint64_t)high + 1) << 32) - index;
-        size_t run = count - j < room ? count - j : (size_t)room;
-        uint32_t low = (uint32_t)index;
+        uint32_t key, low;
+        size_t run = key_run(j, count - j, seed, &key, &low);
         for (size_t i = 0; i < run; i++) {
             double value = elem_size == 4 ? (double)((const float *)x)[j + i]
                                           : ((const double *)x)[j + i];
