@@ -179,11 +179,10 @@ class KMeans(TensorToTensor):
             # to (one second moment 10^7 below the sample's least, under a codebook that did not
             # reach it, was decoded 3,000 times too large in sqrt(v): the RMS relative error of
             # its million values was 3, and the tensor was stored bit-exact)
-            sample = spread_sample(values, FIT_SAMPLES)
-            if sample.numel() < values.numel():
-                sample = torch.cat([spread_sample(values, FIT_SAMPLES - 2),
+            if values.numel() > FIT_SAMPLES:
+                values = torch.cat([spread_sample(values, FIT_SAMPLES - 2),
                                     values.min().reshape(1), values.max().reshape(1)])
-            values = sample.double().log()
+            values = values.double().log()
         fit = lloyd_sorted(sample_sorted(values), self.k)
         self.set_table(fit.centroids)  # in the log domain the codebook holds logarithms
         return fit

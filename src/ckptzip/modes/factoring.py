@@ -98,6 +98,13 @@ def _host_floats(values: torch.Tensor) -> np.ndarray:
     return values.detach().reshape(-1).float().cpu().contiguous().numpy()
 
 
+def _host_sample(values: torch.Tensor, limit: int = ESTIMATE_SAMPLES) -> tuple[np.ndarray, float]:
+    """:func:`_sample` of ``values``, on the host as float32 (:func:`_host_floats`), taken once
+    for all the searches of one rounding."""
+    sample, fraction = _sample(values, limit)
+    return _host_floats(sample), fraction
+
+
 def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
                   sigmas: float = 0.0) -> float:
     """The coarsest grid step whose unbiased rounding of ``values`` has an expected squared
@@ -110,8 +117,14 @@ def unbiased_step(values: torch.Tensor, scale_sq: float, budget: float,
     and variance ``step**4 f (1 - f) (1 - 2 f)**2``, summed over the values (bisected on a
     sample, each step's sums one native pass).
     """
-    sample, fraction = _sample(values)
-    magnitudes = np.abs(_host_floats(sample))
+    return _sample_step(*_host_sample(values), scale_sq, budget, sigmas)
+
+
+def _sample_step(sample: np.ndarray, fraction: float, scale_sq: float, budget: float,
+                 sigmas: float) -> float:
+    """:func:`unbiased_step` from its host sample (:func:`_host_sample`), ``fraction`` of the
+    values."""
+    magnitudes = np.abs(sample)
     top = float(magnitudes.max()) if magnitudes.size else 0.0
     target = budget * budget * scale_sq * fraction
     if not (top > 0 and target > 0):
@@ -195,24 +208,32 @@ class Rounding:
         counts = torch.bincount((self.levels - self.levels.min()).reshape(-1)).cpu().numpy()
         return entropy_bits(counts)
 
-    def codes(self) -> torch.Tensor | None:
-        """The uint8 codes of :func:`grid`'s table (0 for level 0, then the used levels in
-        order), from the native pass's levels; None where torch drew them."""
+    def used_levels(self) -> np.ndarray | None:
+        """The non-zero levels drawn, ascending, from the native pass's histogram; None where
+        torch drew them."""
         if self.counts is None:
             return None
         used = np.flatnonzero(self.counts) - MAX_LEVEL
-        used = used[used != 0]
+        return used[used != 0]
+
+    def codes(self) -> torch.Tensor | None:
+        """The uint8 codes of :func:`grid`'s table (0 for level 0, then the used levels in
+        order), from the native pass's levels; None where torch drew them."""
+        used = self.used_levels()
+        if used is None:
+            return None
         by_pattern = np.zeros(256, dtype=np.uint8)  # indexed by the int8 level's bit pattern
         by_pattern[used & 0xFF] = np.arange(1, used.size + 1)
         patterns = self.levels.reshape(-1).numpy().view(np.uint8)
         return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
 
 
-def _ways(values: torch.Tensor, scale_sq: float, budget: float, active: int | None,
-          sigmas: float) -> list[tuple[float, bool]]:
+def _ways(values: torch.Tensor, sample: np.ndarray, fraction: float, scale_sq: float,
+          budget: float, active: int | None, sigmas: float) -> list[tuple[float, bool]]:
     """The grid step of each way of rounding ``values`` without bias within ``budget``, with
-    whether it is the dithered one: stochastic first; none where no grid will do."""
-    steps = ((unbiased_step(values, scale_sq, budget, sigmas), False),
+    whether it is the dithered one: stochastic first; none where no grid will do. ``sample``:
+    their host sample (:func:`_host_sample`), ``fraction`` of them."""
+    steps = ((_sample_step(sample, fraction, scale_sq, budget, sigmas), False),
              (dithered_step(values, scale_sq, budget, active, sigmas), True))
     return [(step, dithered) for step, dithered in steps if step > 0]
 
@@ -245,7 +266,8 @@ def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,
     in :func:`dithered_step` (a value of 0 rounds stochastically to 0 by itself). ``sigmas``:
     grids that keep the budget by that many standard deviations of the realized error."""
     return [_drawn(values, step, dithered, seed)
-            for step, dithered in _ways(values, scale_sq, budget, active, sigmas)]
+            for step, dithered in _ways(values, *_host_sample(values), scale_sq, budget, active,
+                                        sigmas)]
 
 
 def level_bits(values: np.ndarray, step: float) -> float:
@@ -266,10 +288,10 @@ def cheapest_roundings(values: torch.Tensor, scale_sq: float, budget: float, see
     """:func:`roundings`, the cheaper way first by its levels' expected entropy on a sample of
     ``ESTIMATE_SAMPLES`` values (all of a smaller tensor), each drawn on the whole of ``values``
     only when the caller asks for it (it takes the first whose levels fit its code)."""
-    ways = _ways(values, scale_sq, budget, active, sigmas)
+    sample, fraction = _host_sample(values)
+    ways = _ways(values, sample, fraction, scale_sq, budget, active, sigmas)
     if len(ways) == 2:
-        host = _host_floats(_sample(values)[0])
-        ways.sort(key=lambda way: level_bits(host, way[0]))
+        ways.sort(key=lambda way: level_bits(sample, way[0]))
     for step, dithered in ways:
         yield _drawn(values, step, dithered, seed)
 
@@ -280,10 +302,10 @@ def unbiased_bits(values: torch.Tensor, scale_sq: float, budget: float,
     cheaper of the two ways (32 per value when no grid will do), from the levels' expected
     entropy (:func:`level_bits`) on a sample of at most ``samples`` values."""
     sample, fraction = _sample(values, samples)
-    ways = _ways(sample, scale_sq * fraction, budget, None, 0.0)
+    host = _host_floats(sample)
+    ways = _ways(sample, host, 1.0, scale_sq * fraction, budget, None, 0.0)
     if not ways:
         return 32.0 * values.numel()
-    host = _host_floats(sample)
     return min(level_bits(host, step) for step, _ in ways) / fraction
 
 
@@ -291,10 +313,8 @@ def grid(rounding: Rounding, dtype: str) -> KMeans | None:
     """A ``kmeans`` stage whose table is the grid levels ``rounding`` uses (``k * step``, k != 0;
     codes in level order), or None when they need more than a uint8 code."""
     levels, step = rounding.levels, rounding.step
-    if rounding.counts is not None:  # the native pass: every level within MAX_LEVEL
-        used = np.flatnonzero(rounding.counts) - MAX_LEVEL
-        used = used[used != 0]
-    else:
+    used = rounding.used_levels()  # the native pass: every level within MAX_LEVEL
+    if used is None:
         top = int(levels.abs().max()) if levels.numel() else 0
         if top > MAX_LEVEL:
             return None

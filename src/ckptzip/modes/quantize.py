@@ -137,8 +137,9 @@ def descending_magnitudes(ordered: torch.Tensor) -> torch.Tensor:
 def _uniform(ordered: torch.Tensor, scale_sq: float, budget: float) -> Choice | None:
     """The cheapest uniform quantizer within ``budget``: ``q = sign(x) floor(|x| / step +
     offset)``, each level reconstructed at its values' mean (``q = 0`` at zero), the levels
-    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs a
-    binary search per bin edge and reads its error off prefix sums. None when none fits in 255 levels."""
+    entropy-coded. Its bins are ranges of the sorted values, so each candidate costs a binary
+    search per bin edge and reads its error off prefix sums. None when none fits in 255
+    levels."""
     n = ordered.numel()
     stride = max(1, -(-n // SEARCH_SAMPLES))
     sample = np.ascontiguousarray(ordered[::stride].cpu().numpy())
