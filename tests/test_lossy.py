@@ -27,6 +27,7 @@ from ckptzip.codecs.kmeans import lloyd_sorted
 from ckptzip.demo.gpt import make_scheduler
 from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
 from ckptzip.errors import ConfigError, CorruptError, FormatError
+from ckptzip.hostpath import torch_ops_only
 from ckptzip.modes import PairingWarning
 from ckptzip.modes.adaptive import DEFAULT_BUDGET
 from ckptzip.modes.pairing import group_state
@@ -439,6 +440,29 @@ def test_transforms_run_on_the_device(mode, chain_states):
                               base=chain_states[0])
     for name, tensor in flat(decoded).items():
         assert torch.allclose(tensor.double(), flat(reference)[name].double(), rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("piece", [None, 1000])
+@pytest.mark.parametrize("mode", LOSSY)
+def test_the_device_paths_torch_ops_decode_what_the_native_passes_decode(mode, piece, chain_states,
+                                                                         monkeypatch):
+    """A GPU's tensors take torch's ops where the host's take the native passes: forced onto
+    that path on the host (``torch_ops_only``), a save decodes to the same tensors, bit for bit,
+    and the torch path's decoding reads what the native one does (CI has no GPU). ``piece``:
+    the torch path's passes cut into pieces of that many elements (the tensors here are larger)."""
+    if piece is not None:
+        monkeypatch.setattr(ckptzip.codecs.dither, "TORCH_PIECE", piece)
+        monkeypatch.setattr(ckptzip.modes.factoring, "TORCH_PIECE", piece)
+    native = ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0])
+    with torch_ops_only():
+        by_torch = ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0])
+        torch_decoded = flat(ckptzip.loads(by_torch, base=chain_states[0]))
+    expected = flat(ckptzip.loads(native, base=chain_states[0]))
+    decoded = flat(ckptzip.loads(by_torch, base=chain_states[0]))
+    assert decoded.keys() == expected.keys() == torch_decoded.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(decoded[name], tensor), name
+        assert torch.equal(torch_decoded[name], tensor), name
 
 
 def _restarted(data, states):

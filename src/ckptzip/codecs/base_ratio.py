@@ -23,6 +23,7 @@ import torch
 
 from .. import _native, dtypes
 from ..errors import ConfigError
+from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -43,7 +44,7 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
 
 def _host_float32(*tensors: torch.Tensor) -> bool:
     """Whether the native passes take these: float32 on the host, of one element count."""
-    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+    return (native(*tensors) and all(t.dtype == torch.float32 for t in tensors)
             and len({t.numel() for t in tensors}) == 1)
 
 
@@ -75,7 +76,7 @@ class BaseRatio(TensorToTensor):
         base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
         if (self.dtype.torch_dtype == torch.float32 and _host_float32(base)
-                and tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
+                and native(tensor) and tensor.dtype in (torch.float32, torch.float64)
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()
             out = torch.empty(tensor.shape, dtype=torch.float32)

@@ -22,11 +22,15 @@ import torch
 
 from .. import _native
 from ..errors import ConfigError
+from ..hostpath import native, native_device
 from .base import TensorToTensor, TransformContext, register
 
 _MASK = 0xFFFFFFFF
 #: Elements hashed per block (bounds the int64 temporaries at a few hundred MB).
 _BLOCK = 1 << 24
+#: Elements per piece of the torch path's element-wise passes (a device's): its float64
+#: temporaries are 16 MiB each, not the tensor's size times eight.
+TORCH_PIECE = 1 << 21
 
 
 def _mul32(x: torch.Tensor, multiplier: int) -> torch.Tensor:
@@ -52,23 +56,23 @@ def _key(seed: int, high: int, device: torch.device) -> torch.Tensor:
     return hash32(hash32(word) ^ seed)
 
 
-def offsets(count: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The dither of elements ``0 .. count - 1`` in units of a step: float64 values
+def offsets(count: int, seed: int, device: torch.device | str = "cpu", first: int = 0) -> torch.Tensor:
+    """The dither of elements ``first .. first + count - 1`` in units of a step: float64 values
     ``(h >> 8) / 2**24 + 2**-25 - 1/2`` in (-1/2, 1/2), where ``h`` is
     ``hash32(i_low ^ hash32(hash32(i_high) ^ seed))`` of the index's low and high 32 bits.
     Exact in float32 and float64 alike (25 significant bits). On the host the native core
     computes them (GIL released); on other devices torch's int64 ops do, to the same values."""
     device = torch.device(device)
     out = torch.empty(count, dtype=torch.float64, device=device)
-    if device.type == "cpu":
+    if native_device(device):
         if count:
-            _native.dither_offsets(out.numpy(), 0, seed)
+            _native.dither_offsets(out.numpy(), first, seed)
         return out
-    start = 0
-    while start < count:
+    start, end = first, first + count
+    while start < end:
         # blocks of at most _BLOCK elements that share the high 32 bits of their indices
-        stop = min(start + _BLOCK, count, ((start >> 32) + 1) << 32)
-        out[start:stop] = offsets_by_torch(start, stop, seed, device)
+        stop = min(start + _BLOCK, end, ((start >> 32) + 1) << 32)
+        out[start - first:stop - first] = offsets_by_torch(start, stop, seed, device)
         start = stop
     return out
 
@@ -114,8 +118,15 @@ class Dither(TensorToTensor):
 
     def _shifted(self, tensor: torch.Tensor, sign: int) -> torch.Tensor:
         dtype = torch.promote_types(tensor.dtype, torch.float32)
-        if tensor.device.type != "cpu":
-            return (tensor.double() + sign * self.shift(tensor.shape, tensor.device)).to(dtype)
+        if not native(tensor):
+            # in pieces of TORCH_PIECE elements: the float64 temporaries stay small on a GPU
+            flat = tensor.reshape(-1)
+            shifted = torch.empty(flat.shape, dtype=dtype, device=flat.device)
+            for start in range(0, flat.numel(), TORCH_PIECE):
+                part = flat[start:start + TORCH_PIECE]
+                shift = offsets(part.numel(), self.seed, part.device, start) * self.step
+                shifted[start:start + part.numel()] = (part.double() + sign * shift).to(dtype)
+            return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
         out = torch.empty_like(values)
         if values.numel():

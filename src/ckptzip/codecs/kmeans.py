@@ -22,6 +22,7 @@ import torch
 
 from .. import _native, dtypes
 from ..errors import ConfigError
+from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
 
 #: Most centroids a uint8 code can address (code 0 is zero).
@@ -97,7 +98,7 @@ def sample_sorted(values: torch.Tensor, limit: int = FIT_SAMPLES) -> np.ndarray:
 def nonzero_values(flat: torch.Tensor) -> torch.Tensor:
     """The non-zero elements of the 1-D ``flat``, in order (``flat[flat != 0]``; one native pass
     on the host)."""
-    if flat.device.type != "cpu" or flat.dtype not in (torch.float32, torch.float64):
+    if not native(flat) or flat.dtype not in (torch.float32, torch.float64):
         return flat[flat != 0]
     values = flat.contiguous()
     out = torch.empty_like(values)
@@ -108,7 +109,7 @@ def nonzero_values(flat: torch.Tensor) -> torch.Tensor:
 def _native_codes(flat: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """uint8 codes of the 1-D ``flat``: 0 where it is zero, else 1 + the number of the ascending
     ``thresholds`` below the value (the native core's pass on the host, torch's elsewhere)."""
-    if flat.device.type != "cpu" or flat.dtype not in (torch.float32, torch.float64):
+    if not native(flat) or flat.dtype not in (torch.float32, torch.float64):
         codes = torch.searchsorted(thresholds.to(flat.device), flat.double()) + 1
         return torch.where(flat == 0, 0, codes).to(torch.uint8)
     values = flat.contiguous()
@@ -242,7 +243,7 @@ class KMeans(TensorToTensor):
         table = self.table(tensor.device)
         assert self.dtype.torch_dtype is not None
         compute = torch.float64 if self.dtype.itemsize == 8 else torch.float32
-        if tensor.device.type == "cpu":
+        if native(tensor):
             codes = tensor.contiguous()
             out = torch.empty(codes.shape, dtype=compute)
             done = _native.table_lookup(codes.reshape(-1).numpy(), table.contiguous().numpy(),

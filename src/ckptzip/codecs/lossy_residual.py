@@ -15,6 +15,7 @@ import torch
 
 from .. import _native, dtypes
 from ..errors import ConfigError
+from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -50,8 +51,8 @@ class LossyResidual(TensorToTensor):
         assert self.dtype.torch_dtype is not None
         exact = exact.to(self.dtype.torch_dtype)
         delta = tensor.to(self.compute_dtype)
-        if (self.dtype.torch_dtype == torch.float32 and exact.device.type == "cpu"
-                and delta.device.type == "cpu" and exact.numel() == delta.numel()):
+        if (self.dtype.torch_dtype == torch.float32 and native(exact, delta)
+                and exact.numel() == delta.numel()):
             out = torch.empty(exact.shape, dtype=torch.float32)  # one native pass, the same bits
             _native.residual_add(exact.contiguous().reshape(-1).numpy(),
                                  delta.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())

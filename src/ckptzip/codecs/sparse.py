@@ -17,6 +17,7 @@ import torch
 
 from .. import _native, dtypes
 from ..errors import ConfigError
+from ..hostpath import native_device
 from .base import TensorToTensor, TransformContext, register
 from .kmeans import half_scale_exponent
 
@@ -75,7 +76,7 @@ class Sparse(TensorToTensor):
     def _on_native(self, device: torch.device) -> bool:
         """Whether the native passes code this stage: a float32 bitmask on the host. They do
         torch's arithmetic, so either way writes and reads the same bytes."""
-        return (self.layout == "bitmask" and device.type == "cpu"
+        return (self.layout == "bitmask" and native_device(device)
                 and self.dtype.torch_dtype == torch.float32)
 
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:

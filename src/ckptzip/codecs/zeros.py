@@ -19,6 +19,7 @@ import torch
 
 from .. import _native
 from ..errors import ConfigError
+from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
@@ -96,8 +97,8 @@ class ExactZeros(TensorToTensor):
         """``tensor`` with +0.0 where the mask says unchanged: one native pass over the packed
         mask for float32 on the host, torch's ``masked_fill`` of the unpacked one elsewhere."""
         packed = (context.siblings or {}).get(self.leaf)
-        if (packed is not None and tensor.dtype == torch.float32 and tensor.device.type == "cpu"
-                and packed.device.type == "cpu" and packed.dtype == torch.uint8
+        if (packed is not None and tensor.dtype == torch.float32 and native(tensor, packed)
+                and packed.dtype == torch.uint8
                 and packed.numel() == -(-tensor.numel() // 8)):
             out = torch.empty(tensor.shape, dtype=torch.float32)
             _native.keep_changed(tensor.contiguous().reshape(-1).numpy(),

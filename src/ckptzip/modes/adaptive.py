@@ -57,6 +57,7 @@ from ..codecs.kmeans import Fit, lloyd_sorted, nonzero_values, sample_sorted
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
 from ..errors import ConfigError
+from ..hostpath import native
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
 from .common import (
@@ -164,7 +165,7 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
     float32, the same on every CPU), torch's ops on a device (its square root may differ by an
     ulp: the check, not what a reader decodes)."""
     stored, restored = array.float().contiguous(), decoded.float().contiguous()
-    if stored.device.type == "cpu" and restored.device.type == "cpu":
+    if native(stored, restored):
         return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
                                                     restored.reshape(-1).numpy()))
     positive = stored > 0

@@ -31,6 +31,7 @@ from ..codecs import (
 )
 from ..dtypes import from_torch
 from ..errors import ConfigError
+from ..hostpath import native
 from ..parallel import ordered_map
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
@@ -181,7 +182,7 @@ def _all_finite(tensor: torch.Tensor) -> bool:
 
 
 def _native_floats(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
+    return native(tensor) and tensor.dtype in (torch.float32, torch.float64)
 
 
 def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,

@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from .. import _native
-from ..codecs import Dither, KMeans, LowRank, TransformContext
-from ..codecs.dither import offsets
+from ..codecs import KMeans, LowRank, TransformContext
+from ..codecs.dither import TORCH_PIECE, offsets
+from ..hostpath import native
 from .quantize import entropy_bits, uniform_table
 
 #: Both sides of a matrix are at least this for its update to be factored.
@@ -155,15 +156,17 @@ def _sample_step(sample: np.ndarray, fraction: float, scale_sq: float, budget: f
     return fine
 
 
-def unbiased_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+def unbiased_levels(values: torch.Tensor, step: float, seed: int, first: int = 0) -> torch.Tensor:
     """The grid levels (int64) of ``values`` rounded to multiples of ``step``, up with
     probability equal to the fraction past the lower level, so that the expectation is the
     value. Deterministic for a seed, and the same on every device: the draws are the dither's
     counter-based hash (of a seed of their own), where a torch generator's stream depends on the
-    device, so that a save from CUDA tensors made other choices than the same save on the host."""
+    device, so that a save from CUDA tensors made other choices than the same save on the host.
+    ``first``: the index of ``values``' first element in its tensor (a piece of it)."""
     scaled = values.double() / step
     low = torch.floor(scaled)
-    draws = offsets(scaled.numel(), seed ^ STOCHASTIC_SEED_KEY, values.device).reshape(scaled.shape) + 0.5
+    draws = offsets(scaled.numel(), seed ^ STOCHASTIC_SEED_KEY, values.device,
+                    first).reshape(scaled.shape) + 0.5
     return (low + (draws < scaled - low)).long()
 
 
@@ -180,10 +183,11 @@ def dithered_step(values: torch.Tensor, scale_sq: float, budget: float,
     return math.sqrt(budget * budget * scale_sq / per_step_sq) if count else 0.0
 
 
-def dithered_levels(values: torch.Tensor, step: float, seed: int) -> torch.Tensor:
+def dithered_levels(values: torch.Tensor, step: float, seed: int, first: int = 0) -> torch.Tensor:
     """The grid levels (int64) of ``values`` plus the dither of ``seed``, rounded to the nearest
-    multiple of ``step``: what :class:`~ckptzip.codecs.Dither` then ``kmeans`` store."""
-    shift = Dither(seed, step).shift(values.shape, values.device)
+    multiple of ``step``: what :class:`~ckptzip.codecs.Dither` then ``kmeans`` store.
+    ``first``: as in :func:`unbiased_levels`."""
+    shift = (offsets(values.numel(), seed, values.device, first) * step).reshape(values.shape)
     return torch.floor((values.double() + shift) / step + 0.5).long()
 
 
@@ -224,8 +228,15 @@ class Rounding:
             return None
         by_pattern = np.zeros(256, dtype=np.uint8)  # indexed by the int8 level's bit pattern
         by_pattern[used & 0xFF] = np.arange(1, used.size + 1)
-        patterns = self.levels.reshape(-1).numpy().view(np.uint8)
-        return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
+        if native(self.levels):
+            patterns = self.levels.reshape(-1).numpy().view(np.uint8)
+            return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
+        table = torch.from_numpy(by_pattern).to(self.levels.device)
+        flat = self.levels.reshape(-1).view(torch.uint8)
+        codes = torch.empty(flat.shape, dtype=torch.uint8, device=flat.device)
+        for start in range(0, flat.numel(), TORCH_PIECE):  # the index copies stay small
+            codes[start:start + TORCH_PIECE] = table[flat[start:start + TORCH_PIECE].long()]
+        return codes.reshape(self.levels.shape)
 
 
 def _ways(values: torch.Tensor, sample: np.ndarray, fraction: float, scale_sq: float,
@@ -243,7 +254,7 @@ def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Roun
     native pass (the same levels as torch's ops, as int8 with their histogram) where every level
     fits a uint8 code's grid; else by torch's ops (a device; a level beyond ``MAX_LEVEL``,
     which :func:`grid` then refuses)."""
-    if values.device.type == "cpu" and values.is_floating_point():
+    if native(values) and values.is_floating_point():
         source = values.contiguous() if values.dtype in (torch.float32, torch.float64) else (
             values.float())  # bfloat16 and float16 widen exactly
         levels = torch.empty(source.shape, dtype=torch.int8)
@@ -253,8 +264,31 @@ def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Roun
                                    seed if dithered else seed ^ STOCHASTIC_SEED_KEY, dithered)
         if top >= 0:
             return Rounding(levels, step, dithered, counts)
+    elif values.is_floating_point():
+        drawn = _drawn_in_pieces(values, step, dithered, seed)
+        if drawn is not None:
+            return drawn
     levels = (dithered_levels if dithered else unbiased_levels)(values, step, seed)
     return Rounding(levels, step, dithered)
+
+
+def _drawn_in_pieces(values: torch.Tensor, step: float, dithered: bool,
+                     seed: int) -> Rounding | None:
+    """:func:`_drawn` by torch's ops (a device), the native pass's result: int8 levels and their
+    histogram, drawn ``TORCH_PIECE`` elements at a time, so that the float64 and int64
+    temporaries stay small; None where a level is beyond ``MAX_LEVEL``."""
+    flat = values.reshape(-1)
+    levels = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
+    counts = torch.zeros(2 * MAX_LEVEL + 1, dtype=torch.int64, device=flat.device)
+    draw = dithered_levels if dithered else unbiased_levels
+    for start in range(0, flat.numel(), TORCH_PIECE):
+        piece = draw(flat[start:start + TORCH_PIECE], step, seed, start)
+        if piece.numel() and int(piece.abs().max()) > MAX_LEVEL:
+            return None
+        levels[start:start + piece.numel()] = piece
+        counts += torch.bincount(piece + MAX_LEVEL, minlength=2 * MAX_LEVEL + 1)
+    return Rounding(levels.reshape(values.shape), step, dithered,
+                    counts.cpu().numpy().astype(np.uint64))
 
 
 def roundings(values: torch.Tensor, scale_sq: float, budget: float, seed: int,

@@ -24,6 +24,7 @@ import torch
 from .. import _native
 from ..codecs import KMeans
 from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, spread_sample
+from ..hostpath import native
 
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
@@ -116,7 +117,7 @@ def ascending(values: torch.Tensor) -> torch.Tensor:
     """``values`` (1-D) sorted, as float64: on the host by numpy's sort (twice as fast as
     torch's here) in their own precision where numpy has it (float32 sorts twice as fast as
     float64; widening after the sort gives the same values)."""
-    if values.device.type != "cpu":
+    if not native(values):
         return values.double().sort().values
     if values.dtype not in (torch.float32, torch.float64):
         values = values.float()
@@ -126,7 +127,7 @@ def ascending(values: torch.Tensor) -> torch.Tensor:
 def descending_magnitudes(ordered: torch.Tensor) -> torch.Tensor:
     """The magnitudes of the ascending ``ordered``, largest first: its negatives reversed and its
     non-negatives are two ascending runs, which a stable sort (timsort) merges in one pass."""
-    if ordered.device.type != "cpu":
+    if not native(ordered):
         return ordered.abs().sort(descending=True).values
     values = ordered.numpy()
     split = int(np.searchsorted(values, 0.0))
@@ -190,7 +191,7 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
     """``values`` with the zero bin of the uniform quantizer (``step``, ``offset``) set to zero,
     and the ascending means of its non-empty other levels (the codebook). On the host the native
     core does it in one pass, for levels up to ``NATIVE_LEVELS`` either side."""
-    if values.device.type == "cpu" and values.dtype in (torch.float32, torch.float64):
+    if native(values) and values.dtype in (torch.float32, torch.float64):
         source = values.contiguous()
         pruned = torch.empty_like(source)
         level_sums = np.zeros(2 * NATIVE_LEVELS + 1)

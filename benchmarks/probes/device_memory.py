@@ -1,0 +1,125 @@
+"""The lossy modes' device path, run on the host: how much memory its transforms take above the
+state, without a GPU.
+
+A GPU's tensors take torch's ops where the host's take the native passes
+(``ckptzip.hostpath``). Under ``torch_ops_only`` the host takes the device's path, so its peak
+memory during ``prepare`` is that path's peak on a GPU, less what the GPU adds (the base's
+copies to the device; here the base already is host memory). Each measurement runs in a fresh
+process (the parent's memory does not count) with glibc returning every freed block of 64 KiB
+or more to the kernel at once, and a thread reads the resident set every millisecond.
+
+    python benchmarks/probes/device_memory.py [--gb 0.25] [--threads 1,16]
+        [--modes excp,bitsnap,adaptive] [--path torch,native]
+
+Prints per mode, path and thread count: the state's bytes, the peak resident set above the
+process's before ``prepare`` (the state, the keyframe's decoded tensors and torch loaded), and
+that over the state's bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def child(spec: dict) -> dict:
+    sys.path.insert(0, str(HERE.parents[1]))
+    import lossy_speed
+    import torch
+
+    import ckptzip
+    from ckptzip.hostpath import torch_ops_only
+    from ckptzip.planning import prepare
+    from ckptzip.reader import open_base
+    from ckptzip.tree import flatten
+
+    torch.set_num_threads(1)
+    first, second, _ = lossy_speed.synthetic_states(spec["gb"])
+    keyframe = Path(spec["dir"]) / "key.ckz"
+    if not keyframe.exists():
+        ckptzip.save(first, keyframe, threads=2)
+    del first
+    state_bytes = sum(leaf.nbytes for leaf in flatten(second)[1])
+    base = open_base(keyframe, threads=spec["threads"])
+    assert base is not None
+    names = [leaf.name for leaf in flatten(second)[1] if base.tensor(leaf.name) is not None]
+    base.prefetch(names)
+    for name in names:
+        base.raw(name)
+    before = peak = resident()
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, resident())
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.perf_counter()
+    if spec["path"] == "torch":
+        with torch_ops_only():
+            prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
+                               threads=spec["threads"])
+    else:
+        prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
+                           threads=spec["threads"])
+    seconds = time.perf_counter() - started
+    done.set()
+    watcher.join()
+    peak = max(peak, resident())
+    del prepared
+    base.close()
+    return {"state_bytes": state_bytes, "peak_extra": peak - before, "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gb", type=float, default=0.25)
+    parser.add_argument("--threads", default="1,16")
+    parser.add_argument("--modes", default="excp,bitsnap,adaptive")
+    parser.add_argument("--path", default="torch,native")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
+           "CKPTZIP_MALLOC": "system"}
+    print("| mode | path | threads | state MB | peak extra MB | / state | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as work:
+        for mode in args.modes.split(","):
+            for path in args.path.split(","):
+                for threads in (int(t) for t in args.threads.split(",")):
+                    spec = {"gb": args.gb, "dir": work, "mode": mode, "path": path,
+                            "threads": threads}
+                    done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
+                                          capture_output=True, text=True, env=env, check=True)
+                    result = json.loads(done.stdout.strip().splitlines()[-1])
+                    state = result["state_bytes"]
+                    print(f"| {mode} | {path} | {threads} | {state / 1e6:,.0f} | "
+                          f"{result['peak_extra'] / 1e6:,.0f} | "
+                          f"{result['peak_extra'] / state:.2f}x | {result['seconds']:.1f} |",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
