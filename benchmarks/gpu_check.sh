@@ -13,6 +13,9 @@
 #                                               then the device speed, all done within DEADLINE
 #                                               seconds (default 570); a failed arm does not stop
 #                                               the others, so no smoke run gates the matrix
+#   bash benchmarks/gpu_check.sh verify OUT     a short lease's call (at most about 200 s): the
+#                                               CUDA tests, the device speed in 2 rounds, and
+#                                               where the adaptive transforms' time goes
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
@@ -60,9 +63,10 @@ check() {
     test -s /tmp/fid-smoke-out/fidelity-matrix.json && grep -q '"arm": "adaptive"' /tmp/fid-smoke/runs.jsonl
 }
 
-profile() {
+profile() {  # [MODES]
     echo "== device profile ($SECONDS s)"
-    timeout 50 $py benchmarks/probes/device_profile.py --gb 0.3 >"$out/device-profile.txt" 2>&1
+    timeout 50 $py benchmarks/probes/device_profile.py --gb 0.3 --modes "${1:-adaptive,excp,bitsnap}" \
+        >"$out/device-profile.txt" 2>&1
     grep "^===" "$out/device-profile.txt"
     pack
 }
@@ -111,8 +115,15 @@ check) check ;;
 profile) build; profile ;;
 fidelity) build; fidelity "${3:-420}" "${4:-500}" ;;
 all) lease "${3:-570}" ;;
+verify)
+    nvidia-smi -L
+    build
+    cuda_tests 80
+    speed 150 2
+    profile adaptive
+    ;;
 *)
-    echo "usage: $0 check|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac

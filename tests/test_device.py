@@ -260,3 +260,91 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_byte_gate_holds_the_work_in_flight_to_its_capacity() -> None:
+    """``ordered_map``'s gate: the items running at once weigh at most its capacity, one heavier
+    item runs alone, and the results come in order."""
+    import threading
+    import time
+
+    from ckptzip.parallel import ByteGate, ordered_map
+
+    weights = [4, 3, 5, 2, 12, 1, 6, 3, 3]
+    held, most, lock = [0], [0], threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            held[0] += weights[i]
+            most[0] = max(most[0], held[0] if weights[i] <= 8 else 0)
+            alone = held[0] == weights[i]
+        time.sleep(0.01)
+        with lock:
+            held[0] -= weights[i]
+        return i if weights[i] <= 8 or alone else -1
+
+    results = list(ordered_map(work, range(len(weights)), 4,
+                               gate=(ByteGate(8), weights.__getitem__)))
+    assert results == list(range(len(weights)))  # in order, the heavy one (12) alone
+    assert 5 <= most[0] <= 8  # more than one item ran at once, never above the capacity
+
+
+def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a device (torch's path, forced here on the host) the groups planned at once hold at
+    most DEVICE_PLAN_SHARE of the state (at least the largest group), and the bases wait on the
+    host until their group's turn; on the host, where the native passes hold little, no gate."""
+    import threading
+    import time
+
+    from ckptzip.hostpath import torch_ops_only
+    from ckptzip.modes import adaptive, common
+
+    states = training_states(2)
+    ckptzip.save(states[0], tmp_path / "a.ckz")
+    running, most, held, most_held, lock = [0], [0], [0], [0], threading.Lock()
+    sizes: list[int] = []
+    bases_on_host = []
+    plan_group = adaptive.AdaptivePolicy.plan_group
+
+    def counted(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        group = values.group
+        size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
+                   if i is not None)
+        with lock:
+            sizes.append(size)
+            running[0] += 1
+            held[0] += size
+            most[0] = max(most[0], running[0])
+            most_held[0] = max(most_held[0], held[0])
+        time.sleep(0.02)
+        try:
+            return plan_group(self, leaves, values, base)
+        finally:
+            with lock:
+                running[0] -= 1
+                held[0] -= size
+
+    groups = common.JointPolicy.groups
+
+    def recorded(self: Any, leaves: Any, base: Any, plans: Any) -> Any:
+        found = groups(self, leaves, base, plans)
+        bases_on_host.extend(v.w_base.device.type == "cpu" for v in found if v.w_base is not None)
+        return found
+
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", counted)
+    monkeypatch.setattr(common.JointPolicy, "groups", recorded)
+    monkeypatch.setattr(common, "DEVICE_PLAN_SHARE", 0.0)  # the largest group: one at a time
+    base = open_base(str(tmp_path / "a.ckz"))
+    assert base is not None
+    try:
+        with torch_ops_only():
+            prepare(states[1], mode="adaptive", base=base, threads=4)
+        assert most_held[0] <= max(sizes) and len(sizes) == 4  # the largest group's bytes at once
+        assert bases_on_host and all(bases_on_host)
+        largest = max(sizes)
+        most_held[0] = 0
+        prepare(states[1], mode="adaptive", base=base, threads=4)  # the host: no gate
+        assert most_held[0] > largest and most[0] > 1
+    finally:
+        base.close()

@@ -1090,8 +1090,8 @@ def test_stochastic_rounding_draws_are_the_same_on_every_device(monkeypatch):
     step = float(values.abs().mean())
     host = factoring.unbiased_levels(values, step, 1234)
 
-    def torch_path(count, seed, device="cpu"):
-        return dither.offsets_by_torch(0, count, seed, torch.device(device))
+    def torch_path(count, seed, device="cpu", first=0):
+        return dither.offsets_by_torch(first, first + count, seed, torch.device(device))
 
     def no_generator(*args, **kwargs):
         raise AssertionError("stochastic rounding drew from a torch generator")

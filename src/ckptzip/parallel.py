@@ -63,14 +63,46 @@ def executor(threads: int) -> ThreadPoolExecutor:
     return pool
 
 
+class ByteGate:
+    """At most ``capacity`` bytes of work running at once (each piece of work holds its weight
+    while it runs); one piece heavier than that runs alone."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, weight: int) -> Iterator[None]:
+        with self._changed:
+            while self.held and self.held + weight > self.capacity:
+                self._changed.wait()
+            self.held += weight
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.held -= weight
+                self._changed.notify_all()
+
+
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *,
-                torch_ops: bool = False) -> Iterator[R]:
+                torch_ops: bool = False,
+                gate: tuple[ByteGate, Callable[[T], int]] | None = None) -> Iterator[R]:
     """``map(fn, items)`` on ``threads`` threads, in order, with at most ``2 * threads`` items in
     flight so that memory stays bounded however many items there are. ``torch_ops``: ``fn``
     runs torch ops, which then run single-threaded, on one thread as on many: the items are the
     parallel work (torch's own threads on top of them oversubscribe the cores, its OpenMP
     workers spinning: 2.3x the CPU time of a lossy plan), and sums come out the same whatever
-    ``threads`` is. The setting is OpenMP's, per thread; the caller's is restored."""
+    ``threads`` is. The setting is OpenMP's, per thread; the caller's is restored. ``gate``: the
+    items run only while the gate holds their weights (the function's second member)."""
+    if gate is not None:
+        gated, (byte_gate, weigh) = fn, gate
+
+        def fn(item: T) -> R:
+            with byte_gate.hold(weigh(item)):
+                return gated(item)
+
     if torch_ops:
         task = fn
 

@@ -153,7 +153,7 @@ def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base) -> 
     for values in groups:
         if values.w is None or values.w_base is None:
             continue
-        delta = values.w - values.w_base
+        delta = values.w - values.w_base.to(values.w.device)  # one group's base at a time
         changed += int(torch.count_nonzero(delta))
         total += delta.numel()
         delta_sq += float(delta.pow(2).sum())

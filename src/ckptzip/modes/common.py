@@ -8,7 +8,7 @@ import math
 import re
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,7 +32,7 @@ from ..codecs import (
 from ..dtypes import from_torch
 from ..errors import ConfigError
 from ..hostpath import native
-from ..parallel import ordered_map
+from ..parallel import ByteGate, ordered_map
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf
@@ -61,6 +61,11 @@ NO_WORSE_NARROW = 2 + 2**-8
 #: their final indices, after the state's own leaves, in group order.
 PROVISIONAL_LEAVES = 1 << 30
 LEAVES_PER_GROUP = 16
+#: On a device, the share of the state's bytes whose groups are planned at once (at least the
+#: largest group): a group's transforms there hold a few times its bytes in temporaries (the
+#: base's copies, the update, the roundings' pieces), and issue 25 asks the whole save to stay
+#: within 1.2x the state in extra GPU memory (measured by benchmarks/probes/device_memory.py).
+DEVICE_PLAN_SHARE = 0.1
 
 
 class NonFiniteWarning(UserWarning):
@@ -86,7 +91,8 @@ def round_up(value: float) -> float:
 
 @dataclass
 class GroupValues:
-    """One weight group's tensors in float32 on their device (None where absent)."""
+    """One weight group's tensors in float32 on their device (None where absent), the base's on
+    the host until :meth:`on_device`."""
 
     group: Group
     #: The weight's leaf, when the base has a tensor of its dtype and shape to code it against.
@@ -99,6 +105,17 @@ class GroupValues:
     #: The base's reconstruction of ``exp_avg_sq``, where the policy reads it
     #: (:attr:`JointPolicy.reads_v_base`) and the base has one of its dtype and shape.
     v_base: torch.Tensor | None = None
+
+    def on_device(self) -> GroupValues:
+        """These values with the base's tensors on the device of the state's, for the group's
+        turn to be planned: on a GPU, the copies of every group's base at once had been most of
+        the state again in device memory."""
+        device = next((t.device for t in (self.w, self.m, self.v) if t is not None), None)
+        if device is None:
+            return self
+        return dataclasses.replace(
+            self, w_base=None if self.w_base is None else self.w_base.to(device),
+            v_base=None if self.v_base is None else self.v_base.to(device))
 
 
 def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
@@ -282,16 +299,34 @@ class JointPolicy(LosslessPolicy):
         def plan(position: int) -> tuple[int, dict[int, Encoded | Exact]]:
             start = first + position * LEAVES_PER_GROUP
             self._numbering.next = start
-            return start, self.plan_group(leaves, groups[position], base)
+            return start, self.plan_group(leaves, groups[position].on_device(), base)
 
         added = len(leaves)
         for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads,
-                                                             torch_ops=True), sizes):
+                                                             torch_ops=True,
+                                                             gate=self._device_gate(leaves, groups,
+                                                                                    sizes)),
+                                              sizes):
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
             if progress is not None:
                 progress(size, sum(sizes))
         return plans
+
+    @staticmethod
+    def _device_gate(leaves: list[Leaf], groups: list[GroupValues],
+                     sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
+        """For a state on a device (torch's ops, not the native passes), a gate that lets the
+        groups planned at once hold at most :data:`DEVICE_PLAN_SHARE` of the state's bytes (or
+        the largest group alone): each group's transforms take a few times its bytes in
+        temporaries there, on the device's memory. None on the host."""
+        on_device = any(not native(leaves[i].tensor) for v in groups
+                        for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
+                        if i is not None and isinstance(leaves[i].tensor, torch.Tensor))
+        if not on_device or not sizes:
+            return None
+        capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
+        return ByteGate(capacity), sizes.__getitem__
 
     def check_state(self, leaves: list[Leaf]) -> None:
         """Raise :class:`ConfigError` now if an explicit ``pairing`` does not fit the state (a
@@ -369,7 +404,8 @@ class JointPolicy(LosslessPolicy):
         which goes to ``plans`` as unchanged (a weight whose update is zero everywhere, only a
         zero's sign apart, is kept exact too)."""
         group = values.group
-        if values.w is not None and values.w_base is not None and bool((values.w == values.w_base).all()):
+        if (values.w is not None and values.w_base is not None
+                and bool((values.w == values.w_base.to(values.w.device)).all())):
             assert group.weight is not None
             plans[group.weight] = Exact(unchanged=_same_bits(leaves[group.weight], base))
             values.weight = values.w = values.w_base = None
@@ -397,12 +433,13 @@ class JointPolicy(LosslessPolicy):
 
 
 def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
-    """The base's decoded tensor of ``leaf``'s name in float32 on the leaf's device, where the
-    base has one of the leaf's dtype and shape; else None."""
+    """The base's decoded tensor of ``leaf``'s name in float32 on the host (a group takes it to
+    the leaf's device in its turn, :meth:`GroupValues.on_device`), where the base has one of the
+    leaf's dtype and shape; else None."""
     found = base.tensor(leaf.name)
     if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
         return None
-    return base.value(leaf.name).to(leaf.tensor.device).float()
+    return base.value(leaf.name).float()
 
 
 def _renumber(plans: dict[int, Encoded | Exact], start: int, added: int) -> int:
