@@ -2,7 +2,8 @@
 as torch's ops on any other device (a GPU). Both write the same bytes.
 
 :func:`torch_ops_only` sends host tensors down torch's path too. The tests use it to check the
-device path's arithmetic, and its memory, on a machine without a GPU.
+device path's arithmetic, and its memory, on a machine without a GPU. :func:`empty` gives the
+native passes their outputs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from contextlib import contextmanager
 
 import torch
 
+from . import _native
+
 _torch_ops_only = False
+#: Host outputs at least this large take their memory from a ``_native.PageBuffer``.
+PAGE_BUFFER_BYTES = 2 << 20
 
 
 def native(*tensors: torch.Tensor) -> bool:
@@ -36,3 +41,35 @@ def torch_ops_only() -> Iterator[None]:
         yield
     finally:
         _torch_ops_only = previous
+
+
+def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialized host tensor for a native pass to write. From ``PAGE_BUFFER_BYTES`` on,
+    its memory is a ``_native.PageBuffer``: the mappings of freed ones (up to 256 MiB) serve the
+    next of the same size, already faulted in, and a fresh one faults once per 2 MiB huge page.
+    A lossy save makes and drops several tensor-sized outputs per tensor; under glibc's
+    defaults each was a fresh mapping, faulted in 4 KiB at a time (on this VM about half of an
+    adaptive save of 64 MB weights was the kernel's). The tensor behaves like any other, except
+    that its storage cannot grow."""
+    count = 1
+    for side in shape:
+        count *= int(side)
+    nbytes = count * torch.empty(0, dtype=dtype).element_size()
+    if nbytes < PAGE_BUFFER_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(_native.PageBuffer(nbytes), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def subtract(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a - b``, on the host into :func:`empty`'s memory (the same arithmetic: torch's own
+    kernel, writing to a buffer given to it)."""
+    if not (native(a, b) and a.shape == b.shape and a.dtype == b.dtype):
+        return a - b
+    return torch.sub(a, b, out=empty(a.shape, a.dtype))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` of two matrices, on the host into :func:`empty`'s memory (torch's own kernel)."""
+    if not (native(a, b) and a.dim() == b.dim() == 2 and a.dtype == b.dtype):
+        return a @ b
+    return torch.mm(a, b, out=empty((a.shape[0], b.shape[1]), a.dtype))

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native, dtypes
+from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
@@ -32,7 +32,7 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
     device), or None where an element has no ratio: a non-zero element over a base element that
     is zero, negative or not finite."""
     if _host_float32(tensor, base):  # one native pass, the same arithmetic
-        ratios = torch.empty(tensor.shape, dtype=torch.float64)
+        ratios = hostpath.empty(tensor.shape, torch.float64)
         has_ratios = _native.base_ratios(tensor.contiguous().reshape(-1).numpy(),
                                      base.contiguous().reshape(-1).numpy(), ratios.reshape(-1).numpy())
         return ratios if has_ratios else None
@@ -79,7 +79,7 @@ class BaseRatio(TensorToTensor):
                 and native(tensor) and tensor.dtype in (torch.float32, torch.float64)
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()
-            out = torch.empty(tensor.shape, dtype=torch.float32)
+            out = hostpath.empty(tensor.shape, torch.float32)
             _native.ratio_restore(ratios.reshape(-1).numpy(), ratios.element_size(),
                                   base.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
             return out

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..errors import ConfigError
 from ..hostpath import native, native_device
 from .base import TensorToTensor, TransformContext, register
@@ -63,11 +63,12 @@ def offsets(count: int, seed: int, device: torch.device | str = "cpu", first: in
     Exact in float32 and float64 alike (25 significant bits). On the host the native core
     computes them (GIL released); on other devices torch's int64 ops do, to the same values."""
     device = torch.device(device)
-    out = torch.empty(count, dtype=torch.float64, device=device)
     if native_device(device):
+        out = hostpath.empty((count,), torch.float64)
         if count:
             _native.dither_offsets(out.numpy(), first, seed)
         return out
+    out = torch.empty(count, dtype=torch.float64, device=device)
     start, end = first, first + count
     while start < end:
         # blocks of at most _BLOCK elements that share the high 32 bits of their indices
@@ -128,7 +129,7 @@ class Dither(TensorToTensor):
                 shifted[start:start + part.numel()] = (part.double() + sign * shift).to(dtype)
             return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
-        out = torch.empty_like(values)
+        out = hostpath.empty(values.shape, values.dtype)
         if values.numel():
             _native.dither_shift(values.reshape(-1).numpy(), out.reshape(-1).numpy(),
                                  values.element_size(), self.seed, self.step, sign)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .. import _native, dtypes
+from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
@@ -101,7 +101,7 @@ def nonzero_values(flat: torch.Tensor) -> torch.Tensor:
     if not native(flat) or flat.dtype not in (torch.float32, torch.float64):
         return flat[flat != 0]
     values = flat.contiguous()
-    out = torch.empty_like(values)
+    out = hostpath.empty(values.shape, values.dtype)
     kept = _native.compact_nonzero(values.numpy(), out.numpy(), values.element_size())
     return out[:kept]
 
@@ -113,7 +113,7 @@ def _native_codes(flat: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
         codes = torch.searchsorted(thresholds.to(flat.device), flat.double()) + 1
         return torch.where(flat == 0, 0, codes).to(torch.uint8)
     values = flat.contiguous()
-    codes = torch.empty(values.shape, dtype=torch.uint8)
+    codes = hostpath.empty(values.shape, torch.uint8)
     _native.nearest_codes(values.numpy(), thresholds.double().cpu().contiguous().numpy(),
                           codes.numpy(), values.element_size())
     return codes
@@ -245,7 +245,7 @@ class KMeans(TensorToTensor):
         compute = torch.float64 if self.dtype.itemsize == 8 else torch.float32
         if native(tensor):
             codes = tensor.contiguous()
-            out = torch.empty(codes.shape, dtype=compute)
+            out = hostpath.empty(codes.shape, compute)
             done = _native.table_lookup(codes.reshape(-1).numpy(), table.contiguous().numpy(),
                                         out.reshape(-1).numpy(), out.element_size())
             if done != codes.numel():

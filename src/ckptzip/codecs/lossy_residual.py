@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native, dtypes
+from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
@@ -53,7 +53,7 @@ class LossyResidual(TensorToTensor):
         delta = tensor.to(self.compute_dtype)
         if (self.dtype.torch_dtype == torch.float32 and native(exact, delta)
                 and exact.numel() == delta.numel()):
-            out = torch.empty(exact.shape, dtype=torch.float32)  # one native pass, the same bits
+            out = hostpath.empty(exact.shape, torch.float32)  # one native pass, the same bits
             _native.residual_add(exact.contiguous().reshape(-1).numpy(),
                                  delta.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
             return out

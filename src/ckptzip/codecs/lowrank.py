@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import hostpath
 from ..errors import ConfigError
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
@@ -75,7 +76,7 @@ class LowRank(TensorToTensor):
             rows, columns = self.sides(tuple(shape))
             raise ValueError(f"lowrank: factors {list(u.shape)} and {list(v.shape)} do not make a "
                              f"{rows} x {columns} matrix of a rank <= {min(rows, columns)}")
-        return (u.to(device, dtype) @ v.to(device, dtype).T).reshape(shape)
+        return hostpath.matmul(u.to(device, dtype), v.to(device, dtype).T).reshape(shape)
 
     @staticmethod
     def sides(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -95,7 +96,8 @@ class LowRank(TensorToTensor):
     # values), so the product the writer subtracts is the one the reader adds.
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         dtype = torch.promote_types(tensor.dtype, torch.float32)
-        return tensor.to(dtype) - self.product(tensor.shape, context, dtype, tensor.device)
+        return hostpath.subtract(tensor.to(dtype), self.product(tensor.shape, context, dtype,
+                                                                 tensor.device))
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         if not tensor.is_floating_point():

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native, dtypes
+from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import native_device
 from .base import TensorToTensor, TransformContext, register
@@ -85,7 +85,7 @@ class Sparse(TensorToTensor):
             array = flat.contiguous().numpy()
             self.count, top = _native.sparse_survey(array)
             self.scale_exp = half_scale_exponent(top if self.count else 0.0)
-            out = torch.empty(-(-flat.numel() // 8) + 2 * self.count, dtype=torch.uint8)
+            out = hostpath.empty((-(-flat.numel() // 8) + 2 * self.count,), torch.uint8)
             _native.sparse_pack(array, self.scale_exp, out.numpy())
             return out
         kept = flat != 0
@@ -110,7 +110,7 @@ class Sparse(TensorToTensor):
             raise ValueError(f"sparse: {tensor.numel()} bytes do not hold {self.count} values of "
                              f"{self.numel} in a {self.layout}")
         if self._on_native(tensor.device):
-            out = torch.empty(self.numel, dtype=torch.float32)
+            out = hostpath.empty((self.numel,), torch.float32)
             if not _native.sparse_unpack(tensor.contiguous().numpy(), self.count, self.scale_exp,
                                          out.numpy()):
                 raise ValueError(f"sparse: the bitmask does not mark exactly {self.count} elements")

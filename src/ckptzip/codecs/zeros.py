@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..errors import ConfigError
 from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
@@ -100,7 +100,7 @@ class ExactZeros(TensorToTensor):
         if (packed is not None and tensor.dtype == torch.float32 and native(tensor, packed)
                 and packed.dtype == torch.uint8
                 and packed.numel() == -(-tensor.numel() // 8)):
-            out = torch.empty(tensor.shape, dtype=torch.float32)
+            out = hostpath.empty(tensor.shape, torch.float32)
             _native.keep_changed(tensor.contiguous().reshape(-1).numpy(),
                                  packed.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
             return out

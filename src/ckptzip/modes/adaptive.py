@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..chain import Base
 from ..codecs import (
     Dither,
@@ -288,7 +288,7 @@ class AdaptivePolicy(JointPolicy):
         budget = self.budget["weight"]
         if base.stored(leaf.name) is None:
             budget = min(budget, UNRECORDED_BASE_BUDGET)
-        delta = w - w_base
+        delta = hostpath.subtract(w, w_base)
         scale_sq = energy = magnitude(delta) ** 2
         inherited = self.carried * base_error_energy(base, leaf.name)
         if inherited > 0:  # the budget is relative to the update, not to the base's error

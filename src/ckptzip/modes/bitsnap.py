@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .. import hostpath
 from ..chain import Base
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
@@ -105,7 +106,7 @@ class BitsnapPolicy(JointPolicy):
         """Keep the largest elements of the update (its error is at most what storing none of
         it leaves, :data:`~.common.NO_WORSE`; a plan that misses that is stored bit-exact)."""
         assert self.stage is not None
-        delta = (w - w_base).reshape(-1)
+        delta = hostpath.subtract(w, w_base).reshape(-1)
         role = role_of(leaf.name, len(leaf.shape))
         changed = float((delta != 0).float().mean())
         rel = float(delta.norm()) / max(float(w.norm()), 1e-30)

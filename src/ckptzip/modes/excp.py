@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from .. import hostpath
 from ..chain import Base
 from ..codecs import KMeans
 from ..errors import ConfigError
@@ -53,7 +54,7 @@ class ExcpPolicy(JointPolicy):
         kept: torch.Tensor | None = None
         group = values.group
         if values.weight is not None and values.w is not None and values.w_base is not None:
-            delta = values.w - values.w_base
+            delta = hostpath.subtract(values.w, values.w_base)
             strength = MAX_STRENGTH
             if values.v is not None and values.v.numel():
                 strength = min(MAX_STRENGTH, self.alpha / max(float(values.v.mean()), 1e-300) ** 0.5)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..codecs import KMeans, LowRank, TransformContext
 from ..codecs.dither import TORCH_PIECE, offsets
 from ..hostpath import native
@@ -257,7 +257,7 @@ def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Roun
     if native(values) and values.is_floating_point():
         source = values.contiguous() if values.dtype in (torch.float32, torch.float64) else (
             values.float())  # bfloat16 and float16 widen exactly
-        levels = torch.empty(source.shape, dtype=torch.int8)
+        levels = hostpath.empty(source.shape, torch.int8)
         counts = np.zeros(2 * MAX_LEVEL + 1, dtype=np.uint64)
         top = _native.round_levels(source.reshape(-1).numpy(), levels.reshape(-1).numpy(), counts,
                                    source.element_size(), step,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..codecs import KMeans
 from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, spread_sample
 from ..hostpath import native
@@ -193,7 +193,7 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
     core does it in one pass, for levels up to ``NATIVE_LEVELS`` either side."""
     if native(values) and values.dtype in (torch.float32, torch.float64):
         source = values.contiguous()
-        pruned = torch.empty_like(source)
+        pruned = hostpath.empty(source.shape, source.dtype)
         level_sums = np.zeros(2 * NATIVE_LEVELS + 1)
         level_counts = np.zeros(2 * NATIVE_LEVELS + 1, dtype=np.uint64)
         top = _native.uniform_bins(source.reshape(-1).numpy(), pruned.reshape(-1).numpy(),
