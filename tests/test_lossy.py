@@ -451,8 +451,7 @@ def test_the_device_paths_torch_ops_decode_what_the_native_passes_decode(mode, p
     and the torch path's decoding reads what the native one does (CI has no GPU). ``piece``:
     the torch path's passes cut into pieces of that many elements (the tensors here are larger)."""
     if piece is not None:
-        monkeypatch.setattr(ckptzip.codecs.dither, "TORCH_PIECE", piece)
-        monkeypatch.setattr(ckptzip.modes.factoring, "TORCH_PIECE", piece)
+        monkeypatch.setattr(ckptzip.hostpath, "TORCH_PIECE", piece)
     native = ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0])
     with torch_ops_only():
         by_torch = ckptzip.dumps(chain_states[1], mode=mode, base=chain_states[0])

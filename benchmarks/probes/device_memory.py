@@ -8,8 +8,11 @@ copies to the device; here the base already is host memory). Each measurement ru
 process (the parent's memory does not count) with glibc returning every freed block of 64 KiB
 or more to the kernel at once, and a thread reads the resident set every millisecond.
 
-    python benchmarks/probes/device_memory.py [--gb 0.25] [--threads 1,16]
+    python benchmarks/probes/device_memory.py [--gb 0.25 | --square 4096] [--threads 1,16]
         [--modes excp,bitsnap,adaptive] [--path torch,native]
+
+``--square SIDE``: lossy_speed.py's square state (four SIDE x SIDE weights and their moments, each
+weight group a quarter of the state) in place of its synthetic one.
 
 Prints per mode, path and thread count: the state's bytes, the peak resident set above the
 process's before ``prepare`` (the state, the keyframe's decoded tensors and torch loaded), and
@@ -49,7 +52,8 @@ def child(spec: dict) -> dict:
     from ckptzip.tree import flatten
 
     torch.set_num_threads(1)
-    first, second, _ = lossy_speed.synthetic_states(spec["gb"])
+    first, second, _ = (lossy_speed.square_states(spec["square"]) if spec["square"]
+                        else lossy_speed.synthetic_states(spec["gb"]))
     keyframe = Path(spec["dir"]) / "key.ckz"
     if not keyframe.exists():
         ckptzip.save(first, keyframe, threads=2)
@@ -93,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=0.25)
+    parser.add_argument("--square", type=int, default=0)
     parser.add_argument("--threads", default="1,16")
     parser.add_argument("--modes", default="excp,bitsnap,adaptive")
     parser.add_argument("--path", default="torch,native")
@@ -109,8 +114,8 @@ def main() -> None:
         for mode in args.modes.split(","):
             for path in args.path.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
-                    spec = {"gb": args.gb, "dir": work, "mode": mode, "path": path,
-                            "threads": threads}
+                    spec = {"gb": args.gb, "square": args.square, "dir": work, "mode": mode,
+                            "path": path, "threads": threads}
                     done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
                                           capture_output=True, text=True, env=env, check=True)
                     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -8,7 +8,7 @@ native passes their outputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -18,6 +18,9 @@ from . import _native
 _torch_ops_only = False
 #: Host outputs at least this large take their memory from a ``_native.PageBuffer``.
 PAGE_BUFFER_BYTES = 2 << 20
+#: Elements per piece of torch's element-wise passes (a device's): their float64 and int64
+#: temporaries are 16 MiB each, not the tensor's size times eight.
+TORCH_PIECE = 1 << 21
 
 
 def native(*tensors: torch.Tensor) -> bool:
@@ -73,3 +76,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if not (native(a, b) and a.dim() == b.dim() == 2 and a.dtype == b.dtype):
         return a @ b
     return torch.mm(a, b, out=empty((a.shape[0], b.shape[1]), a.dtype))
+
+
+def in_pieces(fn: Callable[..., torch.Tensor], out: torch.Tensor,
+              *inputs: torch.Tensor) -> torch.Tensor:
+    """``out`` (contiguous) filled with the element-wise ``fn`` of ``inputs`` (as many elements
+    each), :data:`TORCH_PIECE` elements at a time: the same values as one call on the whole,
+    with temporaries of a piece's size."""
+    flat = out.view(-1)
+    pieces = [tensor.reshape(-1) for tensor in inputs]
+    for start in range(0, flat.numel(), TORCH_PIECE):
+        stop = min(start + TORCH_PIECE, flat.numel())
+        flat[start:stop] = fn(*(piece[start:stop] for piece in pieces))
+    return out

@@ -39,7 +39,9 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
     usable = torch.isfinite(base) & (base > 0)
     if bool(((tensor != 0) & ~usable).any()):
         return None
-    return torch.where(tensor == 0, 0.0, tensor.double() / base.double())
+    ratios = torch.empty(tensor.shape, dtype=torch.float64, device=tensor.device)
+    return hostpath.in_pieces(lambda t, b: torch.where(t == 0, 0.0, t.double() / b.double()),
+                              ratios, tensor, base)
 
 
 def _host_float32(*tensors: torch.Tensor) -> bool:
@@ -83,5 +85,11 @@ class BaseRatio(TensorToTensor):
             _native.ratio_restore(ratios.reshape(-1).numpy(), ratios.element_size(),
                                   base.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
             return out
-        product = (base.double() * tensor.double()).to(self.dtype.torch_dtype)
-        return torch.where(tensor == 0, torch.zeros_like(product), product)
+        dtype = self.dtype.torch_dtype
+
+        def restore(b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            product = (b.double() * t.double()).to(dtype)
+            return torch.where(t == 0, torch.zeros_like(product), product)
+
+        out = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+        return hostpath.in_pieces(restore, out, base, tensor)  # small float64 copies

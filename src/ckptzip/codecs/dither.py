@@ -28,9 +28,6 @@ from .base import TensorToTensor, TransformContext, register
 _MASK = 0xFFFFFFFF
 #: Elements hashed per block (bounds the int64 temporaries at a few hundred MB).
 _BLOCK = 1 << 24
-#: Elements per piece of the torch path's element-wise passes (a device's): its float64
-#: temporaries are 16 MiB each, not the tensor's size times eight.
-TORCH_PIECE = 1 << 21
 
 
 def _mul32(x: torch.Tensor, multiplier: int) -> torch.Tensor:
@@ -120,11 +117,11 @@ class Dither(TensorToTensor):
     def _shifted(self, tensor: torch.Tensor, sign: int) -> torch.Tensor:
         dtype = torch.promote_types(tensor.dtype, torch.float32)
         if not native(tensor):
-            # in pieces of TORCH_PIECE elements: the float64 temporaries stay small on a GPU
+            # in pieces of hostpath.TORCH_PIECE elements: the float64 temporaries stay small
             flat = tensor.reshape(-1)
             shifted = torch.empty(flat.shape, dtype=dtype, device=flat.device)
-            for start in range(0, flat.numel(), TORCH_PIECE):
-                part = flat[start:start + TORCH_PIECE]
+            for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
+                part = flat[start:start + hostpath.TORCH_PIECE]
                 shift = offsets(part.numel(), self.seed, part.device, start) * self.step
                 shifted[start:start + part.numel()] = (part.double() + sign * shift).to(dtype)
             return shifted.reshape(tensor.shape)

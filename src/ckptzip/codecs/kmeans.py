@@ -99,7 +99,15 @@ def nonzero_values(flat: torch.Tensor) -> torch.Tensor:
     """The non-zero elements of the 1-D ``flat``, in order (``flat[flat != 0]``; one native pass
     on the host)."""
     if not native(flat) or flat.dtype not in (torch.float32, torch.float64):
-        return flat[flat != 0]
+        # in pieces: a boolean index of the whole becomes int64 positions, 8 bytes an element
+        out = torch.empty(int(torch.count_nonzero(flat)), dtype=flat.dtype, device=flat.device)
+        kept = 0
+        for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
+            piece = flat[start:start + hostpath.TORCH_PIECE]
+            found = piece[piece != 0]
+            out[kept:kept + found.numel()] = found
+            kept += found.numel()
+        return out
     values = flat.contiguous()
     out = hostpath.empty(values.shape, values.dtype)
     kept = _native.compact_nonzero(values.numpy(), out.numpy(), values.element_size())
@@ -110,8 +118,15 @@ def _native_codes(flat: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """uint8 codes of the 1-D ``flat``: 0 where it is zero, else 1 + the number of the ascending
     ``thresholds`` below the value (the native core's pass on the host, torch's elsewhere)."""
     if not native(flat) or flat.dtype not in (torch.float32, torch.float64):
-        codes = torch.searchsorted(thresholds.to(flat.device), flat.double()) + 1
-        return torch.where(flat == 0, 0, codes).to(torch.uint8)
+        mids = thresholds.to(flat.device)
+
+        def assign(values: torch.Tensor) -> torch.Tensor:
+            codes = torch.searchsorted(mids, values.double()) + 1
+            return torch.where(values == 0, 0, codes).to(torch.uint8)
+
+        # in pieces: the float64 and int64 copies stay small
+        return hostpath.in_pieces(assign, torch.empty(flat.shape, dtype=torch.uint8,
+                                                      device=flat.device), flat)
     values = flat.contiguous()
     codes = hostpath.empty(values.shape, torch.uint8)
     _native.nearest_codes(values.numpy(), thresholds.double().cpu().contiguous().numpy(),
@@ -254,4 +269,6 @@ class KMeans(TensorToTensor):
             return out.to(self.dtype.torch_dtype)
         if tensor.numel() and int(tensor.max()) >= table.numel():
             raise ValueError(f"kmeans: code {int(tensor.max())} beyond a codebook of {table.numel() - 1}")
-        return table.to(compute)[tensor.long()].to(self.dtype.torch_dtype)
+        lookup, dtype = table.to(compute), self.dtype.torch_dtype
+        out = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+        return hostpath.in_pieces(lambda codes: lookup[codes.long()].to(dtype), out, tensor)

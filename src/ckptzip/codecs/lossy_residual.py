@@ -57,5 +57,10 @@ class LossyResidual(TensorToTensor):
             _native.residual_add(exact.contiguous().reshape(-1).numpy(),
                                  delta.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
             return out
-        moved = (exact.to(self.compute_dtype) + delta).to(self.dtype.torch_dtype)
-        return torch.where(delta == 0, exact, moved)
+        compute, dtype = self.compute_dtype, self.dtype.torch_dtype
+
+        def add(e: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+            return torch.where(d == 0, e, (e.to(compute) + d).to(dtype))
+
+        out = torch.empty(exact.shape, dtype=dtype, device=exact.device)
+        return hostpath.in_pieces(add, out, exact, delta)

@@ -168,10 +168,16 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
     if native(stored, restored):
         return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
                                                     restored.reshape(-1).numpy()))
-    positive = stored > 0
-    stored = torch.where(positive, stored, 1.0)
-    restored = torch.where(positive, restored, 1.0)
-    return magnitude((restored - stored) / (stored * ((restored / stored).sqrt() + 1)))
+    total = torch.zeros((), dtype=torch.float64, device=stored.device)
+    flat_stored, flat_restored = stored.reshape(-1), restored.reshape(-1)
+    for start in range(0, flat_stored.numel(), hostpath.TORCH_PIECE):  # small temporaries
+        piece = flat_stored[start:start + hostpath.TORCH_PIECE]
+        positive = piece > 0
+        v = torch.where(positive, piece, 1.0)
+        v_hat = torch.where(positive, flat_restored[start:start + hostpath.TORCH_PIECE], 1.0)
+        error = ((v_hat - v) / (v * ((v_hat / v).sqrt() + 1))).double()
+        total += (error * error).sum()
+    return math.sqrt(float(total))
 
 
 class AdaptivePolicy(JointPolicy):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .. import _native
+from .. import _native, hostpath
 from ..chain import Base
 from ..codecs import (
     BaseRatio,
@@ -171,7 +171,25 @@ def magnitude(tensor: torch.Tensor) -> float:
     if _native_floats(tensor):
         return math.sqrt(_native.sum_squares(tensor.contiguous().reshape(-1).numpy(), None,
                                              tensor.element_size()))
-    return float(torch.linalg.vector_norm(tensor, dtype=torch.float64))
+    return _torch_norm(tensor)
+
+
+def _torch_norm(tensor: torch.Tensor, other: torch.Tensor | None = None) -> float:
+    """``|tensor - other|`` (``|tensor|`` without ``other``) by torch's ops, summed in float64;
+    above ``hostpath.TORCH_PIECE`` elements piece by piece, so that a device holds no float64
+    copy of the whole."""
+    flat = tensor.reshape(-1)
+    rest = None if other is None else other.reshape(-1)
+    if flat.numel() <= hostpath.TORCH_PIECE:
+        return float(torch.linalg.vector_norm(flat if rest is None else flat - rest,
+                                              dtype=torch.float64))
+    total = torch.zeros((), dtype=torch.float64, device=flat.device)
+    for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
+        piece = flat[start:start + hostpath.TORCH_PIECE]
+        if rest is not None:
+            piece = piece - rest[start:start + hostpath.TORCH_PIECE]
+        total += torch.linalg.vector_norm(piece, dtype=torch.float64).square()
+    return math.sqrt(float(total))
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -183,6 +201,8 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     if _native_floats(a) and _native_floats(b) and a.shape == b.shape:
         return math.sqrt(_native.sum_squares(a.contiguous().reshape(-1).numpy(),
                                              b.contiguous().reshape(-1).numpy(), a.element_size()))
+    if a.shape == b.shape:
+        return _torch_norm(a, b)
     return magnitude(a - b)
 
 

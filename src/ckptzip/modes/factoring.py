@@ -31,7 +31,7 @@ import torch
 
 from .. import _native, hostpath
 from ..codecs import KMeans, LowRank, TransformContext
-from ..codecs.dither import TORCH_PIECE, offsets
+from ..codecs.dither import offsets
 from ..hostpath import native
 from .quantize import entropy_bits, uniform_table
 
@@ -232,11 +232,10 @@ class Rounding:
             patterns = self.levels.reshape(-1).numpy().view(np.uint8)
             return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
         table = torch.from_numpy(by_pattern).to(self.levels.device)
-        flat = self.levels.reshape(-1).view(torch.uint8)
-        codes = torch.empty(flat.shape, dtype=torch.uint8, device=flat.device)
-        for start in range(0, flat.numel(), TORCH_PIECE):  # the index copies stay small
-            codes[start:start + TORCH_PIECE] = table[flat[start:start + TORCH_PIECE].long()]
-        return codes.reshape(self.levels.shape)
+        codes = torch.empty(self.levels.shape, dtype=torch.uint8, device=self.levels.device)
+        # in pieces: the index copies (int64) stay small
+        return hostpath.in_pieces(lambda patterns: table[patterns.long()], codes,
+                                  self.levels.view(torch.uint8))
 
 
 def _ways(values: torch.Tensor, sample: np.ndarray, fraction: float, scale_sq: float,
@@ -275,14 +274,14 @@ def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Roun
 def _drawn_in_pieces(values: torch.Tensor, step: float, dithered: bool,
                      seed: int) -> Rounding | None:
     """:func:`_drawn` by torch's ops (a device), the native pass's result: int8 levels and their
-    histogram, drawn ``TORCH_PIECE`` elements at a time, so that the float64 and int64
+    histogram, drawn ``hostpath.TORCH_PIECE`` elements at a time, so that the float64 and int64
     temporaries stay small; None where a level is beyond ``MAX_LEVEL``."""
     flat = values.reshape(-1)
     levels = torch.empty(flat.shape, dtype=torch.int8, device=flat.device)
     counts = torch.zeros(2 * MAX_LEVEL + 1, dtype=torch.int64, device=flat.device)
     draw = dithered_levels if dithered else unbiased_levels
-    for start in range(0, flat.numel(), TORCH_PIECE):
-        piece = draw(flat[start:start + TORCH_PIECE], step, seed, start)
+    for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
+        piece = draw(flat[start:start + hostpath.TORCH_PIECE], step, seed, start)
         if piece.numel() and int(piece.abs().max()) > MAX_LEVEL:
             return None
         levels[start:start + piece.numel()] = piece
