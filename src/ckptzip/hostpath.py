@@ -51,9 +51,9 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tens
     its memory is a ``_native.PageBuffer``: the mappings of freed ones (up to 256 MiB) serve the
     next of the same size, already faulted in, and a fresh one faults once per 2 MiB huge page.
     A lossy save makes and drops several tensor-sized outputs per tensor; under glibc's
-    defaults each was a fresh mapping, faulted in 4 KiB at a time (on this VM about half of an
-    adaptive save of 64 MB weights was the kernel's). The tensor behaves like any other, except
-    that its storage cannot grow."""
+    defaults each was a fresh mapping, faulted in 4 KiB at a time (on the 2-core VM of
+    docs/BENCHMARKS.md §7, about half of an adaptive save of 64 MB weights was the kernel's).
+    The tensor behaves like any other, except that its storage cannot grow."""
     count = 1
     for side in shape:
         count *= int(side)
