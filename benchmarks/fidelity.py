@@ -159,7 +159,7 @@ SWEEP_ARMS = (
 #: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), in priority order, at every
 #: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
 #: restarts jointly and is stored at exp_avg's support; SGD has no second moment).
-RATIO_SETUPS = ("gpt10m-adamw", "minilm-full", "minilm-lora")
+RATIO_SETUPS = ("gpt10m-adamw", "minilm-full", "minilm-lora", "gpt100m-adamw")
 RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", True),), RATIO_SETUPS)
                    for name, scale in (("adaptive-ratio", 1.0), ("adaptive-ratio-x1.5", 1.5),
                                        ("adaptive-ratio-x0.5", 0.5)))

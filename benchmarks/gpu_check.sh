@@ -16,6 +16,16 @@
 #   bash benchmarks/gpu_check.sh verify OUT     a short lease's call (at most about 200 s): the
 #                                               CUDA tests, the device speed in 2 rounds, and
 #                                               where the adaptive transforms' time goes
+#   bash benchmarks/gpu_check.sh next OUT [DEADLINE]
+#                                               what session 19 left, in one call (timeout_s
+#                                               600): the CUDA tests, the square state's device
+#                                               memory, then the 106M setup's remaining arms (a
+#                                               looser adaptive point, BitSnap, the published
+#                                               ExCP) on 6 workers, its lossless and adaptive
+#                                               runs taken from the scoreboard's raw output (the
+#                                               setup is deterministic on an H100: two machines
+#                                               gave the same losses to the digit), by DEADLINE
+#                                               (default 570)
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
@@ -115,6 +125,22 @@ check) check ;;
 profile) build; profile ;;
 fidelity) build; fidelity "${3:-420}" "${4:-500}" ;;
 all) lease "${3:-570}" ;;
+next)
+    deadline=${3:-570}
+    nvidia-smi -L
+    build
+    cuda_tests 80
+    echo "== lossy speed on the device, square state ($SECONDS s)"
+    timeout 70 $py benchmarks/lossy_speed.py --device cuda --states square --threads "$(nproc)" \
+        --repeat 1 --out "$out/square" 2>&1 | tee "$out/lossy_speed-square.log" | grep -v "^|" \
+        | tail -8
+    mkdir -p /tmp/fid-gpu
+    # the runs already made (lossless, adaptive, excp-fair), not run again; their keyframes are
+    # trained again (the prefix), to the same bytes
+    cp docs/scoreboard/raw/h100/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
+    limit=$((deadline - SECONDS - 10))
+    fidelity $((limit - 150)) "$limit" 6 adaptive-ratio-x1.5,bitsnap-d1,excp
+    ;;
 verify)
     nvidia-smi -L
     build
@@ -123,7 +149,7 @@ verify)
     profile adaptive
     ;;
 *)
-    echo "usage: $0 check|verify|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|next|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac
