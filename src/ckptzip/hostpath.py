@@ -8,6 +8,7 @@ native passes their outputs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -54,10 +55,7 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tens
     defaults each was a fresh mapping, faulted in 4 KiB at a time (on the 2-core VM of
     docs/BENCHMARKS.md §7, about half of an adaptive save of 64 MB weights was the kernel's).
     The tensor behaves like any other, except that its storage cannot grow."""
-    count = 1
-    for side in shape:
-        count *= int(side)
-    nbytes = count * torch.empty(0, dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < PAGE_BUFFER_BYTES:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(_native.PageBuffer(nbytes), dtype=torch.uint8).view(dtype).reshape(shape)
@@ -89,3 +87,15 @@ def in_pieces(fn: Callable[..., torch.Tensor], out: torch.Tensor,
         stop = min(start + TORCH_PIECE, flat.numel())
         flat[start:stop] = fn(*(piece[start:stop] for piece in pieces))
     return out
+
+
+def sum_squares(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> float:
+    """The sum, in float64, of the squares of the element-wise ``fn`` of ``inputs`` (as many
+    elements each), by torch's ops :data:`TORCH_PIECE` elements at a time: a device holds no
+    float64 copy of the whole."""
+    pieces = [tensor.reshape(-1) for tensor in inputs]
+    total = torch.zeros((), dtype=torch.float64, device=pieces[0].device)
+    for start in range(0, pieces[0].numel(), TORCH_PIECE):
+        part = fn(*(piece[start:start + TORCH_PIECE] for piece in pieces))
+        total += torch.linalg.vector_norm(part, dtype=torch.float64).square()
+    return float(total)

@@ -99,9 +99,11 @@ class Dither(TensorToTensor):
     def from_config(cls, config: dict[str, Any]) -> Dither:
         return cls(config["seed"], config["step"])
 
-    def shift(self, shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
-        """``u * step`` for each element of a tensor of ``shape`` (float64)."""
-        return scaled_offsets(shape, self.seed, self.step, device)
+    def shift(self, shape: torch.Size | tuple[int, ...], device: torch.device,
+              first: int = 0) -> torch.Tensor:
+        """``u * step`` for each element of a tensor of ``shape`` (float64); ``first``: the
+        index of its first element in the whole tensor, for a piece of it."""
+        return scaled_offsets(shape, self.seed, self.step, device, first)
 
     # Both directions compute in float64, where u * step is exact, and return float32 (float64
     # for float64 input), so the writer's reconstruction is the reader's to the bit.
@@ -122,7 +124,7 @@ class Dither(TensorToTensor):
             shifted = torch.empty(flat.shape, dtype=dtype, device=flat.device)
             for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
                 part = flat[start:start + hostpath.TORCH_PIECE]
-                shift = offsets(part.numel(), self.seed, part.device, start) * self.step
+                shift = self.shift(part.shape, part.device, start)
                 shifted[start:start + part.numel()] = (part.double() + sign * shift).to(dtype)
             return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
@@ -134,9 +136,10 @@ class Dither(TensorToTensor):
 
 
 def scaled_offsets(shape: torch.Size | tuple[int, ...], seed: int, step: float,
-                   device: torch.device) -> torch.Tensor:
-    """:func:`offsets` of ``seed`` times ``step``, as a float64 tensor of ``shape``."""
-    return (offsets(math.prod(shape), seed, device) * step).reshape(shape)
+                   device: torch.device, first: int = 0) -> torch.Tensor:
+    """:func:`offsets` of ``seed`` (from element ``first`` on) times ``step``, as a float64
+    tensor of ``shape``."""
+    return (offsets(math.prod(shape), seed, device, first) * step).reshape(shape)
 
 
 def finite_number(value: Any) -> bool:

@@ -168,16 +168,13 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
     if native(stored, restored):
         return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
                                                     restored.reshape(-1).numpy()))
-    total = torch.zeros((), dtype=torch.float64, device=stored.device)
-    flat_stored, flat_restored = stored.reshape(-1), restored.reshape(-1)
-    for start in range(0, flat_stored.numel(), hostpath.TORCH_PIECE):  # small temporaries
-        piece = flat_stored[start:start + hostpath.TORCH_PIECE]
-        positive = piece > 0
-        v = torch.where(positive, piece, 1.0)
-        v_hat = torch.where(positive, flat_restored[start:start + hostpath.TORCH_PIECE], 1.0)
-        error = ((v_hat - v) / (v * ((v_hat / v).sqrt() + 1))).double()
-        total += (error * error).sum()
-    return math.sqrt(float(total))
+
+    def relative(v: torch.Tensor, v_hat: torch.Tensor) -> torch.Tensor:
+        positive = v > 0
+        v, v_hat = torch.where(positive, v, 1.0), torch.where(positive, v_hat, 1.0)
+        return (v_hat - v) / (v * ((v_hat / v).sqrt() + 1))
+
+    return math.sqrt(hostpath.sum_squares(relative, stored, restored))
 
 
 class AdaptivePolicy(JointPolicy):

@@ -178,18 +178,12 @@ def _torch_norm(tensor: torch.Tensor, other: torch.Tensor | None = None) -> floa
     """``|tensor - other|`` (``|tensor|`` without ``other``) by torch's ops, summed in float64;
     above ``hostpath.TORCH_PIECE`` elements piece by piece, so that a device holds no float64
     copy of the whole."""
-    flat = tensor.reshape(-1)
-    rest = None if other is None else other.reshape(-1)
-    if flat.numel() <= hostpath.TORCH_PIECE:
-        return float(torch.linalg.vector_norm(flat if rest is None else flat - rest,
+    if tensor.numel() <= hostpath.TORCH_PIECE:
+        return float(torch.linalg.vector_norm(tensor if other is None else tensor - other,
                                               dtype=torch.float64))
-    total = torch.zeros((), dtype=torch.float64, device=flat.device)
-    for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
-        piece = flat[start:start + hostpath.TORCH_PIECE]
-        if rest is not None:
-            piece = piece - rest[start:start + hostpath.TORCH_PIECE]
-        total += torch.linalg.vector_norm(piece, dtype=torch.float64).square()
-    return math.sqrt(float(total))
+    if other is None:
+        return math.sqrt(hostpath.sum_squares(lambda a: a, tensor))
+    return math.sqrt(hostpath.sum_squares(torch.sub, tensor, other))
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -324,8 +318,7 @@ class JointPolicy(LosslessPolicy):
         added = len(leaves)
         for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads,
                                                              torch_ops=True,
-                                                             gate=self._device_gate(leaves, groups,
-                                                                                    sizes)),
+                                                             gate=self._device_gate(groups, sizes)),
                                               sizes):
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
@@ -334,16 +327,14 @@ class JointPolicy(LosslessPolicy):
         return plans
 
     @staticmethod
-    def _device_gate(leaves: list[Leaf], groups: list[GroupValues],
+    def _device_gate(groups: list[GroupValues],
                      sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
         """For a state on a device (torch's ops, not the native passes), a gate that lets the
         groups planned at once hold at most :data:`DEVICE_PLAN_SHARE` of the state's bytes (or
         the largest group alone): each group's transforms take a few times its bytes in
         temporaries there, on the device's memory. None on the host."""
-        on_device = any(not native(leaves[i].tensor) for v in groups
-                        for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
-                        if i is not None and isinstance(leaves[i].tensor, torch.Tensor))
-        if not on_device or not sizes:
+        on_device = any(t is not None and not native(t) for v in groups for t in (v.w, v.m, v.v))
+        if not on_device:
             return None
         capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
         return ByteGate(capacity), sizes.__getitem__

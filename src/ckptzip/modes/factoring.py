@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .. import _native, hostpath
-from ..codecs import KMeans, LowRank, TransformContext
+from ..codecs import Dither, KMeans, LowRank, TransformContext
 from ..codecs.dither import offsets
 from ..hostpath import native
 from .quantize import entropy_bits, uniform_table
@@ -187,7 +187,7 @@ def dithered_levels(values: torch.Tensor, step: float, seed: int, first: int = 0
     """The grid levels (int64) of ``values`` plus the dither of ``seed``, rounded to the nearest
     multiple of ``step``: what :class:`~ckptzip.codecs.Dither` then ``kmeans`` store.
     ``first``: as in :func:`unbiased_levels`."""
-    shift = (offsets(values.numel(), seed, values.device, first) * step).reshape(values.shape)
+    shift = Dither(seed, step).shift(values.shape, values.device, first)
     return torch.floor((values.double() + shift) / step + 0.5).long()
 
 
