@@ -1145,7 +1145,7 @@ def test_randomized_svd_is_the_same_on_concurrent_threads():
     alone = [factoring._randomized_right_vectors(m, 20) for m in matrices]
     with torch.random.fork_rng():
         torch.manual_seed(factoring.SVD_SEED)
-        reference = torch.svd_lowrank(matrices[0], q=20, niter=2)[2]
+        reference = torch.svd_lowrank(matrices[0], q=20, niter=factoring.POWER_ITERATIONS)[2]
     assert torch.equal(alone[0], reference)
     for _ in range(5):
         with ThreadPoolExecutor(4) as pool:

@@ -465,3 +465,83 @@ def test_round_levels_draws_torchs_levels(n: int, dtype: torch.dtype, step: floa
     used = used[used != 0]
     table = np.concatenate([[0], used])  # code -> level
     assert np.array_equal(table[codes.numpy()], expected.numpy())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 5000), st.sampled_from([np.float32, np.float64]), st.integers(0, 2**31))
+def test_sort_floats_is_numpys_order(n: int, dtype: type, seed: int) -> None:
+    """The radix sort gives numpy's sorted values over every float: both signs of zero, the
+    infinities, subnormals and magnitudes from 1e-30 to 1e30; NaN is left to numpy."""
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+    values[rng.random(n) < 0.1] = 0.0
+    values[rng.random(n) < 0.05] = -0.0
+    values[rng.random(n) < 0.01] = np.inf
+    values[rng.random(n) < 0.01] = -np.inf
+    values[rng.random(n) < 0.01] = np.finfo(dtype).smallest_subnormal
+    ordered = values.copy()
+    assert N.sort_floats(ordered, ordered.itemsize)
+    assert np.array_equal(ordered, np.sort(values))
+    if n:
+        values[n // 2] = np.nan
+        kept = values.copy()
+        assert not N.sort_floats(values, values.itemsize)  # untouched: numpy sorts NaN last
+        assert np.array_equal(values, kept, equal_nan=True)
+        from ckptzip.codecs.kmeans import sorted_floats
+
+        assert np.array_equal(sorted_floats(values), np.sort(values), equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(0, 2**31))
+def test_descending_magnitudes_is_the_stable_sorts_merge(n: int, seed: int) -> None:
+    """The native merge of the negatives' and the rest's runs gives the bits of the stable sort
+    it replaced (modes/quantize.py descending_magnitudes), zeros of both signs included."""
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-5, 5, n)
+    values[rng.random(n) < 0.1] = 0.0
+    values[rng.random(n) < 0.05] = -0.0
+    values[rng.random(n) < 0.02] = 1.5  # ties across the runs
+    values[rng.random(n) < 0.02] = -1.5
+    ordered = np.sort(values)
+    split = int(np.searchsorted(ordered, 0.0))
+    expected = np.sort(np.concatenate([-ordered[:split][::-1], np.abs(ordered[split:])]),
+                       kind="stable")[::-1]
+    merged = np.empty_like(ordered)
+    assert N.descending_magnitudes(ordered, merged)
+    assert np.array_equal(merged.view(np.uint64), expected.view(np.uint64))
+    if n:
+        ordered[-1] = np.nan
+        assert not N.descending_magnitudes(ordered, merged)
+    with pytest.raises(ValueError, match="out holds"):
+        N.descending_magnitudes(ordered, np.empty(n + 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 3000), st.sampled_from([torch.float32, torch.float64]), st.integers(0, 2**31))
+def test_support_native_passes_are_the_boolean_index(n: int, dtype: torch.dtype, seed: int) -> None:
+    """The support stage's native gather and scatter store and decode what torch's boolean
+    indexing does (a device's path), and refuse a value outside the support or a count that is
+    not the support's."""
+    from ckptzip import hostpath
+    from ckptzip.codecs import Support
+    from ckptzip.errors import ConfigError
+
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, generator=generator) < 0.4
+    values = torch.randn(n, generator=generator, dtype=dtype) * mask
+    context = TransformContext("t", support=mask)
+    stage = Support(0)
+    stored = stage.encode(values, context)
+    with hostpath.torch_ops_only():
+        assert torch.equal(stage.encode(values, context), stored)
+        by_torch = stage.decode(stored, context)
+    decoded = stage.decode(stored, context)
+    assert decoded.dtype == dtype and torch.equal(decoded, by_torch) and torch.equal(decoded, values)
+    if n and not bool(mask.all()):
+        outside = values.clone()
+        outside[int(torch.nonzero(~mask)[0])] = 1.0
+        with pytest.raises(ConfigError, match="outside its sibling's support"):
+            stage.encode(outside, context)
+    with pytest.raises(ValueError, match="stored values for a support"):
+        stage.decode(torch.zeros(stored.numel() + 1, dtype=dtype), context)

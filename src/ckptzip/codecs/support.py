@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import _native, hostpath
 from ..errors import ConfigError
+from ..hostpath import native
 from .base import TensorToTensor, TransformContext, register
 
 #: Leaves a header may hold is far below this; a larger index is a damaged config.
@@ -60,6 +62,17 @@ class Support(TensorToTensor):
         if tuple(mask.shape) != tuple(tensor.shape):
             raise ConfigError(f"support: {context.name} has shape {list(tensor.shape)}, its "
                               f"sibling {list(mask.shape)}")
+        if _native_pair(tensor, mask):  # one native pass: the check and the gather
+            source, flags = tensor.contiguous(), mask.contiguous()
+            out = hostpath.empty((int(torch.count_nonzero(flags)),), source.dtype)
+            try:
+                _native.mask_gather(source.reshape(-1).numpy(),
+                                    flags.reshape(-1).view(torch.uint8).numpy(), out.numpy(),
+                                    source.element_size())
+            except ValueError:
+                raise ConfigError(f"support: {context.name} is non-zero outside its sibling's "
+                                  "support") from None
+            return out
         if bool(tensor.masked_fill(mask, 0).any()):  # one pass, nothing gathered
             raise ConfigError(f"support: {context.name} is non-zero outside its sibling's support")
         return tensor[mask]
@@ -68,9 +81,22 @@ class Support(TensorToTensor):
         """Scatter the stored values into zeros of the sibling's shape (the reader has checked
         that it is the tensor's own)."""
         mask = self._mask(context).to(tensor.device)
+        if tensor.dim() == 1 and _native_pair(tensor, mask):
+            values, flags = tensor.contiguous(), mask.contiguous()
+            out = hostpath.empty(tuple(mask.shape), values.dtype)
+            if _native.mask_scatter(values.numpy(), flags.reshape(-1).view(torch.uint8).numpy(),
+                                    out.reshape(-1).numpy(), values.element_size()):
+                return out
         if tensor.dim() != 1 or tensor.numel() != int(torch.count_nonzero(mask)):
             raise ValueError(f"support: {tensor.numel()} stored values for a support of "
                              f"{int(torch.count_nonzero(mask))} elements")
         out = tensor.new_zeros(mask.shape)
         out[mask] = tensor
         return out
+
+
+def _native_pair(values: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether the native passes take ``values`` and its boolean ``mask``: both on the host,
+    float32 or float64 values."""
+    return (native(values, mask) and mask.dtype == torch.bool
+            and values.dtype in (torch.float32, torch.float64))

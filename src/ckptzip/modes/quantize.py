@@ -23,7 +23,8 @@ import torch
 
 from .. import _native, hostpath
 from ..codecs import KMeans
-from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, spread_sample
+from ..codecs.kmeans import (MAX_CENTROIDS, lloyd_sorted, nonzero_values, sorted_floats,
+                             spread_sample)
 from ..hostpath import native
 
 #: Kept fractions and codebook sizes the search tries.
@@ -114,22 +115,26 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
 
 
 def ascending(values: torch.Tensor) -> torch.Tensor:
-    """``values`` (1-D) sorted, as float64: on the host by numpy's sort (twice as fast as
-    torch's here) in their own precision where numpy has it (float32 sorts twice as fast as
-    float64; widening after the sort gives the same values)."""
+    """``values`` (1-D) sorted, as float64: on the host by the native radix sort
+    (:func:`~ckptzip.codecs.kmeans.sorted_floats`), in their own precision where it has it
+    (float32 sorts twice as fast as float64; widening after the sort gives the same values)."""
     if not native(values):
         return values.double().sort().values
     if values.dtype not in (torch.float32, torch.float64):
         values = values.float()
-    return torch.from_numpy(np.sort(values.contiguous().numpy())).double()
+    return torch.from_numpy(sorted_floats(values.contiguous().numpy())).double()
 
 
 def descending_magnitudes(ordered: torch.Tensor) -> torch.Tensor:
     """The magnitudes of the ascending ``ordered``, largest first: its negatives reversed and its
-    non-negatives are two ascending runs, which a stable sort (timsort) merges in one pass."""
+    non-negatives are two ascending runs, which the native core merges in one pass (numpy's
+    stable sort, timsort, where a value is NaN)."""
     if not native(ordered):
         return ordered.abs().sort(descending=True).values
-    values = ordered.numpy()
+    values = np.ascontiguousarray(ordered.numpy(), dtype=np.float64)
+    merged = np.empty_like(values)
+    if _native.descending_magnitudes(values, merged):  # one native merge
+        return torch.from_numpy(merged)
     split = int(np.searchsorted(values, 0.0))
     runs = np.concatenate([-values[:split][::-1], np.abs(values[split:])])
     return torch.from_numpy(np.sort(runs, kind="stable")[::-1].copy())

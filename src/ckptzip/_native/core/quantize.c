@@ -182,3 +182,37 @@ size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out)
     }
     return kept;
 }
+
+long ckz_mask_gather(const void *x, const uint8_t *mask, size_t elem_size, size_t n, void *out,
+                     size_t capacity) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int nonzero = elem_size == 4 ? ((const float *)x)[i] != 0.0f
+                                     : ((const double *)x)[i] != 0.0;
+        if (!mask[i]) {
+            if (nonzero) return -1;
+            continue;
+        }
+        if (kept == capacity) return -2;
+        if (elem_size == 4)
+            ((float *)out)[kept] = ((const float *)x)[i];
+        else
+            ((double *)out)[kept] = ((const double *)x)[i];
+        kept++;
+    }
+    return (long)kept;
+}
+
+int ckz_mask_scatter(const void *values, size_t count, const uint8_t *mask, size_t elem_size,
+                     size_t n, void *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mask[i] && k == count) return -1;
+        if (elem_size == 4)
+            ((float *)out)[i] = mask[i] ? ((const float *)values)[k] : 0.0f;
+        else
+            ((double *)out)[i] = mask[i] ? ((const double *)values)[k] : 0.0;
+        k += mask[i] != 0;
+    }
+    return k == count ? 0 : -1;
+}

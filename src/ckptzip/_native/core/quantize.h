@@ -10,6 +10,19 @@
  * not) to out in order and returns how many: the values a codebook is fitted to. */
 size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out);
 
+/* The values of x (n floats, elem_size 4, or doubles, 8) where mask[i] is non-zero, in order,
+ * to out (capacity values): the support stage's encoding. Returns how many; -1 where x is
+ * non-zero (-0.0 is zero, a NaN is not) outside the mask, -2 where the mask marks more than
+ * capacity. */
+long ckz_mask_gather(const void *x, const uint8_t *mask, size_t elem_size, size_t n, void *out,
+                     size_t capacity);
+
+/* The inverse: out[i] (n values) = the k-th of values at the k-th element mask marks, +0.0
+ * elsewhere. Returns 0; -1 where the mask does not mark exactly count elements (out is then
+ * meaningless; values is never read beyond count). */
+int ckz_mask_scatter(const void *values, size_t count, const uint8_t *mask, size_t elem_size,
+                     size_t n, void *out);
+
 /* The largest codebook a uint8 code addresses (code 0 is zero). */
 #define CKZ_MAX_CENTROIDS 255
 

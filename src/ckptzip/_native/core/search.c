@@ -218,3 +218,92 @@ int ckz_uniform_candidate(const double *sorted, const double *sums, const double
     out[3] = pairwise_sum(sse, bins);
     return 0;
 }
+
+/* Float bits as unsigned keys in the floats' order: a non-negative float's with the sign bit
+ * set, a negative one's all flipped (larger magnitudes sort lower); and back. */
+static inline uint32_t key32(uint32_t u) { return u >> 31 ? ~u : u | 0x80000000u; }
+static inline uint32_t bits32(uint32_t k) { return k >> 31 ? k & 0x7FFFFFFFu : ~k; }
+static inline uint64_t key64(uint64_t u) { return u >> 63 ? ~u : u | (1ull << 63); }
+static inline uint64_t bits64(uint64_t k) { return k >> 63 ? k & ~(1ull << 63) : ~k; }
+
+/* LSD radix sort of n keys by RADIX_BITS-bit digits, skipping a digit every key shares;
+ * ping-pongs between keys and scratch, the result back in keys. */
+#define RADIX_BITS 11
+#define RADIX (1u << RADIX_BITS)
+#define DEFINE_RADIX_SORT(name, type, digits)                                                     \
+    static int name(type *keys, size_t n) {                                                     \
+        size_t(*counts)[RADIX] = calloc(digits, sizeof *counts);                                 \
+        type *scratch = malloc(n * sizeof *scratch);                                             \
+        if (!counts || !scratch) {                                                               \
+            free(counts);                                                                        \
+            free(scratch);                                                                       \
+            return -1;                                                                           \
+        }                                                                                        \
+        for (size_t i = 0; i < n; i++)                                                           \
+            for (unsigned d = 0; d < (digits); d++)                                              \
+                counts[d][(keys[i] >> (d * RADIX_BITS)) & (RADIX - 1)]++;                        \
+        type *from = keys, *to = scratch;                                                        \
+        for (unsigned d = 0; d < (digits); d++) {                                                \
+            size_t *count = counts[d], total = 0;                                                \
+            if (count[(keys[0] >> (d * RADIX_BITS)) & (RADIX - 1)] == n) continue;               \
+            for (unsigned b = 0; b < RADIX; b++) {                                               \
+                size_t c = count[b];                                                             \
+                count[b] = total;                                                                \
+                total += c;                                                                      \
+            }                                                                                    \
+            for (size_t i = 0; i < n; i++)                                                       \
+                to[count[(from[i] >> (d * RADIX_BITS)) & (RADIX - 1)]++] = from[i];              \
+            type *t = from;                                                                      \
+            from = to;                                                                           \
+            to = t;                                                                              \
+        }                                                                                        \
+        if (from != keys) memcpy(keys, from, n * sizeof *keys);                                  \
+        free(counts);                                                                            \
+        free(scratch);                                                                           \
+        return 0;                                                                                \
+    }
+
+DEFINE_RADIX_SORT(radix_sort32, uint32_t, 3)
+DEFINE_RADIX_SORT(radix_sort64, uint64_t, 6)
+
+int ckz_sort_floats(void *x, size_t n, size_t elem_size) {
+    if (elem_size != 4 && elem_size != 8) return -1;
+    int result;
+    if (elem_size == 4) {
+        uint32_t *u = x;
+        for (size_t i = 0; i < n; i++)
+            if ((u[i] & 0x7FFFFFFFu) > 0x7F800000u) return -1; /* a NaN: numpy puts them last */
+        if (n < 2) return 0;
+        for (size_t i = 0; i < n; i++) u[i] = key32(u[i]);
+        result = radix_sort32(u, n);
+        for (size_t i = 0; i < n; i++) u[i] = bits32(u[i]);
+    } else {
+        uint64_t *u = x;
+        for (size_t i = 0; i < n; i++)
+            if ((u[i] & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull) return -1;
+        if (n < 2) return 0;
+        for (size_t i = 0; i < n; i++) u[i] = key64(u[i]);
+        result = radix_sort64(u, n);
+        for (size_t i = 0; i < n; i++) u[i] = bits64(u[i]);
+    }
+    return result;
+}
+
+int ckz_descending_magnitudes(const double *ordered, size_t n, double *out) {
+    for (size_t i = 0; i < n; i++)
+        if (ordered[i] != ordered[i]) return -1;
+    /* negatives: ordered[0 .. split), largest magnitude first; the rest: largest last */
+    size_t split = lower_bound(ordered, n, 0.0), low = 0, high = n;
+    for (size_t j = 0; j < n; j++) {
+        double negative = low < split ? -ordered[low] : -1.0;
+        double positive = high > split ? fabs(ordered[high - 1]) : -1.0;
+        if (negative > positive) {
+            out[j] = negative;
+            low++;
+        } else {
+            out[j] = positive;
+            high--;
+        }
+    }
+    return 0;
+}

@@ -39,4 +39,14 @@ long ckz_lloyd_sorted(const double *values, size_t n, unsigned k, unsigned itera
 int ckz_uniform_candidate(const double *sorted, const double *sums, const double *squares,
                           size_t n, double step, double offset, long levels, double out[4]);
 
+/* Sort n floats (elem_size 4 or 8) ascending in place, by their bits (a radix sort): the order
+ * numpy's sort gives, -0.0 before 0.0 where numpy leaves them as they come (they are equal).
+ * Returns 0; -1, untouched, when a value is NaN (numpy puts those last) or for a bad elem_size
+ * or out of memory. */
+int ckz_sort_floats(void *x, size_t n, size_t elem_size);
+
+/* The magnitudes of n ascending doubles, largest first (out: n doubles), by one merge of the
+ * negatives' run and the rest's.  Returns 0; -1 when a value is NaN. */
+int ckz_descending_magnitudes(const double *ordered, size_t n, double *out);
+
 #endif

@@ -751,6 +751,68 @@ static PyObject *py_sparse_unpack(PyObject *self, PyObject *args, PyObject *kw) 
     return result;
 }
 
+PyDoc_STRVAR(sort_floats_doc,
+             "sort_floats(x, elem_size) -> bool\n\n"
+             "Sort the float32 (elem_size 4) or float64 (8) buffer x ascending in place, by a radix\n"
+             "sort of their bits: numpy's order. False, x untouched, when a value is NaN.");
+static PyObject *py_sort_floats(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "elem_size", NULL};
+    PyObject *xo;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Ol:sort_floats", kwlist, &xo, &elem_size))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer x;
+    if (get_buffer(xo, &x, 1, "x")) return NULL;
+    PyObject *result = NULL;
+    if (check_len(x.len, elem_size, "x") == 0) {
+        int done;
+        Py_BEGIN_ALLOW_THREADS
+        done = ckz_sort_floats(x.buf, (size_t)x.len / (size_t)elem_size, (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(done == 0);
+    }
+    PyBuffer_Release(&x);
+    return result;
+}
+
+PyDoc_STRVAR(descending_magnitudes_doc,
+             "descending_magnitudes(ordered, out) -> bool\n\n"
+             "The magnitudes of the ascending float64 buffer ordered, largest first, into out (as\n"
+             "many float64): one merge of its negatives and the rest. False when a value is NaN.");
+static PyObject *py_descending_magnitudes(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"ordered", "out", NULL};
+    PyObject *oo, *outo;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:descending_magnitudes", kwlist, &oo, &outo))
+        return NULL;
+    Py_buffer o, out;
+    if (get_buffer(oo, &o, 0, "ordered")) return NULL;
+    if (get_buffer(outo, &out, 1, "out")) {
+        PyBuffer_Release(&o);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (check_len(o.len, 8, "ordered") == 0) {
+        if (out.len != o.len)
+            PyErr_Format(PyExc_ValueError, "out holds %zd bytes, ordered %zd", out.len, o.len);
+        else if (overlaps(&o, &out))
+            PyErr_SetString(PyExc_ValueError, "ordered and out overlap");
+        else {
+            int done;
+            Py_BEGIN_ALLOW_THREADS
+            done = ckz_descending_magnitudes((const double *)o.buf, (size_t)o.len / 8,
+                                             (double *)out.buf);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(done == 0);
+        }
+    }
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 PyDoc_STRVAR(compact_nonzero_doc,
              "compact_nonzero(src, dst, elem_size) -> int\n\n"
              "Copies the non-zero float32 or float64 values of src (by elem_size; -0.0 is zero, a\n"
@@ -1675,6 +1737,86 @@ done:
 }
 
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
+PyDoc_STRVAR(mask_gather_doc,
+             "mask_gather(src, mask, dst, elem_size) -> int\n\n"
+             "The float32 (elem_size 4) or float64 (8) values of src where the uint8 mask (one byte\n"
+             "an element) is non-zero, in order, into dst; returns how many. ValueError where src\n"
+             "is non-zero outside the mask, or the mask marks more than dst holds.");
+static PyObject *py_mask_gather(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "mask", "dst", "elem_size", NULL};
+    PyObject *objs[3];
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:mask_gather", kwlist, &objs[0], &objs[1],
+                                     &objs[2], &elem_size))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"src", "mask", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    size_t n = (size_t)v[0].len / (size_t)elem_size;
+    if (check_len(v[0].len, elem_size, "src") || check_len(v[2].len, elem_size, "dst")) {
+    } else if ((size_t)v[1].len != n) {
+        PyErr_Format(PyExc_ValueError, "mask holds %zd bytes for %zu values", v[1].len, n);
+    } else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2])) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps src or mask");
+    } else {
+        long kept;
+        Py_BEGIN_ALLOW_THREADS
+        kept = ckz_mask_gather(v[0].buf, v[1].buf, (size_t)elem_size, n, v[2].buf,
+                               (size_t)v[2].len / (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        if (kept == -1)
+            PyErr_SetString(PyExc_ValueError, "src is non-zero outside the mask");
+        else if (kept == -2)
+            PyErr_Format(PyExc_ValueError, "the mask marks more than the %zd values dst holds",
+                         v[2].len / elem_size);
+        else
+            result = PyLong_FromLong(kept);
+    }
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
+PyDoc_STRVAR(mask_scatter_doc,
+             "mask_scatter(src, mask, dst, elem_size) -> bool\n\n"
+             "dst[i] = the k-th value of src at the k-th element the uint8 mask marks, +0.0\n"
+             "elsewhere (float32, elem_size 4, or float64, 8). False where the mask does not mark\n"
+             "exactly len(src) elements (dst is then meaningless).");
+static PyObject *py_mask_scatter(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "mask", "dst", "elem_size", NULL};
+    PyObject *objs[3];
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:mask_scatter", kwlist, &objs[0], &objs[1],
+                                     &objs[2], &elem_size))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"src", "mask", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    size_t n = (size_t)v[2].len / (size_t)elem_size;
+    if (check_len(v[0].len, elem_size, "src") || check_len(v[2].len, elem_size, "dst")) {
+    } else if ((size_t)v[1].len != n) {
+        PyErr_Format(PyExc_ValueError, "mask holds %zd bytes for %zu values", v[1].len, n);
+    } else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2])) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps src or mask");
+    } else {
+        int done;
+        Py_BEGIN_ALLOW_THREADS
+        done = ckz_mask_scatter(v[0].buf, (size_t)v[0].len / (size_t)elem_size, v[1].buf,
+                                (size_t)elem_size, n, v[2].buf);
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(done == 0);
+    }
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
     KW("byte_histogram", py_byte_histogram, byte_histogram_doc),
@@ -1690,6 +1832,10 @@ static PyMethodDef methods[] = {
     KW("uniform_candidate", py_uniform_candidate, uniform_candidate_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
+    KW("sort_floats", py_sort_floats, sort_floats_doc),
+    KW("mask_gather", py_mask_gather, mask_gather_doc),
+    KW("mask_scatter", py_mask_scatter, mask_scatter_doc),
+    KW("descending_magnitudes", py_descending_magnitudes, descending_magnitudes_doc),
     KW("base_ratios", py_base_ratios, base_ratios_doc),
     KW("ratio_restore", py_ratio_restore, ratio_restore_doc),
     KW("sqrt_error_squares", py_sqrt_error_squares, sqrt_error_squares_doc),
