@@ -562,7 +562,7 @@ def _rank_search(matrix: torch.Tensor, right: torch.Tensor, rows: torch.Tensor,
         if best is None or found.bits < best.bits:
             best = found
     assert best is not None
-    truncated = beyond and (not stopped and any(r > top for r in RANKS)
+    truncated = beyond and ((not stopped and any(r > top for r in RANKS))
                             or best.rank * 3 // 2 > top)
     for rank in (best.rank * 3 // 4, best.rank * 3 // 2):
         if 1 <= rank <= top and trial(rank).bits < best.bits:

@@ -23,8 +23,7 @@ import torch
 
 from .. import _native, hostpath
 from ..codecs import KMeans
-from ..codecs.kmeans import (MAX_CENTROIDS, lloyd_sorted, nonzero_values, sorted_floats,
-                             spread_sample)
+from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, sorted_floats, spread_sample
 from ..hostpath import native
 
 #: Kept fractions and codebook sizes the search tries.
