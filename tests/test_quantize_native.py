@@ -545,3 +545,29 @@ def test_support_native_passes_are_the_boolean_index(n: int, dtype: torch.dtype,
             stage.encode(outside, context)
     with pytest.raises(ValueError, match="stored values for a support"):
         stage.decode(torch.zeros(stored.numel() + 1, dtype=dtype), context)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 6000), st.sampled_from([torch.float32, torch.float64,
+                                                                    torch.bfloat16, torch.uint8]))
+def test_spread_sample_native_is_the_int64_index(n: int, count: int, dtype: torch.dtype) -> None:
+    """The native spread sample takes the elements the int64 index arithmetic takes (a device's
+    path), for every element size."""
+    from ckptzip import hostpath
+    from ckptzip.codecs.kmeans import spread_sample
+
+    flat = (torch.arange(n, dtype=torch.float64) * 0.37 - 11).to(dtype)
+    native = spread_sample(flat, count)
+    with hostpath.torch_ops_only():
+        assert torch.equal(spread_sample(flat, count), native)
+    assert native.numel() == min(n, count)
+    with pytest.raises(ValueError, match="stride"):
+        N.spread_gather(np.zeros(4, np.float32), np.zeros(2, np.float32), 4, 4)
+
+
+def test_bytes_equal_is_memcmp() -> None:
+    a = np.arange(1000, dtype=np.uint8)
+    b = a.copy()
+    assert N.bytes_equal(a, b) and N.bytes_equal(a[:0], b[:0])
+    b[999] ^= 1
+    assert not N.bytes_equal(a, b) and not N.bytes_equal(a, a[:999])

@@ -80,6 +80,11 @@ def spread_sample(flat: torch.Tensor, count: int) -> torch.Tensor:
     n = flat.numel()
     if count >= n:
         return flat
+    if native(flat) and flat.is_contiguous() and flat.element_size() <= 16:
+        out = torch.empty(count, dtype=flat.dtype)
+        _native.spread_gather(flat.view(torch.uint8).numpy(), out.view(torch.uint8).numpy(),
+                              flat.element_size(), SPREAD % n)
+        return out
     index = torch.arange(count, dtype=torch.int64, device=flat.device)
     # (i * SPREAD) mod n without overflow: SPREAD mod n is below n, i below 2**20, n below 2**43
     return flat[(index * (SPREAD % n)) % n]

@@ -474,7 +474,7 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     found = base.tensor(leaf.name)
     if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
         return False
-    same = bool(np.array_equal(leaf.host_bytes(), base.raw(leaf.name)))
+    same = _native.bytes_equal(leaf.host_bytes(), base.raw(leaf.name))  # one memcmp
     if not same:
         base.release(leaf.name)  # not needed again: the writer codes this tensor on its own
     return same

@@ -1,5 +1,7 @@
 #include "quantize.h"
 
+#include <string.h>
+
 #include <math.h>
 
 /* Two ways to count the thresholds below each of a block of values, both free of branches on
@@ -215,4 +217,16 @@ int ckz_mask_scatter(const void *values, size_t count, const uint8_t *mask, size
         k += mask[i] != 0;
     }
     return k == count ? 0 : -1;
+}
+
+void ckz_spread_gather(const void *x, size_t n, size_t elem_size, uint64_t stride, void *out,
+                       size_t count) {
+    const char *in = x;
+    char *to = out;
+    uint64_t index = 0;
+    for (size_t i = 0; i < count; i++) {
+        memcpy(to + i * elem_size, in + index * elem_size, elem_size);
+        index += stride; /* (i * stride) mod n, one addition at a time: stride < n */
+        if (index >= n) index -= n;
+    }
 }

@@ -17,6 +17,11 @@ size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out)
 long ckz_mask_gather(const void *x, const uint8_t *mask, size_t elem_size, size_t n, void *out,
                      size_t capacity);
 
+/* out[i] = x[(i * stride) mod n] for i < count, elements of elem_size bytes (stride < n): the
+ * spread sample of codecs/kmeans.py. */
+void ckz_spread_gather(const void *x, size_t n, size_t elem_size, uint64_t stride, void *out,
+                       size_t count);
+
 /* The inverse: out[i] (n values) = the k-th of values at the k-th element mask marks, +0.0
  * elsewhere. Returns 0; -1 where the mask does not mark exactly count elements (out is then
  * meaningless; values is never read beyond count). */

@@ -4,6 +4,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "chunk.h"
 #include "common.h"
 #include "crc32c.h"
@@ -84,6 +86,31 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args, PyObject *kw) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(crc);
+}
+
+PyDoc_STRVAR(bytes_equal_doc,
+             "bytes_equal(a, b) -> bool\n\n"
+             "Whether the buffers a and b hold the same bytes (memcmp, the GIL released).");
+static PyObject *py_bytes_equal(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"a", "b", NULL};
+    PyObject *ao, *bo;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:bytes_equal", kwlist, &ao, &bo)) return NULL;
+    Py_buffer a, b;
+    if (get_buffer(ao, &a, 0, "a")) return NULL;
+    if (get_buffer(bo, &b, 0, "b")) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    int same = a.len == b.len;
+    if (same && a.len) {
+        Py_BEGIN_ALLOW_THREADS
+        same = memcmp(a.buf, b.buf, (size_t)a.len) == 0;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(same);
 }
 
 PyDoc_STRVAR(byte_histogram_doc,
@@ -745,6 +772,47 @@ static PyObject *py_sparse_unpack(PyObject *self, PyObject *args, PyObject *kw) 
             Py_END_ALLOW_THREADS
             result = PyBool_FromLong(status == 0);
         }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    return result;
+}
+
+PyDoc_STRVAR(spread_gather_doc,
+             "spread_gather(src, dst, elem_size, stride) -> None\n\n"
+             "dst[i] = src[(i * stride) mod n] for every element of dst (n the elements of src,\n"
+             "each elem_size bytes; 0 <= stride < n).");
+static PyObject *py_spread_gather(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "dst", "elem_size", "stride", NULL};
+    PyObject *so, *dobj;
+    long elem_size;
+    unsigned long long stride;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOlK:spread_gather", kwlist, &so, &dobj,
+                                     &elem_size, &stride))
+        return NULL;
+    if (elem_size < 1 || elem_size > 16)
+        return PyErr_Format(PyExc_ValueError, "elem_size %ld is outside 1..16", elem_size);
+    Py_buffer s, d;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    if (get_buffer(dobj, &d, 1, "dst")) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    size_t n = (size_t)s.len / (size_t)elem_size;
+    if (check_len(s.len, elem_size, "src") || check_len(d.len, elem_size, "dst")) {
+    } else if (d.len && stride >= n) {
+        PyErr_Format(PyExc_ValueError, "stride %llu is not below the %zu elements of src", stride, n);
+    } else if (overlaps(&s, &d)) {
+        PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        ckz_spread_gather(s.buf, n, (size_t)elem_size, (uint64_t)stride, d.buf,
+                          (size_t)d.len / (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        result = Py_None;
     }
     PyBuffer_Release(&s);
     PyBuffer_Release(&d);
@@ -1819,6 +1887,7 @@ static PyObject *py_mask_scatter(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyMethodDef methods[] = {
     KW("crc32c", py_crc32c, crc32c_doc),
+    KW("bytes_equal", py_bytes_equal, bytes_equal_doc),
     KW("byte_histogram", py_byte_histogram, byte_histogram_doc),
     KW("dither_offsets", py_dither_offsets, dither_offsets_doc),
     KW("dither_shift", py_dither_shift, dither_shift_doc),
@@ -1833,6 +1902,7 @@ static PyMethodDef methods[] = {
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("sort_floats", py_sort_floats, sort_floats_doc),
+    KW("spread_gather", py_spread_gather, spread_gather_doc),
     KW("mask_gather", py_mask_gather, mask_gather_doc),
     KW("mask_scatter", py_mask_scatter, mask_scatter_doc),
     KW("descending_magnitudes", py_descending_magnitudes, descending_magnitudes_doc),
