@@ -238,9 +238,20 @@ class KMeans(TensorToTensor):
         self.set_table(self.table()[1:].numpy() * factor)
 
     def table(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Value of each code, code 0 (zero) first, in float64."""
+        """Value of each code, code 0 (zero) first, in float64. Built once per codebook and
+        device (a search encodes and decodes with one codebook several times); callers only read
+        it."""
         if self.centroids is None:
             raise ConfigError("kmeans: no codebook yet; encode first")
+        key = (id(self.centroids), self.scale_exp, self.domain, self.precision, str(device))
+        cached = getattr(self, "_table", None)
+        if cached is not None and cached[0] == key and cached[1] is self.centroids:
+            return cached[2]
+        table = self._build_table(device)
+        self._table = (key, self.centroids, table)
+        return table
+
+    def _build_table(self, device: torch.device | str) -> torch.Tensor:
         if self.precision == "fp16":
             halves = np.array(self.centroids, dtype=np.uint16).view(np.float16).astype(np.float64)
             values = torch.from_numpy(halves) * 2.0**self.scale_exp
