@@ -480,3 +480,89 @@ def test_a_pairing_that_cannot_work_is_refused_at_save_time(tmp_path):
             manager.save(0, trainer.state())
         assert manager.steps() == []
     assert [p.name for p in (tmp_path / "b").iterdir() if p.suffix == ".ckz"] == []
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_unchanged_check_decodes_only_what_may_be_unchanged(tmp_path, mode, monkeypatch):
+    """A lossy save compares every tensor with the base's; against a lossless base file the
+    chunks' raw CRCs in its header prove most differences, so only the tensors that may be the
+    same (and those the mode reads) are decoded. A frozen layer's moment whose last chunk alone
+    changed counts as changed (that chunk's CRC tells), and an unchanged one comes back exact."""
+    from ckptzip import reader
+
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(64, 64, generator=generator)
+    frozen = torch.randn(4096, generator=generator)
+    first = {"model": {"w": weight, "frozen": frozen},
+             "optimizer": {"state": {0: {"step": torch.tensor(3.0), "exp_avg": weight * 1e-3,
+                                         "exp_avg_sq": weight.square() * 1e-6},
+                                     1: {"step": torch.tensor(3.0), "exp_avg": frozen * 1e-3,
+                                         "exp_avg_sq": frozen.square() * 1e-6}},
+                           "param_groups": [{"params": [0, 1], "betas": (0.9, 0.95)}]}}
+    second = {"model": {"w": weight + 1e-3 * torch.randn(64, 64, generator=generator),
+                        "frozen": frozen.clone()},
+              "optimizer": {"state": {0: {"step": torch.tensor(4.0),
+                                          "exp_avg": weight * 2e-3,
+                                          "exp_avg_sq": weight.square() * 2e-6},
+                                      1: {"step": torch.tensor(4.0),
+                                          "exp_avg": frozen * 1e-3,
+                                          "exp_avg_sq": frozen.square() * 1e-6}},
+                            "param_groups": [{"params": [0, 1], "betas": (0.9, 0.95)}]}}
+    second["optimizer"]["state"][1]["exp_avg_sq"][-1] += 1.0  # the last chunk only
+    ckptzip.save(first, tmp_path / "k.ckz", chunk_bytes=4096)
+    decoded: list[str] = []
+    load = reader.FileBase._load
+
+    def counting(self, name):
+        decoded.append(name)
+        return load(self, name)
+
+    monkeypatch.setattr(reader.FileBase, "_load", counting)
+    ckptzip.save(second, tmp_path / "d.ckz", mode=mode, base=tmp_path / "k.ckz")
+    assert "optimizer.state.0.exp_avg" not in decoded  # changed: its first chunk's CRC says so
+    assert "optimizer.state.1.exp_avg" in decoded  # every CRC equal: compared byte for byte
+    # its last chunk's CRC differs; the adaptive mode reads it all the same, as the base of its
+    # ratio coding (the group's exp_avg is unchanged, so the moments do not restart jointly)
+    assert ("optimizer.state.1.exp_avg_sq" in decoded) == (mode == "adaptive")
+    with ckptzip.open(tmp_path / "d.ckz") as checkpoint:
+        extra = {leaf.name: leaf.extra for leaf in checkpoint.leaves}
+    assert extra["optimizer.state.1.exp_avg"].get("unchanged") is True
+    assert extra["model.frozen"].get("unchanged") is True
+    assert extra["optimizer.state.1.exp_avg_sq"].get("unchanged") is not True
+    restored = ckptzip.load(tmp_path / "d.ckz")
+    assert torch.equal(bits(restored["optimizer"]["state"][1]["exp_avg"]),
+                       bits(second["optimizer"]["state"][1]["exp_avg"]))
+
+
+def test_base_differs_only_where_the_header_can_tell(tmp_path):
+    """FileBase.differs: True on a chunk whose raw CRC the bytes do not have, False where every
+    CRC matches, for a lossy tensor (its chunks hold codes, not the tensor) and for a tensor
+    already decoded (the bytes are at hand)."""
+    from ckptzip.reader import open_base
+
+    generator = torch.Generator().manual_seed(2)
+    tensor = torch.randn(5000, generator=generator)
+    ckptzip.save({"t": tensor}, tmp_path / "k.ckz", chunk_bytes=4096)
+    changed = tensor.clone()
+    changed[-1] += 1
+    base = open_base(tmp_path / "k.ckz")
+    assert base is not None
+    raw = tensor.numpy().view("uint8")
+    assert not base.differs("t", raw) and base.differs("t", changed.numpy().view("uint8"))
+    assert not base.differs("t", raw[:-4]) and not base.differs("missing", raw)
+    base.raw("t")
+    assert not base.differs("t", changed.numpy().view("uint8"))  # decoded: compared directly
+    base.close()
+    state = {"model": {"w": tensor.reshape(50, 100)},
+             "optimizer": {"state": {0: {"step": torch.tensor(1.0), "exp_avg": tensor.reshape(50, 100),
+                                         "exp_avg_sq": tensor.reshape(50, 100).square()}},
+                           "param_groups": [{"params": [0], "betas": (0.9, 0.999)}]}}
+    ckptzip.save(state, tmp_path / "k2.ckz")
+    moved = {**state, "model": {"w": tensor.reshape(50, 100) * 1.01}}
+    ckptzip.save(moved, tmp_path / "lossy.ckz", mode="excp", base=tmp_path / "k2.ckz")
+    lossy = open_base(tmp_path / "lossy.ckz")
+    assert lossy is not None
+    stored = lossy.stored("model.w")
+    assert stored is not None and stored.pipeline.transforms
+    assert not lossy.differs("model.w", (tensor * 5).numpy().view("uint8"))
+    lossy.close()

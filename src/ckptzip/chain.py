@@ -94,6 +94,12 @@ class Base(ABC):
         mode's achieved error), or None for a state in memory, which is exact."""
         return None
 
+    def differs(self, name: str, data: np.ndarray) -> bool:
+        """Whether the raw bytes ``data`` are known to differ from the base's tensor ``name``
+        without decoding it; False where only the decoded bytes can tell (see
+        :meth:`FileBase.differs`)."""
+        return False
+
     def release(self, name: str) -> None:
         """Forget the cached bytes of ``name`` (a writer is done with them)."""
         self._cache.pop(name, None)

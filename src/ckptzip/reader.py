@@ -492,6 +492,23 @@ class FileBase(Base):
         index = self._index[name].index
         return tensor_bytes(self.checkpoint.read_leaves([index])[index])
 
+    def differs(self, name: str, data: np.ndarray) -> bool:
+        """Whether ``data`` differs from the tensor ``name`` this file decodes to, from the
+        header alone: a tensor stored without whole-tensor transforms decodes to its chunks' raw
+        bytes, whose CRC-32Cs the header holds, so one chunk of ``data`` with another CRC
+        proves a difference (a lossy save's unchanged-tensor check, which then decodes only the
+        tensors that may be the same). False where it cannot tell: a lossy tensor, one already
+        decoded (compared at no cost), or every CRC equal (only the bytes can say then)."""
+        leaf = self._index.get(name)
+        if (leaf is None or name in self._cache or leaf.pipeline.transforms
+                or data.size != leaf.nbytes):
+            return False
+        for k, chunk in enumerate(leaf.chunks):
+            start = k * leaf.chunk_bytes
+            if _native.crc32c(data[start:start + chunk.raw_length]) != chunk.raw_crc:
+                return True
+        return False
+
     def prefetch(self, names: list[str]) -> None:
         # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
         # tensor after tensor a small tensor's few chunks kept most of them idle

@@ -228,9 +228,15 @@ class AdaptivePolicy(JointPolicy):
                 f"lets a chain's error grow at every checkpoint where training left a tensor "
                 f"alone; give less (default {DEFAULT_BUDGET['weight']})")
 
-    @property
-    def reads_v_base(self) -> bool:
-        return self.ratio_coding
+    def reads_v_base(self, leaves: list[Leaf], values: GroupValues) -> bool:
+        """With the ratio coding, except where both moments restart jointly: ``exp_avg_sq`` is
+        then stored at ``exp_avg``'s support, never as a ratio (:meth:`plan_group`), and
+        decoding the base's would be for nothing."""
+        group = values.group
+        joint = (group.exp_avg is not None and values.m is not None and values.v is not None
+                 and values.m.shape == values.v.shape
+                 and self._restarts_jointly(leaves[group.exp_avg]))
+        return self.ratio_coding and not joint
 
     @property
     def carried(self) -> float:

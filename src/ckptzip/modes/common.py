@@ -102,7 +102,7 @@ class GroupValues:
     m: torch.Tensor | None
     v: torch.Tensor | None
     #: The base's reconstruction of ``exp_avg_sq``, where the policy reads it
-    #: (:attr:`JointPolicy.reads_v_base`) and the base has one of its dtype and shape.
+    #: (:meth:`JointPolicy.reads_v_base`) and the base has one of its dtype and shape.
     v_base: torch.Tensor | None = None
 
     def on_device(self) -> GroupValues:
@@ -255,11 +255,10 @@ class JointPolicy(LosslessPolicy):
     #: The per-parameter optimizer states the mode codes lossy, and the moment each stands for.
     state_roles: ClassVar[Mapping[str, str]] = ADAM_ROLES
 
-    @property
-    def reads_v_base(self) -> bool:
-        """Whether :meth:`groups` reads the base's ``exp_avg_sq`` too (the base's tensors are
-        read there, before the groups are planned on the thread pool, which the base's own
-        decoding uses)."""
+    def reads_v_base(self, leaves: list[Leaf], values: GroupValues) -> bool:
+        """Whether :meth:`groups` reads the base's ``exp_avg_sq`` for this group too (the base's
+        tensors are read there, before the groups are planned on the thread pool, which the
+        base's own decoding uses); ``values`` without the tensors kept as unchanged."""
         return False
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
@@ -402,7 +401,8 @@ class JointPolicy(LosslessPolicy):
                               f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
                 continue
             self._keep_unchanged(leaves, values, base, plans)
-            if self.reads_v_base and values.v is not None and group.exp_avg_sq is not None:
+            if (values.v is not None and group.exp_avg_sq is not None
+                    and self.reads_v_base(leaves, values)):
                 values.v_base = _base_value(leaves[group.exp_avg_sq], base)
             finite.append(values)
         return finite
@@ -473,7 +473,10 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     found = base.tensor(leaf.name)
     if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
         return False
-    same = _native.bytes_equal(leaf.host_bytes(), base.raw(leaf.name))  # one memcmp
+    data = leaf.host_bytes()
+    if base.differs(leaf.name, data):  # the base file's chunk CRCs tell: nothing decoded
+        return False
+    same = _native.bytes_equal(data, base.raw(leaf.name))  # one memcmp
     if not same:
         base.release(leaf.name)  # not needed again: the writer codes this tensor on its own
     return same
