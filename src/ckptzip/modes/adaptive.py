@@ -144,7 +144,10 @@ def decoded_nonzero(encoded: Encoded) -> torch.Tensor:
     quantizer = encoded.pipeline.transforms[-1]
     assert isinstance(quantizer, KMeans)
     codes = encoded.array
-    return (quantizer.table(codes.device) != 0)[codes.long()]
+    flags = quantizer.table(codes.device) != 0
+    if bool(flags[1:].all()):  # no centroid rounds to zero: the non-zero codes, one pass
+        return codes != 0
+    return flags[codes.long()]
 
 
 def sqrt_error(logs: np.ndarray, fit: Fit) -> float:
