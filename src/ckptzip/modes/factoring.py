@@ -37,13 +37,16 @@ from .quantize import entropy_bits, uniform_table
 
 #: Both sides of a matrix are at least this for its update to be factored.
 LOWRANK_MIN_SIDE = 16
-#: Ranks tried, up to a quarter of the smaller side: from :data:`SEARCH_START` up until one
-#: doubling past the best, down from it while that improves; then the two between the best and
-#: its neighbours.
+#: Ranks tried, up to a quarter of the smaller side; then the two between the best and its
+#: neighbours. Under an exact SVD (a small matrix) from rank 1 up until two doublings past the
+#: best; under a randomized one from :data:`SEARCH_START` up until one doubling past the best,
+#: then down from it while that improves.
 RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-#: Where the rank search starts: the ranks it picks on the demo's GPT are 2 to 24. Where the
-#: bits fall over the ranks and then rise, starting in the middle finds the rank a search from 1
-#: finds, in fewer trials (the demo's and the four 4096^2 weights' deltas: the same bytes).
+#: Where the rank search of a large matrix starts: the ranks it picks on the demo's GPT are 2 to
+#: 24. Where the bits fall over the ranks and then rise, starting in the middle finds the rank a
+#: search from 1 finds, in fewer trials, and one doubling past the best keeps the randomized SVD
+#: at the top 32 ranks until a rank near 32 is the best (session 20: on the demo's 1152 to
+#: 1536-wide weights two doublings had asked for rank 64, so for an SVD of 64 plus oversampling).
 SEARCH_START = 8
 #: Relative error of each quantized factor. The residual absorbs it (the product is subtracted as
 #: decoded), so it only trades factor bits against residual bits: on the fidelity model's delta
@@ -504,13 +507,15 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
     sampled = matrix[rows]
     if min(matrix.shape) <= EXACT_SVD_SIDE:
         right = torch.linalg.svd(matrix.double(), full_matrices=False)[2][:top].T
-        best, _ = _rank_search(matrix, right, rows, sampled, scale_sq, budget)
+        best, _ = _rank_search(matrix, right, rows, sampled, scale_sq, budget, start_rank=1,
+                               doublings=2)
     else:
         top = min(top, RANDOMIZED_TOP)
         for width in (min(top, RANDOMIZED_FIRST), top):
             q = min(width + 10, min(matrix.shape))
             right = _randomized_right_vectors(matrix, q)[:, :width]
             best, truncated = _rank_search(matrix, right, rows, sampled, scale_sq, budget,
+                                           start_rank=SEARCH_START, doublings=1,
                                            beyond=width < top)
             if not truncated:
                 break
@@ -525,12 +530,13 @@ def factor_update(delta: torch.Tensor, scale_sq: float, budget: float) -> Factor
 
 
 def _rank_search(matrix: torch.Tensor, right: torch.Tensor, rows: torch.Tensor,
-                 sampled: torch.Tensor, scale_sq: float, budget: float, *,
-                 beyond: bool = False) -> tuple[Factored, bool]:
+                 sampled: torch.Tensor, scale_sq: float, budget: float, *, start_rank: int,
+                 doublings: int, beyond: bool = False) -> tuple[Factored, bool]:
     """:func:`factor_update`'s search over the ranks up to the columns of ``right`` (the top
     right singular vectors), its residuals estimated on ``matrix``'s ``rows`` (``sampled``):
-    the best rank's factors, and whether the search wanted a rank beyond those columns (only
-    asked ``beyond``: where more can be had)."""
+    up from ``start_rank`` until ``doublings`` doublings past the best, down from the start
+    while a lower rank is cheaper. The best rank's factors, and whether the search wanted a rank
+    beyond those columns (only asked ``beyond``: where more can be had)."""
     top = right.shape[1]
     right = _canonical_signs(right.double())
     # the right factor of every rank is a slice of one quantization of the top vectors (their
@@ -554,14 +560,14 @@ def _rank_search(matrix: torch.Tensor, right: torch.Tensor, rows: torch.Tensor,
         return tried[rank]
 
     ranks = [r for r in RANKS if r <= top]
-    start = max(i for i, r in enumerate(ranks) if r <= SEARCH_START or i == 0)
+    start = max(i for i, r in enumerate(ranks) if r <= start_rank or i == 0)
     best: Factored | None = None
     stopped = False
     for rank in ranks[start:]:
         found = trial(rank)
-        if best is not None and found.bits >= best.bits and rank >= 2 * best.rank:
+        if best is not None and found.bits >= best.bits and rank >= 2**doublings * best.rank:
             stopped = True
-            break  # a doubling past the best: the factors' cost only grows from here
+            break  # past the best: the factors' cost only grows from here
         if best is None or found.bits < best.bits:
             best = found
     assert best is not None
