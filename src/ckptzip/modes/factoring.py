@@ -58,7 +58,8 @@ FACTOR_STEP = math.sqrt(12) * FACTOR_BUDGET
 #: rank search charges it.
 FACTOR_HEADER_BYTES = 200
 #: Elements the size estimates and the grid step's bisection look at (an evenly strided sample
-#: beyond); the realized error is then checked on the whole tensor as decoded.
+#: beyond); the realized error is then checked on the whole tensor as decoded. 32K since session
+#: 20 (128K before): the demo's delta stored the same number of bytes with either.
 ESTIMATE_SAMPLES = 1 << 15
 #: Elements of the evenly spaced rows the rank search forms each rank's residual on (all of a
 #: small matrix): it tries about ten ranks per matrix.
