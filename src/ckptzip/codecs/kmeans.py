@@ -243,12 +243,12 @@ class KMeans(TensorToTensor):
         it."""
         if self.centroids is None:
             raise ConfigError("kmeans: no codebook yet; encode first")
-        key = (id(self.centroids), self.scale_exp, self.domain, self.precision, str(device))
-        cached = getattr(self, "_table", None)
-        if cached is not None and cached[0] == key and cached[1] is self.centroids:
+        key = (self.scale_exp, self.domain, self.precision, str(device))
+        cached = getattr(self, "_table", None)  # (the centroids' list, key, table)
+        if cached is not None and cached[0] is self.centroids and cached[1] == key:
             return cached[2]
         table = self._build_table(device)
-        self._table = (key, self.centroids, table)
+        self._table = (self.centroids, key, table)
         return table
 
     def _build_table(self, device: torch.device | str) -> torch.Tensor:

@@ -232,14 +232,17 @@ class AdaptivePolicy(JointPolicy):
                 f"alone; give less (default {DEFAULT_BUDGET['weight']})")
 
     def reads_v_base(self, leaves: list[Leaf], values: GroupValues) -> bool:
-        """With the ratio coding, except where both moments restart jointly: ``exp_avg_sq`` is
-        then stored at ``exp_avg``'s support, never as a ratio (:meth:`plan_group`), and
-        decoding the base's would be for nothing."""
+        """With the ratio coding, except where ``exp_avg_sq`` is stored at ``exp_avg``'s support
+        (:meth:`_v_at_support`), never as a ratio: decoding the base's would be for nothing."""
+        return self.ratio_coding and not self._v_at_support(leaves, values)
+
+    def _v_at_support(self, leaves: list[Leaf], values: GroupValues) -> bool:
+        """Whether :meth:`plan_group` stores ``exp_avg_sq`` only where ``exp_avg`` decodes
+        non-zero: both moments are coded here, of one shape, and restart jointly."""
         group = values.group
-        joint = (group.exp_avg is not None and values.m is not None and values.v is not None
-                 and values.m.shape == values.v.shape
-                 and self._restarts_jointly(leaves[group.exp_avg]))
-        return self.ratio_coding and not joint
+        return (group.exp_avg is not None and values.m is not None and values.v is not None
+                and values.m.shape == values.v.shape
+                and self._restarts_jointly(leaves[group.exp_avg]))
 
     @property
     def carried(self) -> float:
@@ -254,7 +257,6 @@ class AdaptivePolicy(JointPolicy):
             assert group.weight is not None
             plans.update(self._weight(group.weight, values.weight, values.w, values.w_base,
                                       base))
-        kept = None  # where exp_avg decodes non-zero, for a joint restart
         restarts = group.exp_avg is not None and self._restarts_jointly(leaves[group.exp_avg])
         if group.exp_avg is not None and values.m is not None:
             budget = (RESTART_EXP_AVG_BUDGET if restarts and not self.exp_avg_budget_given
@@ -262,14 +264,14 @@ class AdaptivePolicy(JointPolicy):
             plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
                                                   magnitude(values.m) ** 2, "exp_avg",
                                                   budget=budget)
-        if group.exp_avg is not None and group.exp_avg in plans and restarts:
-            m_plan = plans[group.exp_avg]
-            kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
-                    else leaves[group.exp_avg].tensor.detach() != 0)  # exact: its own non-zeros
         if group.exp_avg_sq is not None and values.v is not None:
             v_leaf = leaves[group.exp_avg_sq]
-            if kept is not None and kept.shape == values.v.shape:  # stored at exp_avg's support
+            if self._v_at_support(leaves, values):
                 assert group.exp_avg is not None
+                m_plan = plans[group.exp_avg]
+                # where exp_avg decodes non-zero (exact: its own non-zeros)
+                kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
+                        else leaves[group.exp_avg].tensor.detach() != 0)
                 plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept.to(values.v.device),
                                                               group.exp_avg)
             else:

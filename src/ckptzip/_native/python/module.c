@@ -1805,6 +1805,34 @@ done:
 }
 
 #define KW(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, METH_VARARGS | METH_KEYWORDS, doc}
+/* The arguments of mask_gather and mask_scatter, (src, mask, dst, elem_size): float32 or
+ * float64 src and writable dst, and a uint8 mask of one byte per element of src (counted = 0)
+ * or of dst (counted = 2), which dst overlaps neither. 0 with the three buffers in v and the
+ * element count in *n; -1 with a Python error and no buffer held. */
+static int mask_pass_args(PyObject *args, PyObject *kw, const char *format, Py_buffer v[3],
+                          long *elem_size, size_t *n, int counted) {
+    static char *kwlist[] = {"src", "mask", "dst", "elem_size", NULL};
+    PyObject *objs[3];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, format, kwlist, &objs[0], &objs[1], &objs[2],
+                                     elem_size))
+        return -1;
+    if (check_float_size(*elem_size)) return -1;
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"src", "mask", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return -1;
+    *n = (size_t)v[counted].len / (size_t)*elem_size;
+    if (check_len(v[0].len, *elem_size, "src") || check_len(v[2].len, *elem_size, "dst")) {
+    } else if ((size_t)v[1].len != *n) {
+        PyErr_Format(PyExc_ValueError, "mask holds %zd bytes for %zu values", v[1].len, *n);
+    } else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2])) {
+        PyErr_SetString(PyExc_ValueError, "dst overlaps src or mask");
+    } else {
+        return 0;
+    }
+    release_buffers(v, 3);
+    return -1;
+}
+
 PyDoc_STRVAR(mask_gather_doc,
              "mask_gather(src, mask, dst, elem_size) -> int\n\n"
              "The float32 (elem_size 4) or float64 (8) values of src where the uint8 mask (one byte\n"
@@ -1812,39 +1840,24 @@ PyDoc_STRVAR(mask_gather_doc,
              "is non-zero outside the mask, or the mask marks more than dst holds.");
 static PyObject *py_mask_gather(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"src", "mask", "dst", "elem_size", NULL};
-    PyObject *objs[3];
-    long elem_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:mask_gather", kwlist, &objs[0], &objs[1],
-                                     &objs[2], &elem_size))
-        return NULL;
-    if (check_float_size(elem_size)) return NULL;
     Py_buffer v[3];
-    static const int writable[3] = {0, 0, 1};
-    static const char *const names[3] = {"src", "mask", "dst"};
-    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    long elem_size;
+    size_t n;
+    if (mask_pass_args(args, kw, "OOOl:mask_gather", v, &elem_size, &n, 0)) return NULL;
+    long kept;
+    Py_BEGIN_ALLOW_THREADS
+    kept = ckz_mask_gather(v[0].buf, v[1].buf, (size_t)elem_size, n, v[2].buf,
+                           (size_t)v[2].len / (size_t)elem_size);
+    Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    size_t n = (size_t)v[0].len / (size_t)elem_size;
-    if (check_len(v[0].len, elem_size, "src") || check_len(v[2].len, elem_size, "dst")) {
-    } else if ((size_t)v[1].len != n) {
-        PyErr_Format(PyExc_ValueError, "mask holds %zd bytes for %zu values", v[1].len, n);
-    } else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2])) {
-        PyErr_SetString(PyExc_ValueError, "dst overlaps src or mask");
-    } else {
-        long kept;
-        Py_BEGIN_ALLOW_THREADS
-        kept = ckz_mask_gather(v[0].buf, v[1].buf, (size_t)elem_size, n, v[2].buf,
-                               (size_t)v[2].len / (size_t)elem_size);
-        Py_END_ALLOW_THREADS
-        if (kept == -1)
-            PyErr_SetString(PyExc_ValueError, "src is non-zero outside the mask");
-        else if (kept == -2)
-            PyErr_Format(PyExc_ValueError, "the mask marks more than the %zd values dst holds",
-                         v[2].len / elem_size);
-        else
-            result = PyLong_FromLong(kept);
-    }
-    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    if (kept == -1)
+        PyErr_SetString(PyExc_ValueError, "src is non-zero outside the mask");
+    else if (kept == -2)
+        PyErr_Format(PyExc_ValueError, "the mask marks more than the %zd values dst holds",
+                     v[2].len / elem_size);
+    else
+        result = PyLong_FromLong(kept);
+    release_buffers(v, 3);
     return result;
 }
 
@@ -1855,34 +1868,17 @@ PyDoc_STRVAR(mask_scatter_doc,
              "exactly len(src) elements (dst is then meaningless).");
 static PyObject *py_mask_scatter(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"src", "mask", "dst", "elem_size", NULL};
-    PyObject *objs[3];
-    long elem_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOl:mask_scatter", kwlist, &objs[0], &objs[1],
-                                     &objs[2], &elem_size))
-        return NULL;
-    if (check_float_size(elem_size)) return NULL;
     Py_buffer v[3];
-    static const int writable[3] = {0, 0, 1};
-    static const char *const names[3] = {"src", "mask", "dst"};
-    if (get_buffers(objs, v, writable, names, 3)) return NULL;
-    PyObject *result = NULL;
-    size_t n = (size_t)v[2].len / (size_t)elem_size;
-    if (check_len(v[0].len, elem_size, "src") || check_len(v[2].len, elem_size, "dst")) {
-    } else if ((size_t)v[1].len != n) {
-        PyErr_Format(PyExc_ValueError, "mask holds %zd bytes for %zu values", v[1].len, n);
-    } else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2])) {
-        PyErr_SetString(PyExc_ValueError, "dst overlaps src or mask");
-    } else {
-        int done;
-        Py_BEGIN_ALLOW_THREADS
-        done = ckz_mask_scatter(v[0].buf, (size_t)v[0].len / (size_t)elem_size, v[1].buf,
-                                (size_t)elem_size, n, v[2].buf);
-        Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(done == 0);
-    }
-    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
-    return result;
+    long elem_size;
+    size_t n;
+    if (mask_pass_args(args, kw, "OOOl:mask_scatter", v, &elem_size, &n, 2)) return NULL;
+    int done;
+    Py_BEGIN_ALLOW_THREADS
+    done = ckz_mask_scatter(v[0].buf, (size_t)v[0].len / (size_t)elem_size, v[1].buf,
+                            (size_t)elem_size, n, v[2].buf);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 3);
+    return PyBool_FromLong(done == 0);
 }
 
 static PyMethodDef methods[] = {
