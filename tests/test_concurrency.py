@@ -239,3 +239,73 @@ def test_a_reader_thread_beside_retention_gets_exact_data_or_a_clear_error(tmp_p
         assert f"step-{step:08d}.ckz" in message, message
     record("concurrency.reader_thread_retention", saves=saves, loads_exact=counts["exact"],
            loads_of_files_pruned_meanwhile=len(counts["errors"]), wrong_data=0, lost=0)
+
+
+def test_a_map_within_a_map_runs_on_the_pool_thread_that_asked() -> None:
+    """``ordered_map`` called on a pool's thread (a lossy save's group decoding its base) runs
+    there, in order: on the shared pool the inner tasks would queue behind outer tasks that all
+    wait on maps of their own, for ever."""
+    from ckptzip.parallel import ordered_map
+
+    outer_threads = []
+
+    def inner(item: int) -> tuple[int, str]:
+        return item, threading.current_thread().name
+
+    def outer(item: int) -> list[int]:
+        asking = threading.current_thread().name
+        outer_threads.append(asking)
+        got = list(ordered_map(inner, range(item, item + 5), 2))
+        assert all(name == asking for _, name in got)  # inline, not on the pool's other thread
+        return [value for value, _ in got]
+
+    results: list[list[int]] = []
+    worker = threading.Thread(target=lambda: results.extend(ordered_map(outer, range(6), 2)))
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "nested ordered_map deadlocked"
+    assert results == [list(range(i, i + 5)) for i in range(6)]
+    assert all(name.startswith("ckptzip") for name in outer_threads)
+
+
+@pytest.mark.parametrize("in_flight", [None, 7])
+def test_a_slow_first_item_idles_no_thread_with_every_item_in_flight(in_flight: int | None) -> None:
+    """With ``in_flight`` at the item count, the other threads work through every item behind a
+    slow first one; at the default (twice the threads) they stop after a few, which a save of
+    many groups, the largest first, paid for in idle threads."""
+    from ckptzip.parallel import ordered_map
+
+    done_behind = threading.Semaphore(0)
+    finished: list[int] = []
+
+    def work(item: int) -> int:
+        if item == 0:  # the slow head: waits until the six behind it are done, or gives up
+            all_done = all(done_behind.acquire(timeout=1.0 if in_flight else 0.3)
+                           for _ in range(6))
+            finished.append(int(all_done))
+        else:
+            done_behind.release()
+        return item
+
+    assert list(ordered_map(work, range(7), 2, in_flight=in_flight)) == list(range(7))
+    assert finished == [1 if in_flight else 0]
+
+
+def test_a_lossy_chain_on_many_threads_writes_the_bytes_of_one(tmp_path: Path) -> None:
+    """Deltas against a lossy delta file (whose moments only a decode can compare, so the groups
+    decode them on the pool's threads) store the same bytes on 1 and 4 threads, and decode."""
+    from tests.test_device import training_states
+
+    states = training_states(4)
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    for mode in ("adaptive", "excp", "bitsnap"):
+        ckptzip.save(states[1], tmp_path / f"{mode}1.ckz", mode=mode, base=tmp_path / "k.ckz")
+        stored = {}
+        for threads in (1, 4):
+            path = tmp_path / f"{mode}2-{threads}.ckz"
+            ckptzip.save(states[2], path, mode=mode, base=tmp_path / f"{mode}1.ckz",
+                         threads=threads)
+            stored[threads] = path.read_bytes()
+        assert stored[1] == stored[4], mode
+        decoded = ckptzip.load(tmp_path / f"{mode}2-4.ckz", threads=4)
+        assert set(decoded["model"]) == set(states[2]["model"])

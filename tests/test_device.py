@@ -327,8 +327,8 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
 
     groups = common.JointPolicy.groups
 
-    def recorded(self: Any, leaves: Any, base: Any, plans: Any) -> Any:
-        found = groups(self, leaves, base, plans)
+    def recorded(self: Any, leaves: Any, base: Any, plans: Any, threads: int = 1) -> Any:
+        found = groups(self, leaves, base, plans, threads)
         bases_on_host.extend(v.w_base.device.type == "cpu" for v in found if v.w_base is not None)
         return found
 

@@ -19,6 +19,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+#: Set on the pools' own threads (see :func:`ordered_map`).
+_POOL_THREAD = threading.local()
 
 #: Raw bytes of one task (a run of chunks coded by one thread) at most.
 TASK_BYTES = 4 << 20
@@ -58,9 +60,19 @@ def executor(threads: int) -> ThreadPoolExecutor:
     """The shared pool of ``threads`` threads (made on first use, kept for the process)."""
     pool = _EXECUTORS.get(threads)
     if pool is None:
-        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ckptzip")
+        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ckptzip",
+                                  initializer=_mark_pool_thread)
         _EXECUTORS[threads] = pool
     return pool
+
+
+def _mark_pool_thread() -> None:
+    _POOL_THREAD.active = True
+
+
+def on_pool_thread() -> bool:
+    """Whether the caller runs on one of the pools' threads."""
+    return bool(getattr(_POOL_THREAD, "active", False))
 
 
 class ByteGate:
@@ -88,14 +100,21 @@ class ByteGate:
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *,
                 torch_ops: bool = False,
-                gate: tuple[ByteGate, Callable[[T], int]] | None = None) -> Iterator[R]:
-    """``map(fn, items)`` on ``threads`` threads, in order, with at most ``2 * threads`` items in
-    flight so that memory stays bounded however many items there are. ``torch_ops``: ``fn``
+                gate: tuple[ByteGate, Callable[[T], int]] | None = None,
+                in_flight: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` on ``threads`` threads, in order, with at most ``in_flight`` items
+    (``2 * threads`` by default) submitted and not yet taken, so that memory stays bounded however
+    many items there are; a caller whose results cost no more memory done than waiting (each
+    holds what it will keep anyway) may raise it, so that one slow item at the head leaves no
+    thread idle behind it. ``torch_ops``: ``fn``
     runs torch ops, which then run single-threaded, on one thread as on many: the items are the
     parallel work (torch's own threads on top of them oversubscribe the cores, its OpenMP
     workers spinning: 2.3x the CPU time of a lossy plan), and sums come out the same whatever
     ``threads`` is. The setting is OpenMP's, per thread; the caller's is restored. ``gate``: the
-    items run only while the gate holds their weights (the function's second member)."""
+    items run only while the gate holds their weights (the function's second member). Called
+    on a pool's thread (a map within a map: a base decoded while groups are prepared), it runs
+    on that thread: the outer map keeps every thread busy already, and the inner one's tasks
+    could wait forever behind threads that all wait on maps of their own."""
     if gate is not None:
         gated, (byte_gate, weigh) = fn, gate
 
@@ -114,15 +133,16 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *,
             finally:
                 torch.set_num_threads(previous)
 
-    if threads <= 1:
+    if threads <= 1 or on_pool_thread():
         yield from map(fn, items)
         return
     pool = executor(threads)
+    window = max(in_flight or 2 * threads, threads)
     pending: deque[Future[R]] = deque()
     try:
         for item in items:
             pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * threads:
+            if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()

@@ -5,6 +5,7 @@ checksum after."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -480,6 +481,9 @@ class FileBase(Base):
         self.depth = checkpoint.chain_depth
         self.location = checkpoint.name
         self._index = {leaf.name: leaf for leaf in checkpoint.leaves}
+        # one decode at a time: a lossy save's groups, looked at on the thread pool, may each
+        # ask for a base tensor, and the file's reads and read-ahead are one caller's
+        self._decoding = threading.RLock()
 
     def tensor(self, name: str) -> BaseTensor | None:
         leaf = self._index.get(name)
@@ -490,7 +494,8 @@ class FileBase(Base):
 
     def _load(self, name: str) -> np.ndarray:
         index = self._index[name].index
-        return tensor_bytes(self.checkpoint.read_leaves([index])[index])
+        with self._decoding:
+            return tensor_bytes(self.checkpoint.read_leaves([index])[index])
 
     def differs(self, name: str, data: np.ndarray) -> bool:
         """Whether ``data`` differs from the tensor ``name`` this file decodes to, from the
@@ -516,7 +521,9 @@ class FileBase(Base):
                   if name in self._index and name not in self._cache}
         if len(wanted) < 2:
             return
-        for index, tensor in self.checkpoint.read_leaves(sorted(wanted)).items():
+        with self._decoding:
+            decoded = self.checkpoint.read_leaves(sorted(wanted))
+        for index, tensor in decoded.items():
             if index in wanted:
                 self._cache[wanted[index]] = tensor_bytes(tensor)
 

@@ -257,8 +257,8 @@ class JointPolicy(LosslessPolicy):
 
     def reads_v_base(self, leaves: list[Leaf], values: GroupValues) -> bool:
         """Whether :meth:`groups` reads the base's ``exp_avg_sq`` for this group too (the base's
-        tensors are read there, before the groups are planned on the thread pool, which the
-        base's own decoding uses); ``values`` without the tensors kept as unchanged."""
+        tensors are read there, before any group is planned); ``values`` without the tensors
+        kept as unchanged."""
         return False
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
@@ -300,7 +300,7 @@ class JointPolicy(LosslessPolicy):
         plans: dict[int, Encoded | Exact] = {}
         self.resumed = resumed
         self._warn_unhandled(leaves)
-        groups = self.groups(leaves, base, plans)
+        groups = self.groups(leaves, base, plans, threads)
         self.survey(leaves, groups, base)
         sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
                      if i is not None) for v in groups]
@@ -313,10 +313,13 @@ class JointPolicy(LosslessPolicy):
             self._numbering.next = start
             return start, self.plan_group(leaves, groups[position].on_device(), base)
 
+        # every group in flight at once: a plan is kept until the file is written whichever
+        # way, so one large group at the head of the order must not idle the other threads
         added = len(leaves)
         for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads,
                                                              torch_ops=True,
-                                                             gate=self._device_gate(groups, sizes)),
+                                                             gate=self._device_gate(groups, sizes),
+                                                             in_flight=len(groups)),
                                               sizes):
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
@@ -377,13 +380,14 @@ class JointPolicy(LosslessPolicy):
             warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
                           f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
 
-    def groups(self, leaves: list[Leaf], base: Base,
-               plans: dict[int, Encoded | Exact]) -> list[GroupValues]:
+    def groups(self, leaves: list[Leaf], base: Base, plans: dict[int, Encoded | Exact],
+               threads: int = 1) -> list[GroupValues]:
         """Each weight group's values, without the tensors kept bit-exact, which go to ``plans``
         as :class:`~ckptzip.policy.Exact`: those equal to the base's decoded tensor, those the
         scope or ``keep_exact`` leaves out, and groups with NaN or infinite values (here or in
-        the base), with a :class:`NonFiniteWarning`."""
-        finite = []
+        the base), with a :class:`NonFiniteWarning`. The groups are looked at on ``threads``
+        threads, after one parallel decode of every weight's base."""
+        candidates = []
         for group in group_state(leaves, self.pairing, self.mode, self.state_roles):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
                 continue  # a weight no Adam moment pairs with: outside the scope, lossless
@@ -392,18 +396,31 @@ class JointPolicy(LosslessPolicy):
                 if index is not None and any(fnmatch.fnmatchcase(leaves[index].name, pattern)
                                              for pattern in self.keep_exact):
                     setattr(group, role, None)
+            candidates.append(group)
+        base.prefetch([leaves[g.weight].name for g in candidates if g.weight is not None])
+
+        def look(group: Group) -> tuple[GroupValues | None, dict[int, Encoded | Exact]]:
             values = self._values(leaves, group, base)
             tensors = (values.w, values.w_base, values.m, values.v)
             if not all(_all_finite(t) for t in tensors if t is not None):
+                return None, {}
+            kept: dict[int, Encoded | Exact] = {}
+            self._keep_unchanged(leaves, values, base, kept)
+            if (values.v is not None and group.exp_avg_sq is not None
+                    and self.reads_v_base(leaves, values)):
+                values.v_base = _base_value(leaves[group.exp_avg_sq], base)
+            return values, kept
+
+        finite = []
+        for group, (values, kept) in zip(candidates, ordered_map(
+                look, candidates, threads, torch_ops=True, in_flight=len(candidates))):
+            if values is None:
                 names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
                                                            group.exp_avg_sq) if i is not None)
                 warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
                               f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
                 continue
-            self._keep_unchanged(leaves, values, base, plans)
-            if (values.v is not None and group.exp_avg_sq is not None
-                    and self.reads_v_base(leaves, values)):
-                values.v_base = _base_value(leaves[group.exp_avg_sq], base)
+            plans.update(kept)
             finite.append(values)
         return finite
 
