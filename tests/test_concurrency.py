@@ -309,3 +309,31 @@ def test_a_lossy_chain_on_many_threads_writes_the_bytes_of_one(tmp_path: Path) -
         assert stored[1] == stored[4], mode
         decoded = ckptzip.load(tmp_path / f"{mode}2-4.ckz", threads=4)
         assert set(decoded["model"]) == set(states[2]["model"])
+
+
+def test_lossy_groups_are_planned_largest_first_and_numbered_in_state_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The groups start largest first (no thread idles at the end behind one large group), and
+    the file does not depend on the order they finish in (4 threads against 1): the leaves they
+    add are numbered in the state's order once all are planned."""
+    from ckptzip.modes import adaptive
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    started: list[int] = []
+    plan_group = adaptive.AdaptivePolicy.plan_group
+
+    def recorded(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        group = values.group
+        started.append(sum(leaves[i].nbytes for i in (group.weight, group.exp_avg,
+                                                       group.exp_avg_sq) if i is not None))
+        return plan_group(self, leaves, values, base)
+
+    ckptzip.save(states[1], tmp_path / "sorted.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=4)
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", recorded)
+    ckptzip.save(states[1], tmp_path / "again.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=1)
+    assert len(set(started)) > 1 and started == sorted(started, reverse=True)
+    assert (tmp_path / "again.ckz").read_bytes() == (tmp_path / "sorted.ckz").read_bytes()

@@ -313,18 +313,22 @@ class JointPolicy(LosslessPolicy):
             self._numbering.next = start
             return start, self.plan_group(leaves, groups[position].on_device(), base)
 
-        # every group in flight at once: a plan is kept until the file is written whichever
-        # way, so one large group at the head of the order must not idle the other threads
+        # the largest groups first (no thread idles at the end behind one large group, such as
+        # an embedding's) and every group in flight at once (none behind a slow one): a plan
+        # is kept until the file is written whichever way. Then numbered in the state's order.
+        order = sorted(range(len(groups)), key=sizes.__getitem__, reverse=True)
+        planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
+        for position, result in zip(order, ordered_map(plan, order, threads, torch_ops=True,
+                                                       gate=self._device_gate(groups, sizes),
+                                                       in_flight=len(groups))):
+            planned[position] = result
+            if progress is not None:
+                progress(sizes[position], sum(sizes))
         added = len(leaves)
-        for (start, group_plans), size in zip(ordered_map(plan, range(len(groups)), threads,
-                                                             torch_ops=True,
-                                                             gate=self._device_gate(groups, sizes),
-                                                             in_flight=len(groups)),
-                                              sizes):
+        for position in range(len(groups)):
+            start, group_plans = planned.pop(position)
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
-            if progress is not None:
-                progress(size, sum(sizes))
         return plans
 
     @staticmethod
