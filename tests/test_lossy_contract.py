@@ -566,3 +566,36 @@ def test_base_differs_only_where_the_header_can_tell(tmp_path):
     assert stored is not None and stored.pipeline.transforms
     assert not lossy.differs("model.w", (tensor * 5).numpy().view("uint8"))
     lossy.close()
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_an_unchanged_tensor_is_one_chunk_up_to_the_chunk_limit(tmp_path, mode, monkeypatch):
+    """A frozen tensor in a lossy delta is a difference of zeros: stored in chunks of
+    UNCHANGED_CHUNK_BYTES (a few bytes and one header record each, where the policy's chunk size
+    made 16 of them here), and decoded bit-exact, whole and by get_tensor."""
+    from ckptzip import planning
+
+    model = nn.Sequential(nn.Embedding(4096, 256), nn.Linear(256, 64))
+    model[0].weight.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    frozen = model[0].weight.detach().clone()
+
+    def step() -> dict:
+        model(torch.randint(0, 4096, (4, 8))).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+    torch.manual_seed(0)
+    ckptzip.save(step(), tmp_path / "k.ckz")
+    state = step()
+    for limit, chunks in ((planning.UNCHANGED_CHUNK_BYTES, 1), (1 << 20, 4)):
+        monkeypatch.setattr(planning, "UNCHANGED_CHUNK_BYTES", limit)
+        path = tmp_path / f"d-{limit}.ckz"
+        ckptzip.save(state, path, mode=mode, base=tmp_path / "k.ckz")
+        with ckptzip.open(path) as checkpoint:
+            leaf = next(leaf for leaf in checkpoint.leaves if leaf.name == "model.0.weight")
+            assert leaf.extra.get("unchanged") is True
+            assert len(leaf.chunks) == chunks and leaf.chunk_bytes == frozen.nbytes // chunks
+            assert torch.equal(bits(checkpoint.get_tensor("model.0.weight")), bits(frozen))
+        assert torch.equal(bits(ckptzip.load(path)["model"]["0.weight"]), bits(frozen))

@@ -82,14 +82,21 @@ TRIAL_BYTES = 64 << 10
 TRIAL_MARGIN = 0.05
 
 
+#: Chunk size of a tensor a lossy delta keeps unchanged. Its difference from the base is zeros,
+#: a few bytes a chunk whatever the chunk's size, and each chunk also costs a header record of two
+#: CRCs: in a LoRA fine-tune's delta the frozen encoder's 293 chunks of 256 KiB were 22% of the
+#: file, 101 chunks 9%. 16 MiB still leaves a 1 GB frozen tensor 64 chunks to decode in parallel.
+UNCHANGED_CHUNK_BYTES = 16 << 20
+
+
 def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
                exact: Exact | None = None) -> LeafPlan:
     """Pick the leaf's pipeline. Against a base, size a sample from the middle of the tensor with
     each candidate representation (dense included) and keep the smallest. The trials only size
     the streams (:meth:`Pipeline.encoded_size`, exact); when the sample is the whole tensor, the
     winner's stream is coded once and kept as the tensor's only chunk. A tensor the policy found
-    unchanged (``exact``) is coded against the base with its first delta pipeline, untried (a
-    difference of zeros, a few bytes a chunk), and its header entry says so."""
+    unchanged (``exact``) is coded against the base with its first delta pipeline, untried, in
+    chunks of :data:`UNCHANGED_CHUNK_BYTES`, and its header entry says so."""
     chunk_bytes = policy.chunk_bytes(leaf)
     dense = policy.pipeline_for(leaf)
     if base is None or leaf.nbytes == 0 or not has_base_tensor(leaf, base):
@@ -98,7 +105,9 @@ def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
     deltas = policy.delta_candidates(leaf)
     if exact is not None and exact.unchanged and deltas:
         extra = base_entry(leaf.name, _native.crc32c(base_raw), unchanged=True)
-        return LeafPlan(leaf, deltas[0], chunk_bytes, [], base_raw=base_raw, extra=extra)
+        width = leaf.dtype.plane_layout[0]
+        whole = max(chunk_bytes, min(leaf.nbytes, UNCHANGED_CHUNK_BYTES) // width * width)
+        return LeafPlan(leaf, deltas[0], whole, [], base_raw=base_raw, extra=extra)
     candidates = [dense, *deltas]
     width = leaf.dtype.plane_layout[0]
     for trial_bytes in (QUICK_TRIAL_BYTES, TRIAL_BYTES):
