@@ -335,6 +335,25 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
     monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", counted)
     monkeypatch.setattr(common.JointPolicy, "groups", recorded)
     monkeypatch.setattr(common, "DEVICE_PLAN_SHARE", 0.0)  # the largest group: one at a time
+    # the groups' unchanged checks (a weight's base copied to the device) are gated the same way
+    checking, most_checking = [0], [0]
+    keep_unchanged = common.JointPolicy._keep_unchanged
+
+    def counted_check(leaves: Any, values: Any, base: Any, plans: Any) -> Any:
+        group = values.group
+        size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
+                   if i is not None)
+        with lock:
+            checking[0] += size
+            most_checking[0] = max(most_checking[0], checking[0])
+        time.sleep(0.02)
+        try:
+            return keep_unchanged(leaves, values, base, plans)
+        finally:
+            with lock:
+                checking[0] -= size
+
+    monkeypatch.setattr(common.JointPolicy, "_keep_unchanged", staticmethod(counted_check))
     base = open_base(str(tmp_path / "a.ckz"))
     assert base is not None
     try:
@@ -342,9 +361,10 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
             prepare(states[1], mode="adaptive", base=base, threads=4)
         assert most_held[0] <= max(sizes) and len(sizes) == 4  # the largest group's bytes at once
         assert bases_on_host and all(bases_on_host)
+        assert 0 < most_checking[0] <= max(sizes)
         largest = max(sizes)
-        most_held[0] = 0
+        most_held[0] = most_checking[0] = 0
         prepare(states[1], mode="adaptive", base=base, threads=4)  # the host: no gate
-        assert most_held[0] > largest and most[0] > 1
+        assert most_held[0] > largest and most[0] > 1 and most_checking[0] > largest
     finally:
         base.close()

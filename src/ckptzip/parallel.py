@@ -106,8 +106,8 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *,
     (``2 * threads`` by default) submitted and not yet taken, so that memory stays bounded however
     many items there are; a caller whose results cost no more memory done than waiting (each
     holds what it will keep anyway) may raise it, so that one slow item at the head leaves no
-    thread idle behind it. ``torch_ops``: ``fn``
-    runs torch ops, which then run single-threaded, on one thread as on many: the items are the
+    thread idle behind it. ``torch_ops``: ``fn`` runs torch ops, which then run
+    single-threaded, on one thread as on many: the items are the
     parallel work (torch's own threads on top of them oversubscribe the cores, its OpenMP
     workers spinning: 2.3x the CPU time of a lossy plan), and sums come out the same whatever
     ``threads`` is. The setting is OpenMP's, per thread; the caller's is restored. ``gate``: the

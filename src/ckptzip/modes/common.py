@@ -339,10 +339,7 @@ class JointPolicy(LosslessPolicy):
         the largest group alone): each group's transforms take a few times its bytes in
         temporaries there, on the device's memory. None on the host."""
         on_device = any(t is not None and not native(t) for v in groups for t in (v.w, v.m, v.v))
-        if not on_device:
-            return None
-        capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
-        return ByteGate(capacity), sizes.__getitem__
+        return _share_gate(sizes) if on_device else None
 
     def check_state(self, leaves: list[Leaf]) -> None:
         """Raise :class:`ConfigError` now if an explicit ``pairing`` does not fit the state (a
@@ -403,7 +400,8 @@ class JointPolicy(LosslessPolicy):
             candidates.append(group)
         base.prefetch([leaves[g.weight].name for g in candidates if g.weight is not None])
 
-        def look(group: Group) -> tuple[GroupValues | None, dict[int, Encoded | Exact]]:
+        def look(position: int) -> tuple[GroupValues | None, dict[int, Encoded | Exact]]:
+            group = candidates[position]
             values = self._values(leaves, group, base)
             tensors = (values.w, values.w_base, values.m, values.v)
             if not all(_all_finite(t) for t in tensors if t is not None):
@@ -415,9 +413,16 @@ class JointPolicy(LosslessPolicy):
                 values.v_base = _base_value(leaves[group.exp_avg_sq], base)
             return values, kept
 
+        # on a device, the unchanged check copies each weight's base there: a share at a time
+        sizes = [sum(leaves[i].nbytes for i in (g.weight, g.exp_avg, g.exp_avg_sq) if i is not None)
+                 for g in candidates]
+        on_device = any(not native(leaves[i].tensor) for g in candidates
+                        for i in (g.weight, g.exp_avg, g.exp_avg_sq) if i is not None)
+        gate = _share_gate(sizes) if on_device else None
         finite = []
         for group, (values, kept) in zip(candidates, ordered_map(
-                look, candidates, threads, torch_ops=True, in_flight=len(candidates))):
+                look, range(len(candidates)), threads, torch_ops=True, in_flight=len(candidates),
+                gate=gate)):
             if values is None:
                 names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
                                                            group.exp_avg_sq) if i is not None)
@@ -461,6 +466,15 @@ class JointPolicy(LosslessPolicy):
             weight = None
         return GroupValues(group, weight, get(group.weight) if weight else None, w_base,
                            get(group.exp_avg), get(group.exp_avg_sq))
+
+
+def _share_gate(sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
+    """A gate over items weighing ``sizes`` (by position) that lets those running at once hold
+    at most :data:`DEVICE_PLAN_SHARE` of their total (or the largest alone); None for no items."""
+    if not sizes:
+        return None
+    capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
+    return ByteGate(capacity), sizes.__getitem__
 
 
 def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
