@@ -4,6 +4,7 @@ CUDA tests skip without a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -302,28 +303,47 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
 
     states = training_states(2)
     ckptzip.save(states[0], tmp_path / "a.ckz")
-    running, most, held, most_held, lock = [0], [0], [0], [0], threading.Lock()
+    lock = threading.Lock()
     sizes: list[int] = []
     bases_on_host = []
+
+    class Held:
+        """How many groups, and how many of their bytes, a patched step holds at once."""
+
+        def __init__(self) -> None:
+            self.running = self.most = self.bytes = self.most_bytes = 0
+
+        @contextlib.contextmanager
+        def holding(self, leaves: Any, values: Any) -> Any:
+            group = values.group
+            size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
+                       if i is not None)
+            with lock:
+                self.running += 1
+                self.bytes += size
+                self.most = max(self.most, self.running)
+                self.most_bytes = max(self.most_bytes, self.bytes)
+            time.sleep(0.02)
+            try:
+                yield size
+            finally:
+                with lock:
+                    self.running -= 1
+                    self.bytes -= size
+
+    planning, checking = Held(), Held()
     plan_group = adaptive.AdaptivePolicy.plan_group
+    keep_unchanged = common.JointPolicy._keep_unchanged
 
     def counted(self: Any, leaves: Any, values: Any, base: Any) -> Any:
-        group = values.group
-        size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
-                   if i is not None)
-        with lock:
+        with planning.holding(leaves, values) as size:
             sizes.append(size)
-            running[0] += 1
-            held[0] += size
-            most[0] = max(most[0], running[0])
-            most_held[0] = max(most_held[0], held[0])
-        time.sleep(0.02)
-        try:
             return plan_group(self, leaves, values, base)
-        finally:
-            with lock:
-                running[0] -= 1
-                held[0] -= size
+
+    def counted_check(leaves: Any, values: Any, base: Any, plans: Any) -> Any:
+        # the groups' unchanged checks (a weight's base copied to the device): gated the same way
+        with checking.holding(leaves, values):
+            return keep_unchanged(leaves, values, base, plans)
 
     groups = common.JointPolicy.groups
 
@@ -335,36 +355,20 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
     monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", counted)
     monkeypatch.setattr(common.JointPolicy, "groups", recorded)
     monkeypatch.setattr(common, "DEVICE_PLAN_SHARE", 0.0)  # the largest group: one at a time
-    # the groups' unchanged checks (a weight's base copied to the device) are gated the same way
-    checking, most_checking = [0], [0]
-    keep_unchanged = common.JointPolicy._keep_unchanged
-
-    def counted_check(leaves: Any, values: Any, base: Any, plans: Any) -> Any:
-        group = values.group
-        size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
-                   if i is not None)
-        with lock:
-            checking[0] += size
-            most_checking[0] = max(most_checking[0], checking[0])
-        time.sleep(0.02)
-        try:
-            return keep_unchanged(leaves, values, base, plans)
-        finally:
-            with lock:
-                checking[0] -= size
-
     monkeypatch.setattr(common.JointPolicy, "_keep_unchanged", staticmethod(counted_check))
     base = open_base(str(tmp_path / "a.ckz"))
     assert base is not None
     try:
         with torch_ops_only():
             prepare(states[1], mode="adaptive", base=base, threads=4)
-        assert most_held[0] <= max(sizes) and len(sizes) == 4  # the largest group's bytes at once
+        # the largest group's bytes at once
+        assert planning.most_bytes <= max(sizes) and len(sizes) == 4
         assert bases_on_host and all(bases_on_host)
-        assert 0 < most_checking[0] <= max(sizes)
+        assert 0 < checking.most_bytes <= max(sizes)
         largest = max(sizes)
-        most_held[0] = most_checking[0] = 0
+        planning.most_bytes = checking.most_bytes = 0
         prepare(states[1], mode="adaptive", base=base, threads=4)  # the host: no gate
-        assert most_held[0] > largest and most[0] > 1 and most_checking[0] > largest
+        assert planning.most_bytes > largest and planning.most > 1
+        assert checking.most_bytes > largest
     finally:
         base.close()
