@@ -316,8 +316,7 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
         @contextlib.contextmanager
         def holding(self, leaves: Any, values: Any) -> Any:
             group = values.group
-            size = sum(leaves[i].nbytes for i in (group.weight, group.exp_avg, group.exp_avg_sq)
-                       if i is not None)
+            size = sum(leaves[i].nbytes for i in group.members())
             with lock:
                 self.running += 1
                 self.bytes += size

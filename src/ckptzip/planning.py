@@ -103,13 +103,12 @@ def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
         return LeafPlan(leaf, dense, chunk_bytes, [])
     base_raw = base.raw(leaf.name)
     deltas = policy.delta_candidates(leaf)
+    width = leaf.dtype.plane_layout[0]
     if exact is not None and exact.unchanged and deltas:
         extra = base_entry(leaf.name, _native.crc32c(base_raw), unchanged=True)
-        width = leaf.dtype.plane_layout[0]
         whole = max(chunk_bytes, min(leaf.nbytes, UNCHANGED_CHUNK_BYTES) // width * width)
         return LeafPlan(leaf, deltas[0], whole, [], base_raw=base_raw, extra=extra)
     candidates = [dense, *deltas]
-    width = leaf.dtype.plane_layout[0]
     for trial_bytes in (QUICK_TRIAL_BYTES, TRIAL_BYTES):
         size = min(len(raw), max(width, trial_bytes // width * width))
         start = (len(raw) - size) // 2 // width * width

@@ -302,8 +302,7 @@ class JointPolicy(LosslessPolicy):
         self._warn_unhandled(leaves)
         groups = self.groups(leaves, base, plans, threads)
         self.survey(leaves, groups, base)
-        sizes = [sum(leaves[i].nbytes for i in (v.group.weight, v.group.exp_avg, v.group.exp_avg_sq)
-                     if i is not None) for v in groups]
+        sizes = [_group_bytes(leaves, v.group) for v in groups]
         first = PROVISIONAL_LEAVES - len(groups) * LEAVES_PER_GROUP
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
@@ -317,10 +316,10 @@ class JointPolicy(LosslessPolicy):
         # an embedding's) and every group in flight at once (none behind a slow one): a plan
         # is kept until the file is written whichever way. Then numbered in the state's order.
         order = sorted(range(len(groups)), key=sizes.__getitem__, reverse=True)
+        gate = _device_gate(leaves, [v.group for v in groups], sizes)
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
         for position, result in zip(order, ordered_map(plan, order, threads, torch_ops=True,
-                                                       gate=self._device_gate(groups, sizes),
-                                                       in_flight=len(groups))):
+                                                       gate=gate, in_flight=len(groups))):
             planned[position] = result
             if progress is not None:
                 progress(sizes[position], sum(sizes))
@@ -330,16 +329,6 @@ class JointPolicy(LosslessPolicy):
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
         return plans
-
-    @staticmethod
-    def _device_gate(groups: list[GroupValues],
-                     sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
-        """For a state on a device (torch's ops, not the native passes), a gate that lets the
-        groups planned at once hold at most :data:`DEVICE_PLAN_SHARE` of the state's bytes (or
-        the largest group alone): each group's transforms take a few times its bytes in
-        temporaries there, on the device's memory. None on the host."""
-        on_device = any(t is not None and not native(t) for v in groups for t in (v.w, v.m, v.v))
-        return _share_gate(sizes) if on_device else None
 
     def check_state(self, leaves: list[Leaf]) -> None:
         """Raise :class:`ConfigError` now if an explicit ``pairing`` does not fit the state (a
@@ -414,18 +403,13 @@ class JointPolicy(LosslessPolicy):
             return values, kept
 
         # on a device, the unchanged check copies each weight's base there: a share at a time
-        sizes = [sum(leaves[i].nbytes for i in (g.weight, g.exp_avg, g.exp_avg_sq) if i is not None)
-                 for g in candidates]
-        on_device = any(not native(leaves[i].tensor) for g in candidates
-                        for i in (g.weight, g.exp_avg, g.exp_avg_sq) if i is not None)
-        gate = _share_gate(sizes) if on_device else None
+        gate = _device_gate(leaves, candidates, [_group_bytes(leaves, g) for g in candidates])
         finite = []
         for group, (values, kept) in zip(candidates, ordered_map(
                 look, range(len(candidates)), threads, torch_ops=True, in_flight=len(candidates),
                 gate=gate)):
             if values is None:
-                names = ", ".join(leaves[i].name for i in (group.weight, group.exp_avg,
-                                                           group.exp_avg_sq) if i is not None)
+                names = ", ".join(leaves[i].name for i in group.members())
                 warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
                               f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
                 continue
@@ -468,10 +452,19 @@ class JointPolicy(LosslessPolicy):
                            get(group.exp_avg), get(group.exp_avg_sq))
 
 
-def _share_gate(sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
-    """A gate over items weighing ``sizes`` (by position) that lets those running at once hold
-    at most :data:`DEVICE_PLAN_SHARE` of their total (or the largest alone); None for no items."""
-    if not sizes:
+def _group_bytes(leaves: list[Leaf], group: Group) -> int:
+    """The bytes of a group's tensors, as its leaves hold them."""
+    return sum(leaves[i].nbytes for i in group.members())
+
+
+def _device_gate(leaves: list[Leaf], groups: list[Group],
+                 sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
+    """For groups on a device (torch's ops, not the native passes), a gate over their positions
+    (weighing ``sizes``) that lets those running at once hold at most :data:`DEVICE_PLAN_SHARE`
+    of the groups' bytes (or the largest alone): a group's transforms take a few times its bytes
+    in temporaries there, on the device's memory, and its unchanged check a copy of its base.
+    None on the host."""
+    if not any(not native(leaves[i].tensor) for g in groups for i in g.members()):
         return None
     capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
     return ByteGate(capacity), sizes.__getitem__

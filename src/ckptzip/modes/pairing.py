@@ -47,6 +47,10 @@ class Group:
     #: The optimizer's index of the parameter, when the moments come from an optimizer state.
     param_id: int | None = None
 
+    def members(self) -> tuple[int, ...]:
+        """The leaf indices the group has: its weight, then its moments."""
+        return tuple(i for i in (self.weight, self.exp_avg, self.exp_avg_sq) if i is not None)
+
 
 def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
                ) -> tuple[tuple[object, ...], int, str] | None:
