@@ -54,7 +54,12 @@ import ckptzip
 from ckptzip.chain import Base
 from ckptzip.demo.gpt import GPTConfig
 from ckptzip.demo.train import TrainConfig
-from ckptzip.modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET, AdaptivePolicy
+from ckptzip.modes.adaptive import (
+    DEFAULT_BUDGET,
+    RESTART_EXP_AVG_BUDGET,
+    STEP_EXP_AVG_BUDGET,
+    AdaptivePolicy,
+)
 from ckptzip.modes.bitsnap import BitsnapPolicy
 from ckptzip.modes.excp import ExcpPolicy
 from ckptzip.reader import CheckpointFile, FileBase
@@ -142,8 +147,11 @@ DEFAULT_ARMS = (ArmSpec("lossless", "lossless"), ArmSpec("adaptive", "adaptive",
 #: The other points of each mode's curve (4 per mode with the defaults; ExCP's published and fair
 #: alphas are two of its four), in the order they run: modes alternate, so a matrix cut short by
 #: --stop-at still has points of each.
-#: Adaptive's points code exp_avg_sq as values unless named ``-ratio`` (``ratio_coding``).
-VALUE = (("ratio_coding", False),)
+#: Adaptive's points code exp_avg_sq as values unless named ``-ratio`` (``ratio_coding``), and
+#: exp_avg as the moment itself unless named ``-step`` (``step_coding``, the default since
+#: session 22): the curves measured before keep their options.
+VALUE = (("ratio_coding", False), ("step_coding", False))
+MOMENT = (("step_coding", False),)
 SWEEP_ARMS = (
     ArmSpec("adaptive-x1", "adaptive", 1.0, "sweep", VALUE),
     ArmSpec("adaptive-x1.5", "adaptive", 1.5, "sweep", VALUE),
@@ -160,14 +168,26 @@ SWEEP_ARMS = (
 #: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
 #: restarts jointly and is stored at exp_avg's support; SGD has no second moment).
 RATIO_SETUPS = ("gpt10m-adamw", "minilm-full", "minilm-lora", "gpt100m-adamw")
-RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", True),), RATIO_SETUPS)
+RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", True), *MOMENT),
+                           RATIO_SETUPS)
                    for name, scale in (("adaptive-ratio", 1.0), ("adaptive-ratio-x1.5", 1.5),
                                        ("adaptive-ratio-x0.5", 0.5)))
 #: The ratio coding with exp_avg_sq's budget at a quarter (0.1): a second moment that moves by a
 #: common factor keeps a tight budget for a fraction of a bit per element.
 RATIO_TIGHT_V = ArmSpec("adaptive-ratio-v0.1", "adaptive", 1.0, "sweep",
-                        (("ratio_coding", True),
+                        (("ratio_coding", True), *MOMENT,
                          ("error_budget", {**REFERENCE_BUDGET, "exp_avg_sq": 0.1})), RATIO_SETUPS)
+#: exp_avg coded as Adam's step (``step_coding``, the default since session 22) with
+#: exp_avg_sq's ratio coding, its budget as multiples of the default's (:data:`STEP_BUDGET`),
+#: where the step coding applies: Adam with beta2 = 0.999 (under 0.95 both moments restart and
+#: exp_avg is coded first; SGD has no second moment).
+STEP_BUDGET = {"weight": DEFAULT_BUDGET["weight"], "exp_avg": STEP_EXP_AVG_BUDGET,
+               "exp_avg_sq": DEFAULT_BUDGET["exp_avg_sq"]}
+STEP_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep",
+                          (("error_budget", {k: v * scale for k, v in STEP_BUDGET.items()}),),
+                          RATIO_SETUPS)
+                  for name, scale in (("adaptive-step-x1.5", 1.5), ("adaptive-step-x2", 2.0),
+                                      ("adaptive-step-x0.5", 0.5)))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
@@ -402,9 +422,11 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     sweep = QUICK_SWEEP if quick else SWEEP_ARMS
     jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
-    ratio = () if quick else (RATIO_ARMS[0], RATIO_TIGHT_V, *RATIO_ARMS[1:])
-    # the ratio coding's first three points first, its last before the value coding's last
-    for arm in (*ratio[:3], *sweep[:-1], *ratio[3:], *sweep[-1:]):
+    ratio = () if quick else (*STEP_ARMS, RATIO_ARMS[0], RATIO_TIGHT_V, *RATIO_ARMS[1:])
+    # the step coding's points first, then the ratio coding's first three, its last before the
+    # value coding's last
+    cut = len(STEP_ARMS) + 3
+    for arm in (*ratio[:cut], *sweep[:-1], *ratio[cut:], *sweep[-1:]):
         jobs += [Job(s, seed, arm) for s in order if s in (arm.setups or (s,))
                  for seed in range(seeds if arm in ratio else sweep_seeds)]
     if arms:
@@ -599,18 +621,32 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
 
 
 #: What the default adaptive arm runs (the library's defaults).
-DEFAULT_TEXT = (f"defaults: budget w {DEFAULT_BUDGET['weight']:g} / m {DEFAULT_BUDGET['exp_avg']:g} "
-                f"({RESTART_EXP_AVG_BUDGET:g} where both moments restart) / v "
-                f"{DEFAULT_BUDGET['exp_avg_sq']:g}, ratio_coding={AdaptivePolicy().ratio_coding}")
+DEFAULT_TEXT = (f"defaults: budget w {DEFAULT_BUDGET['weight']:g} / m {STEP_EXP_AVG_BUDGET:g} "
+                f"of Adam's step where exp_avg_sq is kept (step_coding="
+                f"{AdaptivePolicy().step_coding}), {RESTART_EXP_AVG_BUDGET:g} of the moment where "
+                f"both moments restart, {DEFAULT_BUDGET['exp_avg']:g} of it without the step "
+                f"coding / v {DEFAULT_BUDGET['exp_avg_sq']:g}, ratio_coding="
+                f"{AdaptivePolicy().ratio_coding}")
+
+
+def coding(arm: dict[str, Any]) -> str:
+    """How an adaptive arm codes its moments: ``"value"`` (exp_avg_sq as values, exp_avg as
+    itself), ``"ratio"`` (exp_avg_sq against the base, exp_avg as itself) or ``"step"`` (the
+    library's default: exp_avg as Adam's step as well, where it applies)."""
+    options = arm["options"]
+    if options.get("ratio_coding") is False:
+        return "value"
+    return "ratio" if options.get("step_coding") is False else "step"
 
 
 def _variant(arm: dict[str, Any]) -> str:
-    """How an adaptive arm differs from its budget's scale: the ratio coding, and its own
-    exp_avg_sq budget."""
-    options = arm["options"]
-    if arm["knob"] == "default" or not options.get("ratio_coding"):
+    """How an adaptive arm differs from its budget's scale: the ratio or step coding, and its
+    own exp_avg_sq budget."""
+    if arm["knob"] == "default" or coding(arm) == "value":
         return ""
-    v = options.get("error_budget", {}).get("exp_avg_sq")
+    if coding(arm) == "step":
+        return ", step_coding"
+    v = arm["options"].get("error_budget", {}).get("exp_avg_sq")
     scaled = adaptive_budget(arm["knob"])["exp_avg_sq"]
     return ", ratio_coding" + (f", exp_avg_sq {v:g}" if v is not None and abs(v - scaled) > 1e-9
                                else "")
@@ -626,34 +662,40 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
         points = [a for a in s["arms"].values() if a["mode"] == mode]
-        # off the value-coded budget curve: the ratio coding's points and adaptive's default
-        variants = [a for a in points if a["options"].get("ratio_coding") or
-                    (mode == "adaptive" and a["knob"] == "default")]
-        points = sorted((a for a in points if a not in variants),
+        # adaptive: the value-coded budget curve (a line), the ratio coding's points (squares)
+        # and the step coding's, the default's coding (triangles, a line through the default)
+        variants = [a for a in points if mode == "adaptive" and coding(a) == "ratio"]
+        steps = sorted((a for a in points if mode == "adaptive" and coding(a) == "step"),
+                       key=lambda a: a["full_state_ratio"])
+        points = sorted((a for a in points if a not in variants and a not in steps),
                         key=lambda a: a["full_state_ratio"])
         if floor is not None:
             ax.axvspan(-floor, floor, color="0.9", label=f"noise floor ±{floor:.2f}%")
         ax.axvline(0, color="0.6", lw=0.8)
-        for a in (*points, *variants):
+        for a in (*points, *variants, *steps):
             lo, hi = a["gap_mean_pct"] - a["gap_min_pct"], a["gap_max_pct"] - a["gap_mean_pct"]
-            color = "C0" if a["tier"] == "default" else "C2" if a in variants else "C1"
+            color = ("C0" if a["tier"] == "default" else "C2" if a in variants
+                     else "C4" if a in steps else "C1")
             ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]],
-                        fmt="s" if a in variants else "o", ms=5, capsize=3, color=color)
+                        fmt="s" if a in variants else "^" if a in steps else "o", ms=5,
+                        capsize=3, color=color)
             label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
                      f"d={a['knob']:g}" if mode == "bitsnap" else
                      f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
-            label += _variant(a).replace("_coding", "") if a in variants else ""
+            label += _variant(a).replace("_coding", "") if a in (*variants, *steps) else ""
             ax.annotate(f"{label} ({len(a['seeds'])}s)", (a["gap_mean_pct"], a["full_state_ratio"]),
                         fontsize=7, xytext=(4, 3), textcoords="offset points")
-        ax.plot([a["gap_mean_pct"] for a in points], [a["full_state_ratio"] for a in points],
-                "-", color="0.5", lw=0.8)
+        for line, shade in ((points, "0.5"), (steps, "C4")):
+            ax.plot([a["gap_mean_pct"] for a in line], [a["full_state_ratio"] for a in line],
+                    "-", color=shade, lw=0.8)
         ax.set(title=mode, xlabel="val-loss gap to lossless, % (mean, range over seeds)",
                yscale="log")
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("full-state ratio (raw fp32 weights + states / stored)")
     figure.suptitle(f"{name}: ratio against gap (blue: each mode's default, orange: sweep "
-                    f"points; squares: exp_avg_sq coded against the base, ratio_coding=True, "
-                    f"green where not the default)",
+                    f"points; squares: exp_avg_sq coded against the base, ratio_coding=True; "
+                    f"triangles: exp_avg as Adam's step too, step_coding=True, the default's "
+                    f"coding)",
                     fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

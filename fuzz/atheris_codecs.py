@@ -43,7 +43,7 @@ with instrumented():
     import torch
 
     import ckptzip
-    from ckptzip.codecs import ExactZeros, LowRank
+    from ckptzip.codecs import ExactZeros, LowRank, SqrtScale
     from ckptzip.container import MAX_TRANSFORM_EXPANSION, LeafInfo, _array_type
     from ckptzip.pipeline import Pipeline
     from ckptzip.reader import CheckpointFile
@@ -98,6 +98,13 @@ def _transforms(pipeline: Pipeline, spec: dict[str, Any], payload: bytes) -> boo
                 return False
             siblings[stage.leaf] = torch.from_numpy(np.frombuffer(tail, np.uint8, count).copy())
             tail = tail[count:]
+            continue
+        if isinstance(stage, SqrtScale):  # a step's scale: float32 of the tensor's shape
+            count = math.prod(shape)
+            if len(tail) < 4 * count:
+                return False
+            scale = np.frombuffer(tail, np.float32, count).copy().reshape(shape)
+            siblings[stage.leaf], tail = torch.from_numpy(scale), tail[4 * count:]
             continue
         if not isinstance(stage, LowRank):
             continue

@@ -31,7 +31,7 @@ from make_corpus import write_seeds  # noqa: E402
 import ckptzip  # noqa: E402
 from ckptzip import _native  # noqa: E402
 from ckptzip.chain import MemoryBase  # noqa: E402
-from ckptzip.codecs import ExactZeros, LowRank  # noqa: E402
+from ckptzip.codecs import ExactZeros, LowRank, SqrtScale  # noqa: E402
 from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
 from ckptzip.pipeline import Pipeline  # noqa: E402
 from ckptzip.reader import CheckpointFile  # noqa: E402
@@ -59,10 +59,13 @@ def container_files() -> list[bytes]:
     ]
     seeds += [ckptzip.dumps(new, base=base, mode=m, threads=1) for m in ("excp", "bitsnap", "adaptive")]
     # the second moments stored at the first's support (support stages), and as their ratio to
-    # the base's (base-ratio stages)
+    # the base's (base-ratio stages), the first moments as themselves and as Adam's step
+    # (sqrt-scale stages)
     seeds.append(ckptzip.dumps(new, base=base, mode="adaptive", threads=1, joint_restart=True))
     seeds.append(ckptzip.dumps(new, base=base, mode="adaptive", threads=1, joint_restart=False,
-                               ratio_coding=True))
+                               ratio_coding=True, step_coding=False))
+    seeds.append(ckptzip.dumps(new, base=base, mode="adaptive", threads=1, joint_restart=False,
+                               ratio_coding=True, step_coding=True))
     return seeds
 
 
@@ -139,6 +142,8 @@ def leaf_seeds(blob: bytes, base: MemoryBase) -> list[bytes]:
             for stage in p.transforms:  # low-rank factors: float32 matrices, U then V
                 if isinstance(stage, ExactZeros):  # a change mask: its packed bits
                     factors += ckpt.read_leaves([stage.leaf])[stage.leaf].numpy().tobytes()
+                if isinstance(stage, SqrtScale):  # a step's scale: float32, the tensor's shape
+                    factors += ckpt.read_leaves([stage.leaf])[stage.leaf].float().numpy().tobytes()
                 if isinstance(stage, LowRank):
                     decoded = ckpt.read_leaves([stage.u, stage.v])
                     spec["u_shape"] = list(decoded[stage.u].shape)

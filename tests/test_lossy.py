@@ -518,14 +518,18 @@ def _exp_avg_budgets(state, base, tmp_path, **options):
 
 
 def test_exp_avg_default_budget_follows_the_restart_and_a_given_one_holds(chain_states, tmp_path):
-    """exp_avg's default budget is DEFAULT_BUDGET's where the second moments are kept (beta2
-    0.999), RESTART_EXP_AVG_BUDGET where both moments restart (0.95, or joint_restart=True);
-    a budget the caller gives, as a number or for exp_avg, holds in both."""
-    from ckptzip.modes.adaptive import RESTART_EXP_AVG_BUDGET
+    """exp_avg's default budget is STEP_EXP_AVG_BUDGET where the second moments are kept (beta2
+    0.999) and it is coded as Adam's step, DEFAULT_BUDGET's there without the step coding,
+    RESTART_EXP_AVG_BUDGET where both moments restart (0.95, or joint_restart=True); a budget
+    the caller gives, as a number or for exp_avg, holds in each."""
+    from ckptzip.modes.adaptive import RESTART_EXP_AVG_BUDGET, STEP_EXP_AVG_BUDGET
 
     slow = [_with_beta2(s, 0.999) for s in chain_states[:2]]
     fast = chain_states[:2]
-    assert _exp_avg_budgets(slow[1], slow[0], tmp_path) == {DEFAULT_BUDGET["exp_avg"]}
+    assert _exp_avg_budgets(slow[1], slow[0], tmp_path) == {STEP_EXP_AVG_BUDGET}
+    assert _exp_avg_budgets(slow[1], slow[0], tmp_path, step_coding=False) == {
+        DEFAULT_BUDGET["exp_avg"]}
+    assert _exp_avg_budgets(slow[1], slow[0], tmp_path, error_budget={"exp_avg": 0.2}) == {0.2}
     assert _exp_avg_budgets(fast[1], fast[0], tmp_path) == {RESTART_EXP_AVG_BUDGET}
     assert _exp_avg_budgets(slow[1], slow[0], tmp_path, joint_restart=True) == {
         RESTART_EXP_AVG_BUDGET}
@@ -570,15 +574,21 @@ def test_adaptive_second_moment_is_stored_at_the_first_moments_support(chain_sta
 @pytest.mark.parametrize(("stage_id", "key", "damage"), [
     ("support", "leaf", "self"), ("support", "leaf", "beyond"), ("support", "leaf", "chain"),
     ("support", "leaf", "shape"), ("lowrank", "u", "self"), ("lowrank", "v", "beyond"),
-    ("lowrank", "u", "chain"), ("lowrank", "v", "shape"),
+    ("lowrank", "u", "chain"), ("lowrank", "v", "shape"), ("sqrt-scale", "leaf", "self"),
+    ("sqrt-scale", "leaf", "beyond"), ("sqrt-scale", "leaf", "chain"),
+    ("sqrt-scale", "leaf", "shape"),
 ])
 def test_bad_sibling_references_are_refused(chain_states, stage_id, key, damage):
-    """A support or a low-rank factor must name another leaf of the file that reads no
-    siblings itself (no chains, no cycles), of the right shape; else the header is refused."""
+    """A support, a low-rank factor or a step's scale must name another leaf of the file that
+    reads no siblings itself (no chains, no cycles), of the right shape; else the header is
+    refused."""
     from tests.test_bad_input import rebuild, split
 
-    # a support stage comes with joint_restart (exp_avg_sq stored at exp_avg's support)
-    header, body = split(ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0],
+    # a support stage comes with joint_restart (exp_avg_sq stored at exp_avg's support), a
+    # sqrt-scale where the moments do not restart (beta2 0.999)
+    states = ([_with_beta2(s, 0.999) for s in chain_states[:2]] if stage_id == "sqrt-scale"
+              else chain_states)
+    header, body = split(ckptzip.dumps(states[1], mode="adaptive", base=states[0],
                                        joint_restart=stage_id == "support"))
     leaves = header["leaves"]
     index = next(i for i, leaf in enumerate(leaves)
@@ -594,8 +604,9 @@ def test_bad_sibling_references_are_refused(chain_states, stage_id, key, damage)
     else:  # a support of another shape; a factor that is not a matrix
         stage[key] = next(i for i, leaf in enumerate(leaves)
                           if leaf["shape"] != leaves[index]["shape"] and len(leaf["shape"]) != 2)
-    with pytest.raises(FormatError, match=r"transforms read|reads other leaves|support names|not matrices"):
-        ckptzip.loads(rebuild(header, body), base=chain_states[0])
+    with pytest.raises(FormatError, match=r"transforms read|reads other leaves|support names|"
+                                          r"not matrices|its scale"):
+        ckptzip.loads(rebuild(header, body), base=states[0])
 
 
 def test_low_rank_factor_shapes_are_checked_when_parsing():
@@ -1209,6 +1220,117 @@ def test_base_ratio_stage_refuses_what_it_cannot_code_and_decodes_exactly():
         stage.decode(ratio.float(), TransformContext("v"))
     with pytest.raises(ValueError, match="base shape"):
         stage.decode(ratio[:3].float(), context)
+
+
+def test_adaptive_step_coding_bounds_adams_step(chain_states):
+    """Where exp_avg_sq is kept (beta2 0.999), exp_avg is coded as Adam's step m / sqrt(v^), v^
+    the exp_avg_sq as decoded (the sqrt-scale stage naming that leaf), within its budget of the
+    step's norm; fewer bytes than the moment coded as itself, which ``step_coding=False`` keeps.
+    Under joint restarts (beta2 0.95) exp_avg is coded first, as itself. A tensor read alone
+    decodes its scale too."""
+    from ckptzip.modes.adaptive import STEP_EXP_AVG_BUDGET
+
+    slow = [_with_beta2(s, 0.999) for s in chain_states[:2]]
+    sizes = {}
+    for step in (True, False):
+        data = ckptzip.dumps(slow[1], mode="adaptive", base=slow[0], step_coding=step)
+        sizes[step] = len(data)
+        decoded = flat(ckptzip.loads(data, base=slow[0]))
+        truth = flat(slow[1])
+        with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=slow[0]) as f:
+            moments = [leaf for leaf in f.leaves if leaf.name.endswith(".exp_avg")
+                       and "error" in leaf.extra]
+            assert moments
+            for leaf in moments:
+                stages = leaf.pipeline.transforms
+                record = leaf.extra["error"]
+                m, got = truth[leaf.name], decoded[leaf.name]
+                if not step:
+                    assert all(s.codec_id != "sqrt-scale" for s in stages)
+                    assert record.get("domain") != "step"
+                    error = float((got.double() - m.double()).norm() / m.double().norm())
+                    assert error <= DEFAULT_BUDGET["exp_avg"] * (1 + 1e-6), leaf.name
+                    continue
+                assert stages[0].codec_id == "sqrt-scale" and record["domain"] == "step"
+                assert record["budget"] == STEP_EXP_AVG_BUDGET
+                scale_leaf = f.leaves[stages[0].leaf]
+                assert scale_leaf.name == f"{leaf.name}_sq" and not scale_leaf.pipeline.references
+                scale = decoded[scale_leaf.name].double().sqrt()
+                positive = scale > 0
+                assert not bool(m[~positive].any()) and not bool(got[~positive].any())
+                u = m.double()[positive] / scale[positive]
+                u_hat = got.double()[positive] / scale[positive]
+                error = float((u_hat - u).norm() / u.norm())
+                assert error == pytest.approx(record["rel"], rel=2e-3)
+                assert error <= STEP_EXP_AVG_BUDGET * (1 + 1e-6), leaf.name
+                assert torch.equal(f.get_tensor(leaf.name), got)  # its scale decoded alone
+    assert sizes[True] < sizes[False], sizes
+    data = ckptzip.dumps(chain_states[1], mode="adaptive", base=chain_states[0])  # beta2 0.95
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=chain_states[0]) as f:
+        assert not any(s.codec_id == "sqrt-scale" for leaf in f.leaves
+                       for s in leaf.pipeline.transforms)
+    with pytest.raises(ConfigError, match="step_coding"):
+        ckptzip.dumps(slow[1], mode="adaptive", base=slow[0], step_coding=1)
+
+
+def test_step_coding_falls_back_to_the_moment_where_a_step_has_no_scale():
+    """A first moment that is non-zero where its exp_avg_sq is zero has no step there (a
+    state Adam does not make, but a caller may): exp_avg is coded as itself, within its own
+    budget."""
+    generator = torch.Generator().manual_seed(7)
+    w_old = torch.randn(64, 32, generator=generator)
+    v = 1e-6 * torch.rand(64, 32, generator=generator)
+    m = 1e-3 * torch.randn(64, 32, generator=generator)
+
+    def state(w: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> dict:
+        moments = {"step": torch.tensor(5.0), "exp_avg": m, "exp_avg_sq": v}
+        return {"model": {"w": w}, "optimizer": {"state": {0: moments}, "param_groups": [
+            {"params": [0], "lr": 1e-3, "betas": (0.9, 0.999)}]}}
+
+    for holes, domain in ((False, "step"), (True, None)):
+        v_new = v * 1.01  # changed: an unchanged exp_avg_sq is stored as unchanged, no scale
+        if holes:
+            v_new[::5] = 0  # m is non-zero there
+        base = state(w_old, v, 0.9 * m)
+        data = ckptzip.dumps(state(w_old + 1e-3, v_new, m), mode="adaptive", base=base)
+        with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
+            leaf = next(leaf for leaf in f.leaves if leaf.name.endswith(".exp_avg"))
+        record = leaf.extra["error"]
+        assert record.get("domain") == domain
+        assert (leaf.pipeline.transforms[0].codec_id == "sqrt-scale") == (domain == "step")
+        if holes:
+            assert record["rel"] <= DEFAULT_BUDGET["exp_avg"] == record["budget"]
+
+
+def test_sqrt_scale_stage_refuses_what_it_cannot_code_and_decodes_exactly():
+    from ckptzip.codecs import SqrtScale, TransformContext
+
+    scale = torch.tensor([4.0, 2.0, 0.0, 1e-30, 9.0])
+    stage = SqrtScale(3, "float32")
+    context = TransformContext("m", siblings={3: scale})
+    steps = stage.encode(torch.tensor([1.0, 0.0, 0.0, 3e-15, -6.0]), context)
+    assert steps.dtype == torch.float64
+    assert steps.tolist() == pytest.approx([0.5, 0.0, 0.0, 3.0, -2.0])
+    decoded = stage.decode(steps.float(), context)
+    assert torch.equal(decoded, (steps.float().double() * scale.double().sqrt()).float())
+    assert decoded[1] == 0 and not decoded[1].signbit() and decoded[2] == 0
+    with pytest.raises(ValueError, match="non-zero element over a scale"):
+        stage.encode(torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0]), context)  # over scale 0
+    with pytest.raises(ValueError, match="negative or not finite"):
+        stage.decode(steps.float(), TransformContext("m", siblings={3: -scale}))
+    with pytest.raises(ValueError, match="needs its decoded scale"):
+        stage.decode(steps.float(), TransformContext("m"))
+    with pytest.raises(ValueError, match="shape"):
+        stage.decode(steps[:3].float(), context)
+    with pytest.raises(ConfigError, match="leaf index"):
+        SqrtScale(-1, "float32")
+    with pytest.raises(ConfigError, match="real float"):
+        SqrtScale(0, "int32")
+    assert stage.sibling_problem((5,), {3: ("float32", (5,))}) is None
+    assert "not a float tensor" in stage.sibling_problem((5,), {3: ("float32", (4,))})
+    assert "not a float tensor" in stage.sibling_problem((5,), {3: ("uint8", (5,))})
+    assert SqrtScale.from_config(stage.get_config()) == stage
+    assert stage.renumbered({3: 7}).leaf == 7
 
 
 def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():

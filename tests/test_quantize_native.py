@@ -297,6 +297,48 @@ def test_ratio_restore_is_the_float64_product_rounded_once(ratio_dtype: torch.dt
                         torch.empty(base.numel()).float().numpy())
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 65_537])
+def test_step_quotients_and_restore_native_and_torch_agree_to_the_bit(n: int) -> None:
+    """The sqrt-scale stage's two passes, native on the host, are torch's float64 arithmetic (a
+    device's path) to the bit, and both refuse what they cannot code or decode."""
+    from ckptzip.codecs import SqrtScale
+    from ckptzip.codecs.sqrt_scale import step_quotients
+    from ckptzip.hostpath import torch_ops_only
+
+    v, base = _moments(n, n + 11)
+    generator = torch.Generator().manual_seed(n)
+    m = torch.where(v > 0, torch.randn(n, generator=generator) * v.sqrt(), 0.0).float()
+    native = step_quotients(m, v)
+    with torch_ops_only():
+        torch_way = step_quotients(m, v)
+    assert native is not None and torch_way is not None and native.dtype == torch.float64
+    assert torch.equal(native, torch_way)
+    stage, context = SqrtScale(0, "float32"), TransformContext("m", siblings={0: v})
+    for steps in (native, native.float()):
+        decoded = stage.decode(steps, context)
+        with torch_ops_only():
+            assert torch.equal(decoded, stage.decode(steps, context))
+        product = (steps.double() * v.double().sqrt()).float()
+        assert torch.equal(decoded, torch.where(steps == 0, torch.zeros_like(product), product))
+    if not bool((m != 0).any()):
+        return
+    nonzero = int(torch.nonzero(m)[0])
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        spoiled = v.clone()
+        spoiled[m == 0] = bad  # under a zero moment any scale will do
+        assert step_quotients(m, spoiled) is not None
+        spoiled[nonzero] = bad
+        assert step_quotients(m, spoiled) is None
+        with torch_ops_only():
+            assert step_quotients(m, spoiled) is None
+        if bad != 0.0:  # a zero scale decodes to zero; a negative or non-finite one is damage
+            damaged = TransformContext("m", siblings={0: spoiled})
+            with pytest.raises(ValueError, match="negative or not finite"):
+                stage.decode(native, damaged)
+            with torch_ops_only(), pytest.raises(ValueError, match="negative or not finite"):
+                stage.decode(native, damaged)
+
+
 @pytest.mark.parametrize("n", [0, 5, 8, 13, 4096, 100_003])
 def test_sqrt_error_is_ieee_float32_summed_as_sum_squares(n: int) -> None:
     """Each term is IEEE float32 arithmetic, correctly rounded (numpy's), its squares summed as

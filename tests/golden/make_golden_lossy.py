@@ -6,7 +6,9 @@ decodes to (run once per change of what a lossy file may hold).
 Never regenerate a committed file: they pin what old writers stored. ``v1.0-adaptive-mark.ckz``
 was written before the adaptive mode dropped its ``mark`` stage (a faint known noise on the
 weights); this ckptzip must still decode it to exactly ``v1.0-adaptive-mark.expected.safetensors``.
-``v1.0-adaptive-ratio.ckz`` holds a ``base-ratio`` stage (``ratio_coding=True``).
+``v1.0-adaptive-ratio.ckz`` holds a ``base-ratio`` stage (``ratio_coding=True``);
+``v1.0-adaptive-step.ckz`` a ``sqrt-scale`` stage (``step_coding=True``, its default since
+ckptzip's session 22) as well.
 """
 
 from __future__ import annotations
@@ -49,8 +51,12 @@ def main(mode: str) -> None:
     base = HERE / f"v1.0-{mode}-base.ckz"
     delta = HERE / f"v1.0-{mode}.ckz"
     ckptzip.save(first, base, threads=1)
-    # adaptive-ratio: the second moment as its ratio to the base's (the base-ratio stage)
-    options = {"ratio_coding": True, "joint_restart": False} if mode == "adaptive-ratio" else {}
+    # adaptive-ratio: the second moment as its ratio to the base's (the base-ratio stage), the
+    # first as itself; adaptive-step: the first as Adam's step too (the sqrt-scale stage)
+    options: dict[str, object] = {
+        "adaptive-ratio": {"ratio_coding": True, "joint_restart": False, "step_coding": False},
+        "adaptive-step": {"ratio_coding": True, "joint_restart": False, "step_coding": True},
+    }.get(mode, {})
     ckptzip.save(second, delta, mode=mode.split("-")[0], base=base, threads=1, **options)
     decoded = ckptzip.load(delta)
     tensors = {"layer.weight": decoded["model"]["layer.weight"],

@@ -22,6 +22,7 @@ from .lowrank import LowRank
 from .mark import Mark
 from .residual import Residual
 from .sparse import Sparse
+from .sqrt_scale import SqrtScale
 from .support import Support
 from .zeros import ExactZeros
 
@@ -42,6 +43,7 @@ __all__ = [
     "Mark",
     "Residual",
     "Sparse",
+    "SqrtScale",
     "Support",
     "TensorToBytes",
     "TensorToTensor",

@@ -33,6 +33,7 @@ tensor whose bound no candidate keeps is stored bit-exact.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import zlib
@@ -54,6 +55,7 @@ from ..codecs import (
 )
 from ..codecs.base_ratio import base_ratios
 from ..codecs.kmeans import Fit, lloyd_sorted, nonzero_values, sample_sorted
+from ..codecs.sqrt_scale import SqrtScale, step_quotients
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
 from ..errors import ConfigError
@@ -64,7 +66,9 @@ from .common import (
     GroupValues,
     JointPolicy,
     coded,
+    decode,
     distance,
+    error_record,
     finish,
     finish_decoded,
     finished,
@@ -94,6 +98,9 @@ DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
 #: GPT under betas 0.9/0.95 it was within noise (-0.02% [-0.12, +0.16], floor 0.23%) and the
 #: halved budget was not (-0.10% [-0.33, +0.09]), at 2/3 of the ratio.
 RESTART_EXP_AVG_BUDGET = 0.665
+#: ``exp_avg``'s default where it is coded as Adam's step ``m / sqrt(v^)`` (``step_coding``):
+#: relative to the step's norm. PROVISIONAL, set by the fidelity probes.
+STEP_EXP_AVG_BUDGET = 0.665
 #: The weight budget must stay below this. The budget is relative to the update training made
 #: since the base, estimated as ``|r|^2 - |e|^2`` when the update against the decoded base ``r``
 #: carries the base's error ``e`` (training went on from the true state), but never below
@@ -189,10 +196,15 @@ class AdaptivePolicy(JointPolicy):
                  pairing: Mapping[str, int] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = (), joint_restart: bool | None = None,
-                 ratio_coding: bool = True) -> None:
+                 ratio_coding: bool = True, step_coding: bool = True) -> None:
         super().__init__(pairing, chunk_bytes, scope, keep_exact)
-        if type(ratio_coding) is not bool:
-            raise ConfigError(f"adaptive: ratio_coding must be True or False, not {ratio_coding!r}")
+        for option, given in (("ratio_coding", ratio_coding), ("step_coding", step_coding)):
+            if type(given) is not bool:
+                raise ConfigError(f"adaptive: {option} must be True or False, not {given!r}")
+        # exp_avg as Adam's step, m / sqrt(v^) with v^ the exp_avg_sq as decoded (the
+        # sqrt-scale stage), its error bounded in that domain, wherever exp_avg_sq is coded
+        # beside it at every element (not where both moments restart)
+        self.step_coding = step_coding
         # exp_avg_sq as its ratio to the base's decoded exp_avg_sq (the base-ratio stage), where
         # that needs no more centroids than the value itself, within the same budget
         self.ratio_coding = ratio_coding
@@ -258,26 +270,66 @@ class AdaptivePolicy(JointPolicy):
             plans.update(self._weight(group.weight, values.weight, values.w, values.w_base,
                                       base))
         restarts = group.exp_avg is not None and self._restarts_jointly(leaves[group.exp_avg])
+        at_support = self._v_at_support(leaves, values)
+        v_decoded = None  # exp_avg_sq as a reader decodes it, where it is coded first
+        if group.exp_avg_sq is not None and values.v is not None and not at_support:
+            plans[group.exp_avg_sq], v_decoded = self._second_moment(
+                leaves[group.exp_avg_sq], values.v, values.v != 0, v_base=values.v_base)
         if group.exp_avg is not None and values.m is not None:
             budget = (RESTART_EXP_AVG_BUDGET if restarts and not self.exp_avg_budget_given
                       else None)
-            plans[group.exp_avg] = self._quantize(leaves[group.exp_avg], values.m,
-                                                  magnitude(values.m) ** 2, "exp_avg",
-                                                  budget=budget)
-        if group.exp_avg_sq is not None and values.v is not None:
-            v_leaf = leaves[group.exp_avg_sq]
-            if self._v_at_support(leaves, values):
-                assert group.exp_avg is not None
-                m_plan = plans[group.exp_avg]
-                # where exp_avg decodes non-zero (exact: its own non-zeros)
-                kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
-                        else leaves[group.exp_avg].tensor.detach() != 0)
-                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, kept.to(values.v.device),
-                                                              group.exp_avg)
-            else:
-                plans[group.exp_avg_sq] = self._second_moment(v_leaf, values.v, values.v != 0,
-                                                              v_base=values.v_base)
+            step = None
+            if (self.step_coding and group.exp_avg_sq is not None and v_decoded is not None
+                    and v_decoded.shape == values.m.shape):
+                step = self._step(group.exp_avg, leaves[group.exp_avg], values.m,
+                                  group.exp_avg_sq, v_decoded)
+            plans[group.exp_avg] = step if step is not None else self._quantize(
+                leaves[group.exp_avg], values.m, magnitude(values.m) ** 2, "exp_avg",
+                budget=budget)
+        if group.exp_avg_sq is not None and values.v is not None and at_support:
+            assert group.exp_avg is not None
+            m_plan = plans[group.exp_avg]
+            # where exp_avg decodes non-zero (exact: its own non-zeros)
+            kept = (decoded_nonzero(m_plan) if isinstance(m_plan, Encoded)
+                    else leaves[group.exp_avg].tensor.detach() != 0)
+            plans[group.exp_avg_sq] = self._second_moment(
+                leaves[group.exp_avg_sq], values.v, kept.to(values.v.device), group.exp_avg)[0]
         return plans
+
+    def _step(self, index: int, leaf: Leaf, m: torch.Tensor, v_index: int,
+              v_decoded: torch.Tensor) -> Encoded | None:
+        """``exp_avg`` as Adam's step ``u = m / sqrt(v^)`` (``v^`` the ``exp_avg_sq`` a reader
+        decodes, leaf ``v_index``), pruned and quantized within ``exp_avg``'s budget of ``|u|``
+        (:data:`STEP_EXP_AVG_BUDGET` by default), read back by the ``sqrt-scale`` stage. None
+        where an element of ``m`` has no step (a non-zero moment over a zero ``v^``) or no
+        candidate keeps the bound: the moment is then coded as itself."""
+        steps = step_quotients(m, v_decoded)
+        if steps is None:
+            return None
+        step_leaf = dataclasses.replace(leaf, tensor=steps)  # the bound is checked on the step
+        budget = None if self.exp_avg_budget_given else STEP_EXP_AVG_BUDGET
+        plan = self._quantize(step_leaf, steps, magnitude(steps) ** 2, "exp_avg", budget=budget)
+        if not isinstance(plan, Encoded):
+            return None
+        scale = SqrtScale(v_index, leaf.dtype.name)
+        if leaf.dtype.itemsize < 4:
+            # the stage rounds the product to the moment's dtype: in fp32 that moves the step's
+            # error by an ulp (2^-24 of it), in bf16 by up to 2^-9, so there the record and the
+            # bound are taken again on what a reader decodes
+            context = TransformContext(leaf.name, siblings={v_index: v_decoded})
+            moment = scale.decode(decode(plan.pipeline.transforms, plan.array, context), context)
+            decoded = step_quotients(moment, v_decoded)
+            assert decoded is not None  # a non-zero moment only where v^ is positive
+            record = plan.extra["error"]
+            budget = record["budget"]
+            fresh = error_record(steps, decoded, bound=budget * magnitude(steps), kept=record["kept"])
+            if not fresh.pop("within"):
+                return None
+            record.update(fresh)
+        plan.pipeline = dataclasses.replace(plan.pipeline,
+                                            transforms=(scale, *plan.pipeline.transforms))
+        plan.extra["error"]["domain"] = "step"
+        return plan
 
     def _restarts_jointly(self, exp_avg: Leaf) -> bool:
         """Whether this moment's pruned elements restart both moments: as asked, else where
@@ -450,13 +502,16 @@ class AdaptivePolicy(JointPolicy):
 
     def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
                        sibling: int | None = None,
-                       v_base: torch.Tensor | None = None) -> Encoded | Exact:
+                       v_base: torch.Tensor | None = None,
+                       ) -> tuple[Encoded | Exact, torch.Tensor]:
         """``exp_avg_sq`` where ``exp_avg`` is kept, zero elsewhere (both moments restart there,
         as ExCP's joint mask makes them), quantized in the log domain with the fewest centroids
         that keep ``sqrt(v)`` within the budget, checked on every stored value (the search
         looks at a sample); bit-exact when 255 centroids do not. With ``sibling`` (the leaf
         index of ``exp_avg``, whose decoded non-zeros are ``kept``), only the values there are
-        stored: the mask is not paid for twice."""
+        stored: the mask is not paid for twice. The plan, and what a reader decodes from it
+        (``v`` itself where it is bit-exact: ``kept`` is then all of ``v``'s non-zeros or the
+        caller does not read it)."""
         budget = self.budget["exp_avg_sq"]
         array = v * kept
         stored = nonzero_values(array.reshape(-1))  # v >= 0: its non-zeros are the positives
@@ -503,5 +558,5 @@ class AdaptivePolicy(JointPolicy):
                 finished(encoded)
                 encoded.extra["error"].update(rel_sqrt=float(f"{error:.4g}"), budget=budget,
                                               domain="ratio" if ratio is not None else "value")
-                return encoded
-        return Exact()
+                return encoded, decoded
+        return Exact(), v

@@ -32,6 +32,50 @@ int ckz_ratio_restore(const void *r, size_t elem_size, const float *base, size_t
     return 0;
 }
 
+int ckz_step_quotients(const float *x, const float *scale, size_t n, double *out) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float s = scale[i];
+        if (x[i] != 0.0f) {
+            bad |= !(isfinite(s) && s > 0.0f);
+            out[i] = (double)x[i] / sqrt((double)s);
+        } else {
+            out[i] = 0.0;
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+int ckz_step_restore(const void *u, size_t elem_size, const float *scale, size_t n, float *out) {
+    int bad = 0;
+    if (elem_size == 4) {
+        const float *step = u;
+        for (size_t i = 0; i < n; i++) {
+            const float s = scale[i];
+            if (step[i] == 0.0f) {
+                out[i] = 0.0f;
+            } else {
+                bad |= !(isfinite(s) && s >= 0.0f);
+                out[i] = (float)((double)step[i] * sqrt((double)s));
+            }
+        }
+    } else if (elem_size == 8) {
+        const double *step = u;
+        for (size_t i = 0; i < n; i++) {
+            const float s = scale[i];
+            if (step[i] == 0.0) {
+                out[i] = 0.0f;
+            } else {
+                bad |= !(isfinite(s) && s >= 0.0f);
+                out[i] = (float)(step[i] * sqrt((double)s));
+            }
+        }
+    } else {
+        return -1;
+    }
+    return bad ? -2 : 0;
+}
+
 /* Element j's term: (restored - stored) / (stored * (sqrt(restored / stored) + 1)), each
  * operation correctly rounded to float (no contraction: -std=c11 leaves -ffp-contract off). */
 static inline double sqrt_error_term(float x, float y) {

@@ -1018,6 +1018,79 @@ static PyObject *py_ratio_restore(PyObject *self, PyObject *args, PyObject *kw) 
     return result;
 }
 
+PyDoc_STRVAR(step_quotients_doc,
+             "step_quotients(x, scale, dst) -> bool\n\n"
+             "dst (float64) = x / sqrt(scale) (float32 each) in float64 where x is non-zero, 0\n"
+             "where it is zero. False where a non-zero x has a scale that is zero, negative or\n"
+             "not finite (no step; dst is then meaningless).");
+static PyObject *py_step_quotients(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "scale", "dst", NULL};
+    PyObject *objs[3];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:step_quotients", kwlist, &objs[0], &objs[1],
+                                     &objs[2]))
+        return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"x", "scale", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[0].len, -1, "x");
+    if (n >= 0 && float32_count(v[1].len, n, "scale") >= 0) {
+        if (v[2].len != 8 * n)
+            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, not %zd float64 values", v[2].len, n);
+        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps x or scale");
+        else {
+            int status;
+            Py_BEGIN_ALLOW_THREADS
+            status = ckz_step_quotients(v[0].buf, v[1].buf, (size_t)n, v[2].buf);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(status == 0);
+        }
+    }
+    release_buffers(v, 3);
+    return result;
+}
+
+PyDoc_STRVAR(step_restore_doc,
+             "step_restore(u, elem_size, scale, dst) -> bool\n\n"
+             "dst (float32) = u * sqrt(scale) rounded once from float64, +0.0 where u is zero; u\n"
+             "holds float32 (elem_size 4) or float64 (8) steps, one per scale value. False where\n"
+             "a non-zero u has a scale that is negative or not finite (damage).");
+static PyObject *py_step_restore(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"u", "elem_size", "scale", "dst", NULL};
+    PyObject *objs[3];
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OlOO:step_restore", kwlist, &objs[0], &elem_size,
+                                     &objs[1], &objs[2]))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer v[3];
+    static const int writable[3] = {0, 0, 1};
+    static const char *const names[3] = {"u", "scale", "dst"};
+    if (get_buffers(objs, v, writable, names, 3)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = float32_count(v[1].len, -1, "scale");
+    if (n >= 0 && float32_count(v[2].len, n, "dst") >= 0) {
+        if (v[0].len != elem_size * n)
+            PyErr_Format(PyExc_ValueError, "u holds %zd bytes, not %zd steps of %ld bytes",
+                         v[0].len, n, elem_size);
+        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps u or scale");
+        else {
+            int status;
+            Py_BEGIN_ALLOW_THREADS
+            status = ckz_step_restore(v[0].buf, (size_t)elem_size, v[1].buf, (size_t)n, v[2].buf);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(status == 0);
+        }
+    }
+    release_buffers(v, 3);
+    return result;
+}
+
 PyDoc_STRVAR(sqrt_error_squares_doc,
              "sqrt_error_squares(x, y) -> float\n\n"
              "The sum over float32 x and y where x > 0 of (sqrt(y / x) - 1)^2, each term computed\n"
@@ -1904,6 +1977,8 @@ static PyMethodDef methods[] = {
     KW("descending_magnitudes", py_descending_magnitudes, descending_magnitudes_doc),
     KW("base_ratios", py_base_ratios, base_ratios_doc),
     KW("ratio_restore", py_ratio_restore, ratio_restore_doc),
+    KW("step_quotients", py_step_quotients, step_quotients_doc),
+    KW("step_restore", py_step_restore, step_restore_doc),
     KW("sqrt_error_squares", py_sqrt_error_squares, sqrt_error_squares_doc),
     KW("residual_add", py_residual_add, residual_add_doc),
     KW("keep_changed", py_keep_changed, keep_changed_doc),
