@@ -305,7 +305,7 @@ def test_step_quotients_and_restore_native_and_torch_agree_to_the_bit(n: int) ->
     from ckptzip.codecs.sqrt_scale import step_quotients
     from ckptzip.hostpath import torch_ops_only
 
-    v, base = _moments(n, n + 11)
+    v, _ = _moments(n, n + 11)
     generator = torch.Generator().manual_seed(n)
     m = torch.where(v > 0, torch.randn(n, generator=generator) * v.sqrt(), 0.0).float()
     native = step_quotients(m, v)

@@ -11,11 +11,15 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   of their own, read by the ``lowrank`` stage). Elements whose update is exactly zero decode
   exactly (an added mask of the changed elements, read by the ``zeros`` stage). Whether the
   update also carries the base's own error is stated by the caller (``resumed``), not guessed;
-* ``exp_avg``: pruned and quantized on its own (the cheapest of k-means and uniform candidates
-  within the budget, :mod:`.quantize`), its codebook rescaled to keep its projection; error
-  ``|m^ - m| / |m|``, by default 0.3325, or 0.665 where both moments restart (below). SGD's
-  ``momentum_buffer`` is coded the same way, with ``exp_avg``'s budget: SGD steps by ``lr *
-  buffer`` as Adam steps by ``lr * exp_avg / sqrt(exp_avg_sq)``;
+* ``exp_avg``: pruned and quantized (the cheapest of k-means and uniform candidates within the
+  budget, :mod:`.quantize`), its codebook rescaled to keep its projection. With ``step_coding``
+  (the default), wherever ``exp_avg_sq`` is coded beside it at every element, as Adam's step
+  ``u = m / sqrt(v^)`` (``v^`` the ``exp_avg_sq`` as decoded, read back by the ``sqrt-scale``
+  stage), error ``|u^ - u| / |u|``, by default 0.665; as itself elsewhere, error
+  ``|m^ - m| / |m|``, 0.665 where both moments restart (below), 0.3325 with
+  ``step_coding=False``. SGD's ``momentum_buffer`` is coded as itself, with ``exp_avg``'s
+  budget for a moment (0.3325): SGD steps by ``lr * buffer`` as Adam steps by
+  ``lr * exp_avg / sqrt(exp_avg_sq)``;
 * ``exp_avg_sq``: quantized in the log domain with the fewest centroids that keep the relative
   error of ``sqrt(v)``, by which Adam divides, within budget. Where ``exp_avg`` is pruned it is
   kept (a second moment restarted from zero lets its element take steps many times its steady
@@ -90,7 +94,8 @@ STATES = ("weight", *MOMENTS)
 #: behind against a 0.86% noise floor, 3% of its momentum kept. With the ratio coding, halving
 #: the weights' budget did not help there (+1.28%, one seed); halving ``exp_avg``'s did (+0.45%
 #: [+0.32, +0.64]), and it is within noise in the other setups too. Earlier defaults, about
-#: twice these (1.5, 1.33, 0.8), diverged.
+#: twice these (1.5, 1.33, 0.8), diverged. Where ``exp_avg`` is coded as Adam's step (the
+#: default where its ``exp_avg_sq`` is kept) its budget is :data:`STEP_EXP_AVG_BUDGET` instead.
 DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
 #: ``exp_avg``'s default where both moments of a pruned element restart (by default where the
 #: optimizer's ``beta2`` is at most :data:`JOINT_RESTART_BETA2`): session 15's 0.665. There the
@@ -98,8 +103,12 @@ DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
 #: GPT under betas 0.9/0.95 it was within noise (-0.02% [-0.12, +0.16], floor 0.23%) and the
 #: halved budget was not (-0.10% [-0.33, +0.09]), at 2/3 of the ratio.
 RESTART_EXP_AVG_BUDGET = 0.665
-#: ``exp_avg``'s default where it is coded as Adam's step ``m / sqrt(v^)`` (``step_coding``):
-#: relative to the step's norm. PROVISIONAL, set by the fidelity probes.
+#: ``exp_avg``'s default where it is coded as Adam's step ``m / sqrt(v^)`` (``step_coding``),
+#: relative to the step's norm. Measured in the fidelity matrix (docs/BENCHMARKS.md §5, 3 seeds):
+#: within noise where the step coding applies, at 20-58% fewer bytes and a smaller gap than the
+#: moment coded as itself at 0.3325 (the 10.75M GPT 63.5x at -0.22%, MiniLM 51.7x at +0.30%
+#: against a 0.86% floor, LoRA 1186x at +0.10%); at 0.9975 the MiniLM fine-tune was outside
+#: (+1.12%, 77.5x).
 STEP_EXP_AVG_BUDGET = 0.665
 #: The weight budget must stay below this. The budget is relative to the update training made
 #: since the base, estimated as ``|r|^2 - |e|^2`` when the update against the decoded base ``r``
