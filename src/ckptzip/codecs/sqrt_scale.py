@@ -9,7 +9,8 @@ the elements whose *steps* are largest, where pruning ``m`` itself keeps those w
 gradients and drops, at every checkpoint, the elements of rarely-seen rows whose steps are as
 large.
 
-Encoding: ``x / sqrt(s)`` in float64 where ``s`` (the sibling) is positive, 0 where ``x`` is zero.
+Encoding: ``x / sqrt(s)`` computed in float64 (rounded to ``x``'s precision, at least float32)
+where ``s`` (the sibling) is positive, 0 where ``x`` is zero.
 An element with a non-zero ``x`` over an ``s`` that is zero, negative or not finite has no such
 quotient: the encoder refuses it (:func:`step_quotients` gives None, for a policy to code the
 tensor another way). Decoding: ``u * sqrt(s)`` in float64, rounded once to ``dtype`` (IEEE
@@ -33,11 +34,13 @@ from .support import MAX_LEAF_INDEX
 
 
 def step_quotients(tensor: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
-    """``tensor / sqrt(scale)`` in float64, 0 where ``tensor`` is zero (``scale`` of its shape,
-    on its device), or None where an element has no quotient: a non-zero element over a
-    ``scale`` element that is zero, negative or not finite."""
+    """``tensor / sqrt(scale)`` computed in float64 and rounded once to ``tensor``'s float dtype
+    (at least float32), 0 where ``tensor`` is zero (``scale`` of its shape, on its device), or
+    None where an element has no quotient: a non-zero element over a ``scale`` element that is
+    zero, negative or not finite. In float32, not float64, for the search after it: half the
+    memory and a faster sort, at an error of 2^-24 of each step."""
     if _host_float32(tensor, scale):  # one native pass, the same arithmetic
-        steps = hostpath.empty(tensor.shape, torch.float64)
+        steps = hostpath.empty(tensor.shape, torch.float32)
         has_steps = _native.step_quotients(tensor.contiguous().reshape(-1).numpy(),
                                            scale.contiguous().reshape(-1).numpy(),
                                            steps.reshape(-1).numpy())
@@ -45,10 +48,11 @@ def step_quotients(tensor: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | 
     usable = torch.isfinite(scale) & (scale > 0)
     if bool(((tensor != 0) & ~usable).any()):
         return None
-    out = torch.empty(tensor.shape, dtype=torch.float64, device=tensor.device)
+    dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    out = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
 
     def quotient(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return torch.where(t == 0, 0.0, t.double() / _sqrt(s.double().clamp_min(1e-300)))
+        return torch.where(t == 0, 0.0, t.double() / _sqrt(s.double().clamp_min(1e-300))).to(dtype)
 
     return hostpath.in_pieces(quotient, out, tensor.contiguous(), scale.contiguous())
 

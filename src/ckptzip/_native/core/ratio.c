@@ -32,15 +32,15 @@ int ckz_ratio_restore(const void *r, size_t elem_size, const float *base, size_t
     return 0;
 }
 
-int ckz_step_quotients(const float *x, const float *scale, size_t n, double *out) {
+int ckz_step_quotients(const float *x, const float *scale, size_t n, float *out) {
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         const float s = scale[i];
         if (x[i] != 0.0f) {
             bad |= !(isfinite(s) && s > 0.0f);
-            out[i] = (double)x[i] / sqrt((double)s);
+            out[i] = (float)((double)x[i] / sqrt((double)s));
         } else {
-            out[i] = 0.0;
+            out[i] = 0.0f;
         }
     }
     return bad ? -1 : 0;

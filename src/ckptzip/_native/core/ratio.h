@@ -17,10 +17,11 @@ int ckz_base_ratios(const float *x, const float *base, size_t n, double *out);
  * for n ratios of elem_size 4 (float) or 8 (double). Returns 0, or -1 for a bad elem_size. */
 int ckz_ratio_restore(const void *r, size_t elem_size, const float *base, size_t n, float *out);
 
-/* Adam's step for the sqrt-scale stage: out[i] = (double)x[i] / sqrt((double)scale[i]) where x[i]
- * is non-zero, 0 where it is zero. Returns 0, or -1 where a non-zero x[i] has a scale that is
- * zero, negative or not finite (no step; out is then meaningless). */
-int ckz_step_quotients(const float *x, const float *scale, size_t n, double *out);
+/* Adam's step for the sqrt-scale stage: out[i] = (float)((double)x[i] / sqrt((double)scale[i]))
+ * where x[i] is non-zero (the quotient in double, rounded once), 0 where it is zero. Returns 0,
+ * or -1 where a non-zero x[i] has a scale that is zero, negative or not finite (no step; out is
+ * then meaningless). */
+int ckz_step_quotients(const float *x, const float *scale, size_t n, float *out);
 
 /* The inverse: out[i] = (float)((double)u[i] * sqrt((double)scale[i])), and +0.0 where u[i] is
  * zero, for n steps of elem_size 4 (float) or 8 (double). Returns 0, -1 for a bad elem_size, or

@@ -1020,9 +1020,9 @@ static PyObject *py_ratio_restore(PyObject *self, PyObject *args, PyObject *kw) 
 
 PyDoc_STRVAR(step_quotients_doc,
              "step_quotients(x, scale, dst) -> bool\n\n"
-             "dst (float64) = x / sqrt(scale) (float32 each) in float64 where x is non-zero, 0\n"
-             "where it is zero. False where a non-zero x has a scale that is zero, negative or\n"
-             "not finite (no step; dst is then meaningless).");
+             "dst (float32) = x / sqrt(scale) (float32 each) computed in float64 and rounded once\n"
+             "where x is non-zero, 0 where it is zero. False where a non-zero x has a scale that\n"
+             "is zero, negative or not finite (no step; dst is then meaningless).");
 static PyObject *py_step_quotients(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"x", "scale", "dst", NULL};
@@ -1036,10 +1036,9 @@ static PyObject *py_step_quotients(PyObject *self, PyObject *args, PyObject *kw)
     if (get_buffers(objs, v, writable, names, 3)) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = float32_count(v[0].len, -1, "x");
-    if (n >= 0 && float32_count(v[1].len, n, "scale") >= 0) {
-        if (v[2].len != 8 * n)
-            PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, not %zd float64 values", v[2].len, n);
-        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
+    if (n >= 0 && float32_count(v[1].len, n, "scale") >= 0
+        && float32_count(v[2].len, n, "dst") >= 0) {
+        if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
             PyErr_SetString(PyExc_ValueError, "dst overlaps x or scale");
         else {
             int status;
