@@ -649,7 +649,7 @@ def coding(arm: dict[str, Any]) -> str:
 def _variant(arm: dict[str, Any]) -> str:
     """How an adaptive arm differs from its budget's scale: the ratio or step coding, and its
     own exp_avg_sq budget."""
-    if arm["knob"] == "default" or coding(arm) == "value":
+    if arm["mode"] != "adaptive" or arm["knob"] == "default" or coding(arm) == "value":
         return ""
     if coding(arm) == "step":
         return ", step_coding"
