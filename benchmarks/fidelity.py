@@ -651,8 +651,11 @@ def _variant(arm: dict[str, Any]) -> str:
     own exp_avg_sq budget."""
     if arm["mode"] != "adaptive" or arm["knob"] == "default" or coding(arm) == "value":
         return ""
-    if coding(arm) == "step":
-        return ", step_coding"
+    if coding(arm) == "step":  # and any state's budget off the default's scaled by the knob
+        budget = arm["options"].get("error_budget", {})
+        scaled = {k: v * float(arm["knob"]) for k, v in STEP_BUDGET.items()}
+        return ", step_coding" + "".join(f", {k} {budget[k]:g}" for k in scaled
+                                         if k in budget and abs(budget[k] - scaled[k]) > 1e-9)
     v = arm["options"].get("error_budget", {}).get("exp_avg_sq")
     scaled = adaptive_budget(arm["knob"])["exp_avg_sq"]
     return ", ratio_coding" + (f", exp_avg_sq {v:g}" if v is not None and abs(v - scaled) > 1e-9
