@@ -30,6 +30,13 @@ def native(*tensors: torch.Tensor) -> bool:
     return not _torch_ops_only and all(tensor.is_cpu for tensor in tensors)
 
 
+def native_float32(*tensors: torch.Tensor) -> bool:
+    """:func:`native` for element-wise passes over float32 arrays of one element count (the
+    moments' passes: base ratios, Adam's steps)."""
+    return (native(*tensors) and all(t.dtype == torch.float32 for t in tensors)
+            and len({t.numel() for t in tensors}) == 1)
+
+
 def native_device(device: torch.device) -> bool:
     """:func:`native` for tensors to be made on ``device``."""
     return not _torch_ops_only and device.type == "cpu"

@@ -23,7 +23,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import native, native_float32
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -31,7 +31,7 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
     """``tensor / base`` in float64, 0 where ``tensor`` is zero (``base`` of its shape, on its
     device), or None where an element has no ratio: a non-zero element over a base element that
     is zero, negative or not finite."""
-    if _host_float32(tensor, base):  # one native pass, the same arithmetic
+    if native_float32(tensor, base):  # one native pass, the same arithmetic
         ratios = hostpath.empty(tensor.shape, torch.float64)
         has_ratios = _native.base_ratios(tensor.contiguous().reshape(-1).numpy(),
                                      base.contiguous().reshape(-1).numpy(), ratios.reshape(-1).numpy())
@@ -42,12 +42,6 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor) -> torch.Tensor | None
     ratios = torch.empty(tensor.shape, dtype=torch.float64, device=tensor.device)
     return hostpath.in_pieces(lambda t, b: torch.where(t == 0, 0.0, t.double() / b.double()),
                               ratios, tensor, base)
-
-
-def _host_float32(*tensors: torch.Tensor) -> bool:
-    """Whether the native passes take these: float32 on the host, of one element count."""
-    return (native(*tensors) and all(t.dtype == torch.float32 for t in tensors)
-            and len({t.numel() for t in tensors}) == 1)
 
 
 @register
@@ -77,7 +71,7 @@ class BaseRatio(TensorToTensor):
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         base = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
-        if (self.dtype.torch_dtype == torch.float32 and _host_float32(base)
+        if (self.dtype.torch_dtype == torch.float32 and native_float32(base)
                 and native(tensor) and tensor.dtype in (torch.float32, torch.float64)
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()

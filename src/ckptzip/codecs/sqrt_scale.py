@@ -28,7 +28,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import native, native_float32
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
@@ -39,7 +39,7 @@ def step_quotients(tensor: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | 
     None where an element has no quotient: a non-zero element over a ``scale`` element that is
     zero, negative or not finite. In float32, not float64, for the search after it: half the
     memory and a faster sort, at an error of 2^-24 of each step."""
-    if _host_float32(tensor, scale):  # one native pass, the same arithmetic
+    if native_float32(tensor, scale):  # one native pass, the same arithmetic
         steps = hostpath.empty(tensor.shape, torch.float32)
         has_steps = _native.step_quotients(tensor.contiguous().reshape(-1).numpy(),
                                            scale.contiguous().reshape(-1).numpy(),
@@ -64,12 +64,6 @@ def _sqrt(values: torch.Tensor) -> torch.Tensor:
     if values.is_cpu:
         return torch.from_numpy(np.sqrt(values.contiguous().numpy()))
     return values.sqrt()
-
-
-def _host_float32(*tensors: torch.Tensor) -> bool:
-    """Whether the native passes take these: float32 on the host, of one element count."""
-    return (native(*tensors) and all(t.dtype == torch.float32 for t in tensors)
-            and len({t.numel() for t in tensors}) == 1)
 
 
 @register
@@ -125,7 +119,7 @@ class SqrtScale(TensorToTensor):
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         scale = self._scale(tensor, context)
-        if (self.dtype.torch_dtype == torch.float32 and _host_float32(scale) and native(tensor)
+        if (self.dtype.torch_dtype == torch.float32 and native_float32(scale) and native(tensor)
                 and tensor.dtype in (torch.float32, torch.float64)):
             steps = tensor.contiguous()
             out = hostpath.empty(tensor.shape, torch.float32)
