@@ -105,7 +105,7 @@ DEFAULT_BUDGET = {"weight": 0.75, "exp_avg": 0.3325, "exp_avg_sq": 0.4}
 RESTART_EXP_AVG_BUDGET = 0.665
 #: ``exp_avg``'s default where it is coded as Adam's step ``m / sqrt(v^)`` (``step_coding``),
 #: relative to the step's norm. Measured in the fidelity matrix (docs/BENCHMARKS.md §5, 3 seeds):
-#: within noise where the step coding applies, at 20-58% fewer bytes and a smaller gap than the
+#: within noise where the step coding applies, at 12-37% fewer bytes and a smaller gap than the
 #: moment coded as itself at 0.3325 (the 10.75M GPT 63.5x at -0.21%, MiniLM 51.7x at +0.30%
 #: against a 0.86% floor, LoRA 1186x at +0.10%); at 0.9975 the MiniLM fine-tune was outside
 #: (+1.12%, 77.5x).
