@@ -672,11 +672,11 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
     floor = s["noise_floor_pct"]
     for ax, mode in zip(axes, MODES):
         points = [a for a in s["arms"].values() if a["mode"] == mode]
-        # adaptive: the value-coded budget curve (a line), the ratio coding's points (squares)
-        # and the step coding's, the default's coding (triangles, a line through the default)
-        sweep = [a for a in points if mode == "adaptive" and a["knob"] != "default"]
-        variants = [a for a in sweep if coding(a) == "ratio"]
-        steps = sorted((a for a in sweep if coding(a) == "step"),
+        # adaptive: the value-coded budget curve (a line); off it, as squares, its default and
+        # the ratio coding's points; the step coding's points (triangles, a line of their own)
+        adaptive = [a for a in points if mode == "adaptive"]
+        variants = [a for a in adaptive if a["knob"] == "default" or coding(a) == "ratio"]
+        steps = sorted((a for a in adaptive if a not in variants and coding(a) == "step"),
                        key=lambda a: a["full_state_ratio"])
         points = sorted((a for a in points if a not in variants and a not in steps),
                         key=lambda a: a["full_state_ratio"])
