@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ckptzip
-from tests.golden.make_golden import golden_files, golden_state
+from tests.golden.make_golden import EARLIER_WRITERS, golden_files, golden_state, plain_header
 
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.ckz"))
 
@@ -55,12 +55,27 @@ def test_current_writer_round_trips_the_golden_state() -> None:
 
 
 def test_generator_writes_the_committed_files_byte_for_byte() -> None:
-    """tests/golden/make_golden.py reproduces every committed golden file, so each one has a
-    known origin (a difference means the writer's output moved: add files, never rewrite)."""
+    """tests/golden/make_golden.py reproduces every committed golden file of today's writer, so
+    each one has a known origin (a difference means the writer's output moved: add files, never
+    rewrite); the earlier writers' files are all still there."""
     written = golden_files()
-    assert sorted(written) == [p.name for p in GOLDEN]
-    for path in GOLDEN:
-        assert written[path.name] == path.read_bytes(), path.name
+    assert sorted([*written, *EARLIER_WRITERS]) == [p.name for p in GOLDEN]
+    for name, blob in written.items():
+        assert blob == (GOLDEN[0].parent / name).read_bytes(), name
+
+
+def test_earlier_writers_files_differ_from_todays_only_in_their_coding() -> None:
+    """The plain-header file is the deflated one with its header re-stored (the form files had
+    then), and today's writer codes the same state into another data section: the small
+    segments' rANS layout (docs/STREAMS.md) is the only change."""
+    here = GOLDEN[0].parent
+    earlier = (here / "v1.0-lossless.ckz").read_bytes()
+    assert plain_header(earlier) == (here / "v1.0-lossless-plain-header.ckz").read_bytes()
+    assert len((here / "v1.0-lossless-small-rans.ckz").read_bytes()) < len(earlier)
+    with ckptzip.open(here / "v1.0-lossless-small-rans.ckz") as now, \
+            ckptzip.open(here / "v1.0-lossless.ckz") as then:
+        assert [(leaf.shape, leaf.dtype) for leaf in now.leaves] == \
+            [(leaf.shape, leaf.dtype) for leaf in then.leaves]
 
 
 LOSSY_GOLDEN = sorted((Path(__file__).parent / "golden" / "lossy").glob("v1.0-*[!e].ckz"))

@@ -253,7 +253,8 @@ def test_decode_argument_errors() -> None:
 # ---- rANS segments ------------------------------------------------------------------------------
 
 # A mode-3 (4-stream rANS) segment as the encoder wrote it before RANS32 replaced it: 3000 symbols
-# of legacy_rans_data().  The decoder keeps reading such streams.
+# of legacy_rans_data().  The decoder keeps reading such streams, and small segments are written
+# in this layout again (N.RANS_SMALL_LIMIT): the encoder must reproduce it to the byte.
 LEGACY_RANS_STREAM = bytes.fromhex(
     "01b8170103970200074d58810174000000e61c4e3a40d28590002b6e44a9498b20ee7e41ab8af39c479b15c7"
     "823118d6111fe490fbc602c53cd3fa37302b3ba8dd386830ab44334bfbee2e3b640f50b0156debf46a7c385b"
@@ -279,11 +280,73 @@ def test_legacy_rans_stream_decodes() -> None:
     out = bytearray(3000)
     N.decode(LEGACY_RANS_STREAM, out)
     assert bytes(out) == legacy_rans_data()
-    enc = roundtrip(legacy_rans_data())
-    assert enc[4] == 4  # written as RANS32 now
+    assert roundtrip(legacy_rans_data()) == LEGACY_RANS_STREAM  # the same encoder, to the byte
     for cut in range(len(LEGACY_RANS_STREAM)):
         with pytest.raises(ValueError):
             N.decode(LEGACY_RANS_STREAM[:cut], bytearray(3000))
+
+
+def segment_modes(enc: bytes) -> list[int]:
+    """The segment modes of a format-1 stream (its header: format, n, S, then each segment's mode
+    and value byte or body length)."""
+    def varint(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = enc[pos]
+            value |= (byte & 0x7F) << shift
+            pos, shift = pos + 1, shift + 7
+            if not byte & 0x80:
+                return value, pos
+    _, pos = varint(1)
+    count, pos = varint(pos)
+    modes = []
+    for _ in range(count):
+        modes.append(enc[pos])
+        pos += 1
+        if modes[-1] == 1:
+            pos += 1
+        elif modes[-1] >= 2:
+            _, pos = varint(pos)
+    return modes
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 100, 3072, 4095, 4096, 65_536])
+def test_small_segments_take_the_four_stream_layout(n: int) -> None:
+    """A low-entropy segment of fewer than 4096 symbols is written as RANS (16 bytes of states,
+    some quarters empty when n < 4), a longer one as RANS32 (128): the small layout must pay for
+    itself against RANS32's, which the stream without it would have been."""
+    assert N.RANS_SMALL_LIMIT == 4096
+    rng = np.random.default_rng(n)
+    data = np.where(rng.random(n) < 0.75, 0, rng.integers(1, 4, n)).astype(np.uint8)
+    data[: min(n, 2)] = [0, 1][: min(n, 2)]
+    enc = roundtrip(data.tobytes())
+    modes = segment_modes(enc)
+    if n >= 3072:  # at 4096 Huffman beats RANS32's 128 state bytes; at 65536 RANS32 wins
+        assert modes == [3 if n < N.RANS_SMALL_LIMIT else 2 if n == 4096 else 4]
+    if modes == [3]:
+        counts = np.bincount(data, minlength=4)
+        entropy = sum(-c * np.log2(c / n) for c in counts if c) / 8
+        assert len(enc) < entropy + 40  # RANS32 alone spends 128 bytes on its states
+    for segments in (2, 4):  # several small segments, each with its own layout
+        cut = n - n % segments
+        roundtrip(data[:cut].tobytes(), segments)
+
+
+def test_small_segments_round_trip_whatever_their_statistics() -> None:
+    """Random small segments (2 to 40 symbols of any skew, anywhere in the byte range, 1 to 4
+    segments) decode to what was coded, and the RANS layout comes up among them."""
+    rng = np.random.default_rng(23)
+    modes: set[int] = set()
+    for _ in range(400):
+        n = int(rng.integers(0, 2 * N.RANS_SMALL_LIMIT))
+        k = int(rng.integers(2, 41))
+        p = rng.dirichlet(np.full(k, float(rng.choice([0.1, 0.5, 2.0]))))
+        data = (rng.choice(k, size=n, p=p) + int(rng.integers(0, 256 - k))).astype(np.uint8)
+        segments = int(rng.choice([1, 2, 4]))
+        enc = roundtrip(data[: n - n % segments].tobytes(), segments)
+        if n >= segments:
+            modes.update(segment_modes(enc))
+    assert {3, 4} <= modes
 
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 65_536, 300_001])
@@ -294,8 +357,8 @@ def test_rans32_lanes_and_tails(n: int) -> None:
     data = np.where(rng.random(n) < 0.998, 9, rng.integers(0, 3, n)).astype(np.uint8)
     data[: min(n, 2)] = [0, 1][: min(n, 2)]
     enc = roundtrip(data.tobytes())
-    if n >= 65_536:  # the only segment is RANS32 (short ones favour HUFF: 128 state bytes)
-        assert enc[1 + (n.bit_length() + 6) // 7 + 1] == 4
+    if n >= 65_536:  # the only segment is RANS32 (short ones take RANS or HUFF: fewer state bytes)
+        assert segment_modes(enc) == [4]
 
 
 # ---- context-bucketed planes (encode_planes_ctx) -------------------------------------------------

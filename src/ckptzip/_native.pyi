@@ -5,6 +5,7 @@ from typing import Any
 MAX_ELEM_SIZE: int
 STREAM_FORMAT: int
 CTX_STREAM_FORMAT: int
+RANS_SMALL_LIMIT: int
 
 def crc32c(data: Any, value: int = 0) -> int: ...
 def byte_histogram(data: Any) -> tuple[tuple[int, ...], ...]: ...

@@ -109,8 +109,11 @@ def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
         whole = max(chunk_bytes, min(leaf.nbytes, UNCHANGED_CHUNK_BYTES) // width * width)
         return LeafPlan(leaf, deltas[0], whole, [], base_raw=base_raw, extra=extra)
     candidates = [dense, *deltas]
+    # A sample's byte planes get at least RANS_SMALL_LIMIT elements: shorter segments may take a
+    # layout with fewer state bytes than the tensor's full chunks can, which would bias the trial.
+    least = _native.RANS_SMALL_LIMIT * width
     for trial_bytes in (QUICK_TRIAL_BYTES, TRIAL_BYTES):
-        size = min(len(raw), max(width, trial_bytes // width * width))
+        size = min(len(raw), max(least, trial_bytes // width * width))
         start = (len(raw) - size) // 2 // width * width
         sample, base_sample = raw[start : start + size], base_raw[start : start + size]
         scores = sorted(

@@ -2,10 +2,11 @@
  * whole-bit codes waste too much: low-entropy planes whose top symbol has probability near or
  * above 1/2.  Frequencies are normalized to sum 2^CKZ_RANS_PROB_BITS.
  *
- * Two layouts.  RANS (segment mode 3, decoded only: streams written before RANS32) has the stream
- * layout of a HUFF segment (huff.h): a segment's n symbols are cut into CKZ_HIST_QUARTERS
- * quarters (ckz_quarter_count, hist.h), quarter k coded into its own stream.  RANS32 (mode 4, written now)
- * interleaves CKZ_RANS32_LANES states in one stream, for a vectorized decoder.
+ * Two layouts.  RANS (segment mode 3, written for small segments) has the stream layout of a
+ * HUFF segment (huff.h): a segment's n symbols are cut into CKZ_HIST_QUARTERS quarters
+ * (ckz_quarter_count, hist.h), quarter k coded into its own stream, 16 bytes of states in all.
+ * RANS32 (mode 4, the larger segments) interleaves CKZ_RANS32_LANES states in one stream, for a
+ * vectorized decoder, at 128 bytes of states.
  */
 #ifndef CKZ_RANS_H
 #define CKZ_RANS_H
@@ -47,6 +48,17 @@ int ckz_rans_read_table(const uint8_t *in, size_t avail, uint16_t freq[256], siz
  * state returns to its initial value. */
 int ckz_rans_decode(const uint16_t freq[256], const uint8_t *const in[CKZ_HIST_QUARTERS],
                     const size_t size[CKZ_HIST_QUARTERS], uint8_t *out, size_t n, ckz_err *err);
+
+/* Scratch for ckz_rans_encode of n symbols: each quarter's state and at most one word per symbol
+ * (no more than ckz_rans32_scratch_size(n), so a RANS32 scratch serves both). */
+static inline size_t ckz_rans_scratch_size(size_t n) { return 4 * CKZ_HIST_QUARTERS + 2 * n; }
+
+/* Codes src[0..n) with the normalized frequencies freq as a RANS segment's four quarter streams,
+ * written backwards into the end of scratch (ckz_rans_scratch_size(n) bytes): stream k is
+ * size[k] bytes at start[k], and the four lie back to back (start[k + 1] == start[k] + size[k]).
+ * Written for small segments, where RANS32's 128 bytes of states outweigh its decode speed. */
+void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
+                     const uint8_t *start[CKZ_HIST_QUARTERS], size_t size[CKZ_HIST_QUARTERS]);
 
 /* ---- 32-lane interleaved rANS (segment mode RANS32) ----------------------------------------
  * Same states, renormalization and table as above, but CKZ_RANS32_LANES states share one word

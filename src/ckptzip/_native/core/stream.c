@@ -5,8 +5,8 @@
  *     RAW: nothing (body = the n/segments bytes)   CONST: u8 value (no body)
  *     HUFF, RANS, RANS32: varint body length
  * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
- * RANS32 body = table | 32 u32 states | words.  RANS is decoded only (streams written before
- * RANS32).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the same
+ * RANS32 body = table | 32 u32 states | words.  RANS is written for small segments only
+ * (CKZ_RANS_SMALL_LIMIT).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the same
  * segments, self-delimiting.
  * The decoder checks every field against the bytes actually present before using it.
  */
@@ -73,7 +73,7 @@ typedef struct {
     uint8_t len[256];                /* HUFF: code lengths */
     uint16_t freq[256];              /* RANS: normalized frequencies */
     size_t size[CKZ_HUF_STREAMS];    /* HUFF, RANS: bytes of each stream */
-    const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS32: start[0] is the stream, inside scratch */
+    const uint8_t *start[CKZ_HUF_STREAMS]; /* RANS, RANS32: the streams, inside scratch */
     size_t body;                     /* bytes this segment contributes after the header */
 } seg_plan;
 
@@ -88,10 +88,12 @@ static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
     return body;
 }
 
-/* Replaces a HUFF plan by RANS32 when that pays (see RANS_TRY_PCT).  The choice uses the exact
- * code length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final
- * states, so a rejected trial costs no coding; the real body differs from the estimate by the
- * states' fractional bits only.  On allocation failure the segment simply stays HUFF. */
+/* Replaces a HUFF plan by rANS when that pays (see RANS_TRY_PCT): RANS32, or for a segment of
+ * fewer than CKZ_RANS_SMALL_LIMIT symbols whichever layout is smaller.  The choice uses the exact code
+ * length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final states,
+ * so a rejected trial costs no coding; the real body differs from the estimate by the states'
+ * fractional bits only (and a RANS body's stream sizes, checked after coding).  On allocation
+ * failure the segment simply stays HUFF. */
 static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p,
                      uint8_t *scratch) {
     double entropy_bits = 0, huff_bits = 0;
@@ -106,17 +108,32 @@ static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_
     double rans_bits = 0;
     for (unsigned v = 0; v < 256; v++)
         if (total[v]) rans_bits += (double)total[v] * log2((double)CKZ_RANS_PROB_SCALE / freq[v]);
-    double estimate = (double)ckz_rans_table_size(freq) + rans_bits / 8 + CKZ_RANS32_STATE_BYTES;
+    double coded = (double)ckz_rans_table_size(freq) + rans_bits / 8;
+    /* RANS: four 4-byte states and three stream sizes (under 2^14: at most 2 varint bytes each) */
+    int small = m < CKZ_RANS_SMALL_LIMIT;
+    double estimate = coded + (small ? 4 * CKZ_HUF_STREAMS + 6 : CKZ_RANS32_STATE_BYTES);
     if (estimate * 100 >= (double)p->body * (100 - RANS_KEEP_PCT)) return;
     if (!scratch) return; /* no memory for it: Huffman stays */
-    const uint8_t *start;
-    size_t size;
-    ckz_rans32_encode(s, m, freq, scratch, &start, &size);
-    p->mode = CKZ_MODE_RANS32;
-    p->body = ckz_rans_table_size(freq) + size;
+    size_t table = ckz_rans_table_size(freq);
+    if (small) {
+        const uint8_t *start[CKZ_HUF_STREAMS];
+        size_t size[CKZ_HUF_STREAMS];
+        ckz_rans_encode(s, m, freq, scratch, start, size);
+        size_t body = streams_body(table, size);
+        if (body >= p->body) return;
+        p->mode = CKZ_MODE_RANS;
+        p->body = body;
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) p->start[k] = start[k], p->size[k] = size[k];
+    } else {
+        const uint8_t *start;
+        size_t size;
+        ckz_rans32_encode(s, m, freq, scratch, &start, &size);
+        p->mode = CKZ_MODE_RANS32;
+        p->body = table + size;
+        p->start[0] = start;
+        p->size[0] = size;
+    }
     memcpy(p->freq, freq, sizeof freq);
-    p->start[0] = start;
-    p->size[0] = size;
 }
 
 /* rans_scratch: ckz_rans32_scratch_size(m) bytes for a RANS32 body, or NULL. */
@@ -168,6 +185,13 @@ static size_t write_body(const uint8_t *s, size_t m, const seg_plan *p, uint8_t 
         for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
         ckz_huf_encode(s, m, p->len, p->size, o);
         for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) o += p->size[k];
+    } else if (p->mode == CKZ_MODE_RANS) { /* the streams lie back to back from start[0] */
+        o += ckz_rans_write_table(p->freq, o);
+        for (unsigned k = 0; k + 1 < CKZ_HUF_STREAMS; k++) o += ckz_put_varint(o, p->size[k]);
+        size_t streams = 0;
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) streams += p->size[k];
+        memcpy(o, p->start[0], streams);
+        o += streams;
     } else if (p->mode == CKZ_MODE_RANS32) {
         o += ckz_rans_write_table(p->freq, o);
         memcpy(o, p->start[0], p->size[0]);

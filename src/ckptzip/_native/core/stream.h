@@ -22,6 +22,14 @@
 #define CKZ_CODED_NUM 19
 #define CKZ_CODED_DEN 20
 
+/* A rANS segment of fewer than CKZ_RANS_SMALL_LIMIT symbols takes the four-stream RANS layout
+ * (mode 3) instead of RANS32 when that is smaller: its 16 bytes of states against 128 are 5-25 %
+ * of a small low-entropy segment (a LoRA adapter's quantized codes, a bias's byte planes), and
+ * its scalar decode costs microseconds there.  A writer that sizes candidate codings on a sample
+ * of a larger tensor gives the sample's segments at least this many symbols, so that it prices
+ * them as the tensor's full chunks will be coded (planning.py). */
+#define CKZ_RANS_SMALL_LIMIT 4096
+
 enum {
     CKZ_MODE_RAW = 0,
     CKZ_MODE_CONST = 1,

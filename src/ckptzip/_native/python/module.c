@@ -2016,6 +2016,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddIntConstant(m, "MAX_ELEM_SIZE", CKZ_MAX_ELEM_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "STREAM_FORMAT", CKZ_STREAM_FORMAT) < 0 ||
         PyModule_AddIntConstant(m, "CTX_STREAM_FORMAT", CKZ_CTX_FORMAT) < 0 ||
+        PyModule_AddIntConstant(m, "RANS_SMALL_LIMIT", CKZ_RANS_SMALL_LIMIT) < 0 ||
         ckz_add_memory_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
