@@ -188,12 +188,15 @@ STEP_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep",
                            ("error_budget", {k: v * scale for k, v in STEP_BUDGET.items()})),
                           RATIO_SETUPS)
                   for name, scale in (("adaptive-step-x1.5", 1.5), ("adaptive-step-x2", 2.0)))
-#: The step coding with only the weights' budget at 1.5x (1.125): on MiniLM and LoRA the first
-#: moment's budget is what moves the gap (session 22's probes, docs/journal).
-STEP_ARMS += (ArmSpec("adaptive-step-w1.5", "adaptive", 1.0, "sweep",
-                      (("step_coding", True),
-                       ("error_budget", {**STEP_BUDGET, "weight": 1.5 * STEP_BUDGET["weight"]})),
-                      RATIO_SETUPS),)
+#: The step coding with only the weights' budget at 1.5x (1.125) and 2.5x (1.875, near
+#: MAX_WEIGHT_BUDGET): on MiniLM and LoRA the first moment's budget is what moves the gap (session
+#: 22's probes), and the weights' barely does (session 23's, docs/journal).
+STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{scale:g}", "adaptive", 1.0, "sweep",
+                           (("step_coding", True),
+                            ("error_budget", {**STEP_BUDGET,
+                                              "weight": scale * STEP_BUDGET["weight"]})),
+                           RATIO_SETUPS)
+                   for scale in (1.5, 2.5))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
