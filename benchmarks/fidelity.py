@@ -197,6 +197,13 @@ STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{scale:g}", "adaptive", 1.0, "sweep"
                                               "weight": scale * STEP_BUDGET["weight"]})),
                            RATIO_SETUPS)
                    for scale in (1.5, 2.5))
+#: The weights at 2.5x and the step at 1.25x (0.83): on LoRA within noise at 2.2x the best ExCP
+#: point's ratio (session 23's probe).
+STEP_ARMS += (ArmSpec("adaptive-step-w2.5-m1.25", "adaptive", 1.0, "sweep",
+                      (("step_coding", True),
+                       ("error_budget", {**STEP_BUDGET, "weight": 2.5 * STEP_BUDGET["weight"],
+                                         "exp_avg": 1.25 * STEP_BUDGET["exp_avg"]})),
+                      RATIO_SETUPS),)
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
