@@ -6,8 +6,8 @@
  *     HUFF, RANS, RANS32: varint body length
  * HUFF/RANS body = table | varint size of streams 0..2 | streams 0..3 (stream 3 takes the rest).
  * RANS32 body = table | 32 u32 states | words.  RANS is written for small segments only
- * (CKZ_RANS_SMALL_LIMIT).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the same
- * segments, self-delimiting.
+ * (CKZ_RANS_SMALL_LIMIT).  ckz_put_segment/ckz_get_segment give the context coder (format 2) the
+ * same segments, self-delimiting.
  * The decoder checks every field against the bytes actually present before using it.
  */
 #include "stream.h"
@@ -89,11 +89,11 @@ static size_t streams_body(size_t table, const size_t size[CKZ_HUF_STREAMS]) {
 }
 
 /* Replaces a HUFF plan by rANS when that pays (see RANS_TRY_PCT): RANS32, or for a segment of
- * fewer than CKZ_RANS_SMALL_LIMIT symbols whichever layout is smaller.  The choice uses the exact code
- * length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final states,
- * so a rejected trial costs no coding; the real body differs from the estimate by the states'
- * fractional bits only (and a RANS body's stream sizes, checked after coding).  On allocation
- * failure the segment simply stays HUFF. */
+ * fewer than CKZ_RANS_SMALL_LIMIT symbols the four-stream RANS layout.  The choice uses the exact
+ * code length of the normalized frequencies (sum of count * log2(SCALE / freq)) plus the final
+ * states, so a rejected trial costs no coding; the real body differs from the estimate by the
+ * states' fractional bits only (and a RANS body's stream sizes, checked after coding).  On
+ * allocation failure the segment simply stays HUFF. */
 static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_plan *p,
                      uint8_t *scratch) {
     double entropy_bits = 0, huff_bits = 0;
@@ -123,7 +123,10 @@ static void try_rans(const uint8_t *s, size_t m, const uint64_t total[256], seg_
         if (body >= p->body) return;
         p->mode = CKZ_MODE_RANS;
         p->body = body;
-        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) p->start[k] = start[k], p->size[k] = size[k];
+        for (unsigned k = 0; k < CKZ_HUF_STREAMS; k++) {
+            p->start[k] = start[k];
+            p->size[k] = size[k];
+        }
     } else {
         const uint8_t *start;
         size_t size;
