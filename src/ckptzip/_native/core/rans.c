@@ -704,24 +704,25 @@ static size_t vector_symbols(size_t rounds) {
 
 void ckz_rans_encode(const uint8_t *src, size_t n, const uint16_t freq[256], uint8_t *scratch,
                      const uint8_t *start[CKZ_HIST_QUARTERS], size_t size[CKZ_HIST_QUARTERS]) {
-    uint32_t cum[256], c = 0;
-    for (unsigned s = 0; s < 256; s++) cum[s] = c, c += freq[s];
+    uint32_t fc[256];
+    enc_fill(freq, fc, NULL);
     /* Quarter 3 first, each backwards from where the next one starts: the decoder reads a
-     * quarter's words forwards in symbol order, and the streams end up back to back.  Plain
-     * division: these segments are small. */
+     * quarter's words forwards in symbol order, and the streams end up back to back.  The step
+     * is the bucketed encoder's scalar one (plain division: these segments are small). */
     uint8_t *p = scratch + ckz_rans_scratch_size(n);
     for (unsigned k = CKZ_HIST_QUARTERS; k-- > 0;) {
         const uint8_t *q = src + ckz_quarter_start(n, k), *end = p;
         uint32_t x = L;
         for (size_t j = ckz_quarter_count(n, k); j-- > 0;) {
-            uint32_t f = freq[q[j]];
-            if (x >= ((L >> PROB_BITS) << 16) * f) { /* a word out keeps x < 2^32 below */
+            uint32_t e = fc[q[j]], f = e & 0xfff;
+            if (x >= f << 20) { /* x_max: a word out keeps x < 2^32 below */
                 p -= 2;
                 p[0] = (uint8_t)x;
                 p[1] = (uint8_t)(x >> 8);
                 x >>= 16;
             }
-            x = ((x / f) << PROB_BITS) + x % f + cum[q[j]];
+            uint32_t quot = x / f;
+            x = (quot << PROB_BITS) + (x - quot * f) + (e >> 12);
         }
         p -= 4;
         ckz_store32(p, x);
