@@ -18,6 +18,7 @@ from ckptzip.errors import CorruptError
 from ckptzip.pipeline import Pipeline
 from ckptzip.policy import LosslessPolicy
 from tests.test_ctx_format3 import format3_layout
+from tests.test_native import segment_modes
 
 
 def candidates(dtype: torch.dtype) -> list[Pipeline]:
@@ -236,26 +237,6 @@ def _moment_like_chunks(count: int, seed: int) -> list[bytes]:
     return out
 
 
-def _segment_modes(stream: bytes) -> list[int]:
-    """The segment modes of a format-1 stream (docs/STREAMS.md, "Stream")."""
-    at = 1
-    for _ in range(2):  # n, S
-        while stream[at] & 0x80:
-            at += 1
-        at += 1
-    modes = []
-    for _ in range(stream[at - 1]):  # S < 128: one byte
-        modes.append(stream[at])
-        at += 1
-        if modes[-1] == 1:  # CONST: its value
-            at += 1
-        elif modes[-1] > 1:  # coded: the body length
-            while stream[at] & 0x80:
-                at += 1
-            at += 1
-    return modes
-
-
 def _batch_of(chunks: list[bytes], streams: list[bytes]) -> tuple[bytes, list[tuple]]:
     span = b"".join(streams)
     offsets = np.cumsum([0] + [len(s) for s in streams])
@@ -269,7 +250,7 @@ def test_decode_chunks_pairs_decode_as_one_by_one() -> None:
     and, on damage, the first failure (chunk, kind, message) are those of one chunk at a time."""
     chunks = [*_moment_like_chunks(5, seed=1), pair(torch.float32, 20_000, "random", 2)[0]]
     streams = [N.encode_planes(c, 4, 1) for c in chunks]
-    assert all(_segment_modes(s)[3] == 4 for s in streams[:5])  # the exponent plane: RANS32
+    assert all(segment_modes(s)[3] == 4 for s in streams[:5])  # the exponent plane: RANS32
     span, items = _batch_of(chunks, streams)
     assert N.decode_chunks(span, items) is None
     assert [bytes(it[3]) for it in items] == chunks
