@@ -191,24 +191,19 @@ STEP_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep",
                            ("error_budget", {k: v * scale for k, v in STEP_BUDGET.items()})),
                           RATIO_SETUPS)
                   for name, scale in (("adaptive-step-x1.5", 1.5), ("adaptive-step-x2", 2.0)))
-#: The step coding with only the weights' budget at 1.5x (1.125) and 2.5x (1.875, near
-#: MAX_WEIGHT_BUDGET): on MiniLM and LoRA the first moment's budget is what moves the gap (session
-#: 22's probes), and the weights' barely does (session 23's, docs/journal).
-STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{scale:g}", "adaptive", 1.0, "sweep",
+#: The step coding with the weights' budget at 1.5x (1.125) or 2.5x (1.875, near
+#: MAX_WEIGHT_BUDGET), the step's at the default or, with the weights at 2.5x, 1.25x (0.83) and
+#: 1.125x (0.75): on MiniLM and LoRA the first moment's budget is what moves the gap (session 22's
+#: probes) and the weights' barely does (session 23's, docs/journal); LoRA is within noise at 2.2x
+#: the best ExCP point's ratio at m1.25, MiniLM at 2.1x at m1.125.
+STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{weight:g}" + (f"-m{step:g}" if step != 1 else ""),
+                           "adaptive", 1.0, "sweep",
                            (("step_coding", True),
                             ("error_budget", {**STEP_BUDGET,
-                                              "weight": scale * STEP_BUDGET["weight"]})),
-                           RATIO_SETUPS)
-                   for scale in (1.5, 2.5))
-#: The weights at 2.5x and the step at 1.25x (0.83) or 1.125x (0.75): on LoRA the first is
-#: within noise at 2.2x the best ExCP point's ratio, on MiniLM 0.02 points outside (session 23).
-STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w2.5-m{step:g}", "adaptive", 1.0, "sweep",
-                           (("step_coding", True),
-                            ("error_budget", {**STEP_BUDGET,
-                                              "weight": 2.5 * STEP_BUDGET["weight"],
+                                              "weight": weight * STEP_BUDGET["weight"],
                                               "exp_avg": step * STEP_BUDGET["exp_avg"]})),
                            RATIO_SETUPS)
-                   for step in (1.25, 1.125))
+                   for weight, step in ((1.5, 1), (2.5, 1), (2.5, 1.25), (2.5, 1.125)))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
