@@ -26,6 +26,17 @@
 #                                               setup is deterministic on an H100: two machines
 #                                               gave the same losses to the digit), by DEADLINE
 #                                               (default 570)
+#   bash benchmarks/gpu_check.sh matched OUT [DEADLINE]
+#                                               the 106M setup's points for a matched gap, in one
+#                                               call (timeout_s 600): the default adaptive arm at
+#                                               this commit, two looser step-coding points, ExCP
+#                                               at strength 1.75 and 1 and its published alpha,
+#                                               on 9 workers, the CUDA tests alongside the
+#                                               keyframes' prefix; session 19's lossless and
+#                                               fair-ExCP runs taken from the scoreboard's raw
+#                                               output, by DEADLINE (default 560)
+#   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
+#                                               the square state, then the 1 GB state, 1 round
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
 #                                               the 106M fidelity setup (benchmarks/fidelity.py
 #                                               --setups gpt100m-adamw): lossless, adaptive,
@@ -141,6 +152,34 @@ next)
     limit=$((deadline - SECONDS - 10))
     fidelity $((limit - 150)) "$limit" 6 adaptive-ratio-x1.5,bitsnap-d1,excp
     ;;
+matched)
+    deadline=${3:-560}
+    nvidia-smi -L
+    build
+    mkdir -p /tmp/fid-gpu
+    # session 19's lossless and fair-ExCP runs, not run again (the prefix trains to the same
+    # bytes on an H100); its adaptive runs are not taken: the default has changed since
+    grep -v '"arm": "adaptive"' docs/scoreboard/raw/h100/fidelity-gpt100m-runs.jsonl \
+        >/tmp/fid-gpu/runs.jsonl
+    cuda_tests 150 >/dev/null 2>&1 &
+    tests=$!
+    limit=$((deadline - SECONDS - 15))
+    fidelity $((limit - 200)) "$limit" 9 \
+        adaptive,adaptive-step-x2,excp-s1.75,adaptive-step-x1.5,excp-s1,excp
+    wait "$tests"
+    tail -3 "$out/cuda-tests.log"
+    pack
+    ;;
+speed)
+    nvidia-smi -L
+    build
+    echo "== lossy speed on the device, square state ($SECONDS s)"
+    timeout 70 $py benchmarks/lossy_speed.py --device cuda --states square --threads "$(nproc)" \
+        --repeat 1 --out "$out/square" 2>&1 | tee "$out/lossy_speed-square.log" | grep -v "^|" \
+        | tail -8
+    cp "$out"/square/lossy_speed.md "$dest/lossy_speed-square.md" 2>/dev/null
+    speed 100 1
+    ;;
 verify)
     nvidia-smi -L
     build
@@ -149,7 +188,7 @@ verify)
     profile adaptive
     ;;
 *)
-    echo "usage: $0 check|verify|next|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|next|matched|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac
