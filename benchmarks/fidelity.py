@@ -180,6 +180,14 @@ RATIO_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep", (("ratio_coding", T
 RATIO_TIGHT_V = ArmSpec("adaptive-ratio-v0.1", "adaptive", 1.0, "sweep",
                         (("ratio_coding", True), *MOMENT,
                          ("error_budget", {**REFERENCE_BUDGET, "exp_avg_sq": 0.1})), RATIO_SETUPS)
+#: The adaptive default of session 19, before the step coding: exp_avg_sq by its ratio, exp_avg as
+#: itself at half the reference budget. Its 106M runs (the GPU setup's only adaptive point then)
+#: stay on that setup's curve under this name; no other setup runs it.
+PRE_STEP_DEFAULT = ArmSpec("adaptive-ratio-m0.5", "adaptive", 1.0, "sweep",
+                           (("ratio_coding", True), *MOMENT,
+                            ("error_budget", {**REFERENCE_BUDGET,
+                                              "exp_avg": REFERENCE_BUDGET["exp_avg"] / 2})),
+                           ("gpt100m-adamw",))
 #: exp_avg coded as Adam's step (``step_coding``, the default since session 22) with
 #: exp_avg_sq's ratio coding, its budget as multiples of the default's (:data:`STEP_BUDGET`),
 #: where the step coding applies: Adam with beta2 = 0.999 (under 0.95 both moments restart and
@@ -438,7 +446,8 @@ def jobs_for(setups: list[str], seeds: int, sweep_seeds: int, quick: bool,
     sweep = QUICK_SWEEP if quick else SWEEP_ARMS
     jobs = [Job(s, 0, a) for s in order for a in DEFAULT_ARMS]
     jobs += [Job(s, seed, a) for s in order for seed in range(1, seeds) for a in DEFAULT_ARMS]
-    ratio = () if quick else (*STEP_ARMS, RATIO_ARMS[0], RATIO_TIGHT_V, *RATIO_ARMS[1:])
+    ratio = () if quick else (*STEP_ARMS, RATIO_ARMS[0], RATIO_TIGHT_V, *RATIO_ARMS[1:],
+                              PRE_STEP_DEFAULT)
     # the step coding's points first, then the ratio coding's first three, its last before the
     # value coding's last
     cut = len(STEP_ARMS) + 3
@@ -666,10 +675,10 @@ def _variant(arm: dict[str, Any]) -> str:
         scaled = {k: v * float(arm["knob"]) for k, v in STEP_BUDGET.items()}
         return ", step_coding" + "".join(f", {k} {budget[k]:g}" for k in scaled
                                          if k in budget and abs(budget[k] - scaled[k]) > 1e-9)
-    v = arm["options"].get("error_budget", {}).get("exp_avg_sq")
-    scaled = adaptive_budget(arm["knob"])["exp_avg_sq"]
-    return ", ratio_coding" + (f", exp_avg_sq {v:g}" if v is not None and abs(v - scaled) > 1e-9
-                               else "")
+    budget = arm["options"].get("error_budget", {})
+    scaled = adaptive_budget(arm["knob"])
+    return ", ratio_coding" + "".join(f", {k} {budget[k]:g}" for k in scaled
+                                      if k in budget and abs(budget[k] - scaled[k]) > 1e-9)
 
 
 def plot(name: str, s: dict[str, Any], path: Path) -> None:
