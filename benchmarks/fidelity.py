@@ -28,9 +28,12 @@ ExCP's pruning strength ``s`` (``alpha = s * median sqrt(mean(v))``), BitSnap's 
 
 Jobs run in priority order on ``--workers`` processes (each with one torch thread); every finished
 arm is appended to ``<work>/runs.jsonl`` and a re-run skips those, so the matrix can be resumed or
-extended. ``--stop-at HH:MM`` (UTC) starts no job after that time. The report (``--report-only``
-re-renders it) is ``fidelity-matrix.{md,json}`` and ``fidelity-<setup>.png`` (ratio against gap,
-one panel per mode) under ``--out``/``--png-out``. ``--quick`` (the tests) runs the tiny GPT.
+extended. An arm stopped mid-chain (a GPU lease's call that ended) left its delta files and a
+progress file (``<setup>-s<seed>-<arm>.progress.json``): a re-run decodes its checkpoints again
+and trains on from the last, to the figures of an arm that ran through. ``--stop-at HH:MM``
+(UTC) starts no job after that time. The report (``--report-only`` re-renders it) is
+``fidelity-matrix.{md,json}`` and ``fidelity-<setup>.png`` (ratio against gap, one panel per
+mode) under ``--out``/``--png-out``. ``--quick`` (the tests) runs the tiny GPT.
 """
 
 from __future__ import annotations
@@ -357,48 +360,100 @@ def trained_on(task: Task) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
+#: The lists a run keeps per delta checkpoint, which an arm's progress file carries.
+PER_DELTA = ("stored", "frozen_bytes", "optimizer_bytes", "weights_kept", "moments_kept",
+             "train_loss")
+
+
+def progress_path(job: Job, work: Path) -> Path:
+    """Where an arm records what it has done after each delta checkpoint (removed when it ends)."""
+    return work / f"{job.setup}-s{job.seed}-{job.arm.name}.progress.json"
+
+
+def load_progress(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """An arm's progress from an earlier, stopped process: the delta files written, the per-delta
+    figures and the seconds spent; empty where there is none, or where it was made for another
+    ``plan`` (the setup's shape, the options) or a file of its chain is missing."""
+    fresh: dict[str, Any] = {"plan": plan, "chain": [], "seconds": 0.0, "resumes": 0,
+                             **{name: [] for name in PER_DELTA}}
+    if not path.exists():
+        return fresh
+    try:
+        progress = json.loads(path.read_text())
+    except ValueError:
+        return fresh
+    if progress.get("plan") != plan or not all(Path(p).exists() for p in progress["chain"]):
+        return fresh
+    return progress
+
+
+def save_progress(path: Path, progress: dict[str, Any]) -> None:
+    """Write ``progress`` atomically: a process killed mid-write leaves the previous one."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(progress))
+    partial.replace(path)
+
+
 def run_job(job: Job, work: Path, quick: bool,
             shape: dict[str, int] | None = None) -> dict[str, Any]:
+    """One arm at one seed: the keyframe's training resumed from each of ``deltas`` decoded
+    checkpoints. It picks up where a stopped process left it (a lease's call that ended
+    mid-arm): the delta files it wrote are decoded again in order, and training goes on from the
+    last, as it would have (each checkpoint holds the optimizer, scheduler and random states, and
+    training always resumes from the decoded one)."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     setup = setup_named(job.setup, quick, shape)
     key = keyframe(setup, job.seed, work)
     started = time.perf_counter()
     task = setup.build(job.seed, setup.total)
+    options = arm_options(job.arm, key, task)
+    record_path = progress_path(job, work)
+    plan = {"prefix": setup.prefix, "every": setup.every, "deltas": setup.deltas,
+            "options": json.loads(json.dumps(options, default=str))}
+    progress = load_progress(record_path, plan)
     decoded = ckptzip.load(key.path)
     previous_bytes = raw_copies(decoded)
+    previous = key.path
+    for done in progress["chain"]:  # a stopped process's checkpoints, decoded as it did
+        decoded = ckptzip.load(done, base=decoded_base(previous, previous_bytes))
+        previous_bytes = raw_copies(decoded)
+        previous = Path(done)
+    if progress["chain"]:
+        progress["resumes"] += 1
     task.restore(decoded)
-    options = arm_options(job.arm, key, task)
     frozen = task.frozen()
     trained = [f"model.{n}" for n in task.param_names()]
-    stored, frozen_bytes, weights_kept, moments_kept, train_loss = [], [], [], [], []
-    optimizer_bytes: list[int] = []
-    previous = key.path
-    chain: list[Path] = []
-    for d in range(1, setup.deltas + 1):
+    for d in range(len(progress["chain"]) + 1, setup.deltas + 1):
         before = {n: t.detach().to("cpu", copy=True) for n, t in task.model.state_dict().items()
                   if f"model.{n}" in trained}
-        train_loss += task.train(setup.every)
+        progress["train_loss"] += task.train(setup.every)
         path = work / f"{job.setup}-s{job.seed}-{job.arm.name}-{d:02d}.ckz"
         report = ckptzip.save(task.state(), path, mode=job.arm.mode,
                               base=decoded_base(previous, previous_bytes), resumed=True, **options)
         decoded = ckptzip.load(path, base=decoded_base(previous, previous_bytes))
         previous_bytes = raw_copies(decoded)
-        stored.append(report.stored_bytes)
-        frozen_bytes.append(leaf_bytes(path, frozen) if frozen else 0)
-        optimizer_bytes.append(leaf_bytes(path, None))
+        progress["stored"].append(report.stored_bytes)
+        progress["frozen_bytes"].append(leaf_bytes(path, frozen) if frozen else 0)
+        progress["optimizer_bytes"].append(leaf_bytes(path, None))
         changed = sum(int((decoded["model"][n] != t).sum()) for n, t in before.items())
-        weights_kept.append(changed / sum(t.numel() for t in before.values()))
+        progress["weights_kept"].append(changed / sum(t.numel() for t in before.values()))
         moments = [t for s in decoded["optimizer"]["state"].values() for k, t in s.items()
                    if k in ("exp_avg", "momentum_buffer")]
-        moments_kept.append(sum(int((t != 0).sum()) for t in moments)
-                            / max(1, sum(t.numel() for t in moments)))
+        progress["moments_kept"].append(sum(int((t != 0).sum()) for t in moments)
+                                        / max(1, sum(t.numel() for t in moments)))
         task.restore(decoded)  # closed loop: training goes on from what was stored
         previous = path
-        chain.append(path)
+        progress["chain"].append(str(path))
+        if d < setup.deltas:
+            save_progress(record_path, {**progress, "seconds": progress["seconds"]
+                                        + time.perf_counter() - started})
     val = task.evaluate()
-    for path in chain:  # a delta's decoding reads the chain before it: removed at the end
-        path.unlink()
+    for chained in progress["chain"]:  # a delta's decoding reads the chain before it: removed
+        Path(chained).unlink()
+    record_path.unlink(missing_ok=True)
+    stored, frozen_bytes = progress["stored"], progress["frozen_bytes"]
+    train_loss, optimizer_bytes = progress["train_loss"], progress["optimizer_bytes"]
     deltas = len(stored)
     mean_stored = sum(stored) / deltas
     mean_frozen = sum(frozen_bytes) / deltas
@@ -416,10 +471,13 @@ def run_job(job: Job, work: Path, quick: bool,
         "model_state_ratio": key.trained_weight_bytes / max(1.0, mean_stored - mean_frozen - (
             sum(optimizer_bytes) / deltas)),
         "bits_per_param": 8 * mean_stored / (key.raw_bytes / 12),  # Adam; the report corrects it
-        "weights_kept": sum(weights_kept) / deltas, "moments_kept": sum(moments_kept) / deltas,
+        "weights_kept": sum(progress["weights_kept"]) / deltas,
+        "moments_kept": sum(progress["moments_kept"]) / deltas,
         "excp_strength": (None if job.arm.mode != "excp" or not key.v_scales else statistics.median(
             min(EXCP_CAP, options["alpha"] / s) for s in key.v_scales)),
-        "seconds": time.perf_counter() - started,
+        # the processes' seconds together, the chain's decoding again after a stop included
+        "seconds": progress["seconds"] + time.perf_counter() - started,
+        "resumes": progress["resumes"],
         "device": trained_on(task),
     }
 
