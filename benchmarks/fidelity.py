@@ -664,6 +664,10 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], seeds: int, sweep_se
     ]
     if missing:
         lines += [f"**Not run (time)**: {len(missing)} arms: " + ", ".join(missing), ""]
+    resumed = [r["key"] for r in runs if r.get("resumes")]
+    if resumed:
+        lines += [f"**Resumed after a stop**: {len(resumed)} runs, their seconds the parts' sum "
+                  "(decoding the chain again included): " + ", ".join(resumed), ""]
     for name, s in summary.items():
         floor = s["noise_floor_pct"]
         floor_text = (f"**noise floor {floor:.3f}%**." if floor is not None
