@@ -135,14 +135,17 @@ def test_sum_squares_of_every_length(n: int, dtype: type) -> None:
 
 
 @pytest.mark.parametrize("levels", [1023, 0])
-def test_uniform_table_native_and_torch_agree(levels: int, monkeypatch) -> None:
-    """The native bins and torch's ops (levels beyond NATIVE_LEVELS) give the same table and
-    the same pruned values."""
+@pytest.mark.parametrize("piece", [1 << 21, 4096])
+def test_uniform_table_native_and_torch_agree(levels: int, piece: int, monkeypatch) -> None:
+    """The native bins and torch's ops (levels beyond NATIVE_LEVELS; a device's path, in pieces
+    of hostpath.TORCH_PIECE elements) give the same table and the same pruned values."""
+    from ckptzip import hostpath
     from ckptzip.modes import quantize
 
     values = torch.randn(30_001, generator=torch.Generator().manual_seed(2)) ** 3
     native, table = quantize.uniform_table(values, 0.37, 0.35)
     monkeypatch.setattr(quantize, "NATIVE_LEVELS", levels)
+    monkeypatch.setattr(hostpath, "TORCH_PIECE", piece)
     other, other_table = quantize.uniform_table(values, 0.37, 0.35)
     assert torch.equal(native.abs(), other.abs()) and np.allclose(table, other_table, rtol=1e-12)
     assert bool(((native == values) | (native == 0)).all())

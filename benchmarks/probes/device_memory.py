@@ -3,13 +3,15 @@ state, without a GPU.
 
 A GPU's tensors take torch's ops where the host's take the native passes
 (``ckptzip.hostpath``). Under ``torch_ops_only`` the host takes the device's path, so its peak
-memory during ``prepare`` is that path's peak on a GPU, less what the GPU adds (the base's
-copies to the device; here the base already is host memory). Each measurement runs in a fresh
-process (the parent's memory does not count) with glibc returning every freed block of 64 KiB
-or more to the kernel at once, and a thread reads the resident set every millisecond.
+memory during ``prepare`` is that path's peak on a GPU, less what the GPU adds. The base's
+copies to the device, which the host would skip (its base already is host memory), are made
+here too (each group's ``GroupValues.on_device`` clones them; ``--no-base-copies`` skips them);
+what it still does not see is torch's CUDA kernels' own workspaces. Each measurement runs in a
+fresh process (the parent's memory does not count) with glibc returning every freed block of
+64 KiB or more to the kernel at once, and a thread reads the resident set every millisecond.
 
     python benchmarks/probes/device_memory.py [--gb 0.25 | --square 4096] [--threads 1,16]
-        [--modes excp,bitsnap,adaptive] [--path torch,native]
+        [--modes excp,bitsnap,adaptive] [--path torch,native] [--no-base-copies]
 
 ``--square SIDE``: lossy_speed.py's square state (four SIDE x SIDE weights and their moments, each
 weight group a quarter of the state) in place of its synthetic one.
@@ -22,6 +24,7 @@ that over the state's bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -77,6 +80,15 @@ def child(spec: dict) -> dict:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     started = time.perf_counter()
+    if spec["path"] == "torch" and spec["base_copies"]:
+        from ckptzip.modes.common import GroupValues
+
+        def on_device(values: GroupValues) -> GroupValues:  # what a GPU's copy takes
+            return dataclasses.replace(
+                values, w_base=None if values.w_base is None else values.w_base.clone(),
+                v_base=None if values.v_base is None else values.v_base.clone())
+
+        GroupValues.on_device = on_device  # type: ignore[method-assign]
     if spec["path"] == "torch":
         with torch_ops_only():
             prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
@@ -101,6 +113,8 @@ def main() -> None:
     parser.add_argument("--threads", default="1,16")
     parser.add_argument("--modes", default="excp,bitsnap,adaptive")
     parser.add_argument("--path", default="torch,native")
+    parser.add_argument("--no-base-copies", action="store_true",
+                        help="torch's path without the base's copies a GPU makes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -115,7 +129,8 @@ def main() -> None:
             for path in args.path.split(","):
                 for threads in (int(t) for t in args.threads.split(",")):
                     spec = {"gb": args.gb, "square": args.square, "dir": work, "mode": mode,
-                            "path": path, "threads": threads}
+                            "path": path, "threads": threads,
+                            "base_copies": not args.no_base_copies}
                     done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
                                           capture_output=True, text=True, env=env, check=True)
                     result = json.loads(done.stdout.strip().splitlines()[-1])

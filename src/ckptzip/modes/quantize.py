@@ -207,17 +207,34 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
             filled = level_counts > 0
             return (pruned.reshape(values.shape),
                     level_sums[filled] / level_counts[filled].astype(np.float64))
-    flat = values.reshape(-1).double()
-    levels = (torch.sign(flat) * torch.floor(flat.abs() / step + offset)).long()
-    top = int(levels.abs().max()) if levels.numel() else 0
-    bins = levels + top  # 0 .. 2 top, ascending with the value
-    totals = torch.bincount(bins, weights=flat, minlength=2 * top + 1)
-    counts = torch.bincount(bins, minlength=2 * top + 1)
+    # torch's ops (a device; levels beyond NATIVE_LEVELS), hostpath.TORCH_PIECE elements at a
+    # time: two passes, the largest level first, so that no float64 or int64 copy of the whole
+    # is held (on a GPU they had been six times a weight's bytes at once)
+    source = values.contiguous()
+    flat = source.reshape(-1)
+
+    def levels_of(piece: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wide = piece.double()
+        return (torch.sign(wide) * torch.floor(wide.abs() / step + offset)).long(), wide
+
+    pieces = range(0, flat.numel(), hostpath.TORCH_PIECE)
+    top = max((int(levels_of(flat[start:start + hostpath.TORCH_PIECE])[0].abs().max())
+               for start in pieces), default=0)
+    totals = torch.zeros(2 * top + 1, dtype=torch.float64, device=flat.device)
+    counts = torch.zeros(2 * top + 1, dtype=torch.int64, device=flat.device)
+    pruned = torch.empty_like(source)
+    out = pruned.view(-1)
+    for start in pieces:
+        piece = flat[start:start + hostpath.TORCH_PIECE]
+        levels, wide = levels_of(piece)
+        bins = levels + top  # 0 .. 2 top, ascending with the value
+        totals += torch.bincount(bins, weights=wide, minlength=2 * top + 1)
+        counts += torch.bincount(bins, minlength=2 * top + 1)
+        out[start:start + piece.numel()] = piece * (levels != 0)
     counts[top] = 0  # the zero bin is exactly zero, not a level
     used = counts > 0
-    kept = levels != 0
     means = (totals[used] / counts[used].double()).cpu().numpy()
-    return values * kept.reshape(values.shape), means
+    return pruned.reshape(values.shape), means
 
 
 def _candidates(ordered: torch.Tensor, magnitudes: torch.Tensor, kept: int, n: int, pruned: float,
