@@ -1227,6 +1227,77 @@ def test_base_ratio_stage_refuses_what_it_cannot_code_and_decodes_exactly():
         stage.decode(ratio[:3].float(), context)
 
 
+def test_filled_base_ratio_takes_a_zero_base_as_its_fill():
+    """``base-ratio-filled`` codes an element that is non-zero over a zero base (a token first
+    seen since the base) as its ratio to ``fill``; ``base-ratio`` refuses it. A fill that is not
+    a finite positive value of the dtype is refused when read."""
+    from ckptzip.codecs import FilledBaseRatio, TransformContext, codec_from_config
+
+    base = torch.tensor([1.0, 2.0, 0.0, 4.0, 0.0])
+    context = TransformContext("v", base)
+    stage = FilledBaseRatio("float32", 0.5)
+    ratio = stage.encode(torch.tensor([1.5, 0.0, 0.25, 1.0, 0.0]), context)
+    assert ratio.tolist() == [1.5, 0.0, 0.5, 0.25, 0.0]
+    decoded = stage.decode(ratio.float(), context)
+    assert decoded.tolist() == [1.5, 0.0, 0.25, 1.0, 0.0]
+    with torch_ops_only():  # a device's path: the same values
+        assert torch.equal(stage.encode(torch.tensor([1.5, 0.0, 0.25, 1.0, 0.0]), context), ratio)
+        assert torch.equal(stage.decode(ratio.float(), context), decoded)
+    with pytest.raises(ValueError, match="negative or not finite"):
+        stage.encode(torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]), TransformContext("v", -base))
+    assert stage.get_config() == {"id": "base-ratio-filled", "dtype": "float32", "fill": 0.5}
+    assert codec_from_config(stage.get_config()) == stage
+    for fill in (0.0, -1.0, float("inf"), float("nan"), "1", 0.1):  # 0.1 is no float32 value
+        with pytest.raises(FormatError, match="fill"):
+            codec_from_config({"id": "base-ratio-filled", "dtype": "float32", "fill": fill})
+    assert FilledBaseRatio("bfloat16", 0.5).fill == 0.5
+
+
+def test_adaptive_ratio_coding_fills_a_zero_base(chain_states):
+    """A second moment that is zero in whole rows of the base (an embedding's tokens not yet
+    seen) and non-zero in some of them now (first seen since): ratio coding takes the zero base
+    elements as the median of the positive ones (``base-ratio-filled``) where it had coded the
+    whole tensor as values; every stored value keeps the budget, zeros stay exact, the torch
+    path (a GPU's) decodes the same, and the file is smaller than the value coding's."""
+    base, state = (_with_beta2(s, 0.999) for s in chain_states[:2])
+    moments = state["optimizer"]["state"]
+    index = max((i for i in moments if moments[i]["exp_avg_sq"].dim() == 2),
+                key=lambda i: moments[i]["exp_avg_sq"].numel())
+    rows = moments[index]["exp_avg_sq"].shape[0]
+    unseen, first_seen = rows // 2, rows // 2 + 3
+    for moment in ("exp_avg", "exp_avg_sq"):
+        base["optimizer"]["state"][index][moment][unseen:] = 0
+        moments[index][moment][first_seen:] = 0
+    name = f"optimizer.state.{index}.exp_avg_sq"
+    sizes = {}
+    for ratio in (True, False):
+        data = ckptzip.dumps(state, mode="adaptive", base=base, resumed=True, ratio_coding=ratio)
+        sizes[ratio] = len(data)
+        with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
+            leaf = next(leaf for leaf in f.leaves if leaf.name == name)
+            stages = [s.codec_id for s in leaf.pipeline.transforms]
+            record = leaf.extra["error"]
+        if ratio:
+            assert stages[0] == "base-ratio-filled" and record["domain"] == "ratio"
+            fill = leaf.pipeline.transforms[0].fill
+            positive = base["optimizer"]["state"][index]["exp_avg_sq"]
+            assert fill == float(positive[positive > 0].median())
+            decoded = ckptzip.loads(data, base=base)
+            with torch_ops_only():
+                by_torch = ckptzip.loads(ckptzip.dumps(state, mode="adaptive", base=base,
+                                                       resumed=True), base=base)
+            v = moments[index]["exp_avg_sq"]
+            got = decoded["optimizer"]["state"][index]["exp_avg_sq"]
+            assert torch.equal(by_torch["optimizer"]["state"][index]["exp_avg_sq"], got)
+            assert torch.equal(got == 0, v == 0) and bool((got[unseen:first_seen] > 0).all())
+            kept = v > 0
+            error = float(((got[kept] / v[kept]).sqrt() - 1).double().pow(2).mean().sqrt())
+            assert error <= DEFAULT_BUDGET["exp_avg_sq"] * 1.001
+        else:
+            assert "base-ratio-filled" not in stages and "base-ratio" not in stages
+    assert sizes[True] < sizes[False]
+
+
 def test_adaptive_step_coding_bounds_adams_step(chain_states):
     """Where exp_avg_sq is kept (beta2 0.999), exp_avg is coded as Adam's step m / sqrt(v^), v^
     the exp_avg_sq as decoded (the sqrt-scale stage naming that leaf), within its budget of the
@@ -1340,7 +1411,9 @@ def test_sqrt_scale_stage_refuses_what_it_cannot_code_and_decodes_exactly():
 
 def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():
     """An exp_avg_sq that is non-zero where the base's is zero (an element's first gradient)
-    has no ratio to the base there: the tensor is coded as its value, within the budget."""
+    has no ratio to the base there: those base elements are taken as the median of the positive
+    ones (``base-ratio-filled``); where the base has no positive element at all the tensor is
+    coded as its value. Both within the budget."""
     generator = torch.Generator().manual_seed(6)
 
     def state(v: torch.Tensor, w: torch.Tensor) -> dict:
@@ -1352,15 +1425,18 @@ def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():
     v_old = 1e-6 * torch.rand(64, 32, generator=generator)
     w_old = torch.randn(64, 32, generator=generator)
     v_new, w_new = v_old * 1.01, w_old + 1e-3 * torch.randn(64, 32, generator=generator)
-    for holes, domain in ((False, "ratio"), (True, "value")):
+    for holes, domain, stage in ((None, "ratio", "base-ratio"), (7, "ratio", "base-ratio-filled"),
+                                 (1, "value", "kmeans")):
         base_v = v_old.clone()
         if holes:
-            base_v[::7] = 0  # v_new is non-zero there
+            base_v[::holes] = 0  # v_new is non-zero there
         base = state(base_v, w_old)
         data = ckptzip.dumps(state(v_new, w_new), mode="adaptive", base=base, ratio_coding=True)
         with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(data), base=base) as f:
-            record = next(leaf.extra["error"] for leaf in f.leaves if leaf.name.endswith("exp_avg_sq"))
+            leaf = next(leaf for leaf in f.leaves if leaf.name.endswith("exp_avg_sq"))
+        record = leaf.extra["error"]
         assert record["domain"] == domain and record["rel_sqrt"] <= DEFAULT_BUDGET["exp_avg_sq"]
+        assert leaf.pipeline.transforms[0].codec_id == stage
 
 
 def test_log_codebook_reaches_a_second_moment_far_below_its_sample(tmp_path: Path):

@@ -8,7 +8,8 @@ was written before the adaptive mode dropped its ``mark`` stage (a faint known n
 weights); this ckptzip must still decode it to exactly ``v1.0-adaptive-mark.expected.safetensors``.
 ``v1.0-adaptive-ratio.ckz`` holds a ``base-ratio`` stage (``ratio_coding=True``);
 ``v1.0-adaptive-step.ckz`` a ``sqrt-scale`` stage (``step_coding=True``, its default since
-ckptzip's session 22) as well.
+ckptzip's session 22) as well. ``v1.0-adaptive-filled.ckz`` a ``base-ratio-filled`` stage (session
+24): its base's second moment is zero in every fifth row, where the delta's is not.
 """
 
 from __future__ import annotations
@@ -43,10 +44,20 @@ def golden_chain() -> tuple[dict[str, object], dict[str, object]]:
     return state(10, weight), state(20, weight + update * 3)
 
 
+def filled_chain() -> tuple[dict[str, object], dict[str, object]]:
+    """:func:`golden_chain` with the first state's second moment zero in every fifth row (an
+    embedding's tokens not yet seen), the second's not (seen since)."""
+    first, second = golden_chain()
+    moments = first["optimizer"]["state"][0]  # type: ignore[index]
+    moments["exp_avg_sq"] = moments["exp_avg_sq"].clone()
+    moments["exp_avg_sq"][::5] = 0
+    return first, second
+
+
 def main(mode: str) -> None:
     import ckptzip
 
-    first, second = golden_chain()
+    first, second = filled_chain() if mode == "adaptive-filled" else golden_chain()
     HERE.mkdir(exist_ok=True)
     base = HERE / f"v1.0-{mode}-base.ckz"
     delta = HERE / f"v1.0-{mode}.ckz"
@@ -56,6 +67,7 @@ def main(mode: str) -> None:
     options: dict[str, object] = {
         "adaptive-ratio": {"ratio_coding": True, "joint_restart": False, "step_coding": False},
         "adaptive-step": {"ratio_coding": True, "joint_restart": False, "step_coding": True},
+        "adaptive-filled": {"ratio_coding": True, "joint_restart": False, "step_coding": True},
     }.get(mode, {})
     ckptzip.save(second, delta, mode=mode.split("-")[0], base=base, threads=1, **options)
     decoded = ckptzip.load(delta)

@@ -11,7 +11,7 @@ from .base import (
     codec_from_config,
     registered_ids,
 )
-from .base_ratio import BaseRatio
+from .base_ratio import BaseRatio, FilledBaseRatio
 from .byteplanes import BytePlanes
 from .context import ContextPlanes
 from .dither import Dither
@@ -37,6 +37,7 @@ __all__ = [
     "Dither",
     "Entropy",
     "ExactZeros",
+    "FilledBaseRatio",
     "KMeans",
     "LossyResidual",
     "LowRank",

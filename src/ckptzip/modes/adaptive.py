@@ -49,15 +49,17 @@ import torch
 from .. import _native, hostpath
 from ..chain import Base
 from ..codecs import (
+    BaseRatio,
     Dither,
     ExactZeros,
+    FilledBaseRatio,
     KMeans,
     LowRank,
     Support,
     TensorToTensor,
     TransformContext,
 )
-from ..codecs.base_ratio import base_ratios
+from ..codecs.base_ratio import base_ratios, zero_fill
 from ..codecs.kmeans import Fit, lloyd_sorted, nonzero_values, sample_sorted
 from ..codecs.sqrt_scale import SqrtScale, step_quotients
 from ..codecs.zeros import pack_changed
@@ -538,7 +540,14 @@ class AdaptivePolicy(JointPolicy):
         # (the ratio or None: the value, size), drawn as tried: the first that keeps the budget
         # ends the search, so the codebooks after it are never fitted
         first: list[tuple[torch.Tensor | None, int]] = []
-        ratios = None if v_base is None or sibling is not None else base_ratios(array, v_base)
+        ratios, stage = None, None
+        if v_base is not None and sibling is None:
+            stage = BaseRatio(leaf.dtype.name)
+            ratios = base_ratios(array, v_base)
+            fill = zero_fill(v_base) if ratios is None else None
+            if fill is not None:  # a value over a zero base (a token first seen since the base)
+                stage = FilledBaseRatio(leaf.dtype.name, fill)
+                ratios = base_ratios(array, v_base, fill)
         if ratios is not None:
             # the ratios are non-zero exactly where v is positive (a float32 over a float32 does
             # not underflow float64)
@@ -554,7 +563,7 @@ class AdaptivePolicy(JointPolicy):
         for ratio, size in itertools.chain(first, ((None, size) for size in sizes)):
             quantizer = KMeans(size, leaf.dtype.name, "log")
             if ratio is not None:
-                encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=True, base=v_base)
+                encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=stage, base=v_base)
             elif sibling is None:
                 encoded, decoded = finish_decoded(leaf, array, quantizer)
             else:

@@ -512,7 +512,7 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
 
 def finish_decoded(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
-    ratio: bool = False,
+    ratio: BaseRatio | None = None,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
     lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
@@ -521,7 +521,7 @@ def finish_decoded(
 ) -> tuple[Encoded, torch.Tensor]:
     """The plan that stores ``array``, and the tensor a reader will decode from it. Store
     ``array`` (pruned elements zero; a residual against ``base`` when ``residual``, the ratio
-    to it (:class:`~ckptzip.codecs.BaseRatio`) when ``ratio``;
+    to it when ``ratio``, the :class:`~ckptzip.codecs.BaseRatio` stage that takes it);
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
@@ -533,7 +533,7 @@ def finish_decoded(
     already holds). ``bound``: the absolute L2 error the mode promises; by default, no worse than
     storing nothing (:data:`NO_WORSE`: the update, or the tensor, left out)."""
     stages: tuple[TensorToTensor, ...] = (
-        (LossyResidual(leaf.dtype.name),) if residual else (BaseRatio(leaf.dtype.name),) if ratio
+        (LossyResidual(leaf.dtype.name),) if residual else (ratio,) if ratio is not None
         else ())
     siblings = {**({} if lowrank is None else lowrank[1]),
                 **({} if zeros is None else {zeros[0].leaf: zeros[1]})}
@@ -561,8 +561,8 @@ def finish_decoded(
     if residual and base is not None:
         more["rel_delta"] = delta_error(reference, decoded, base)
     record = error_record(reference, decoded, bound=bound, **more)
-    return (Encoded(coded(stages, array), array, {"error": record}, uses_base=residual or ratio),
-            decoded)
+    return (Encoded(coded(stages, array), array, {"error": record},
+                    uses_base=residual or ratio is not None), decoded)
 
 
 def finish(
