@@ -1253,12 +1253,34 @@ def test_filled_base_ratio_takes_a_zero_base_as_its_fill():
     assert FilledBaseRatio("bfloat16", 0.5).fill == 0.5
 
 
+def test_base_partition_puts_the_base_zeros_first_and_scatters_them_back():
+    """``base-partition`` stores the elements where the base is zero first, then the others,
+    each in C order; decoding restores the tensor. It needs the base, of the tensor's shape,
+    and as many stored elements as the base has."""
+    from ckptzip.codecs import BasePartition, TransformContext, codec_from_config
+
+    base = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    codes = torch.tensor([[0, 5, 7], [1, 0, 2]], dtype=torch.uint8)
+    stage, context = BasePartition(), TransformContext("v", base)
+    stored = stage.encode(codes, context)
+    assert stored.tolist() == [0, 7, 0, 5, 1, 2]
+    assert torch.equal(stage.decode(stored, context), codes)
+    assert codec_from_config(stage.get_config()) == stage
+    with pytest.raises(ValueError, match="needs its base"):
+        stage.decode(stored, TransformContext("v"))
+    with pytest.raises(ValueError, match="base shape"):
+        stage.encode(codes[:1], context)
+    with pytest.raises(ValueError, match="5 stored elements for a base of 6"):
+        stage.decode(stored[:5], context)
+
+
 def test_adaptive_ratio_coding_fills_a_zero_base(chain_states):
     """A second moment that is zero in whole rows of the base (an embedding's tokens not yet
     seen) and non-zero in some of them now (first seen since): ratio coding takes the zero base
     elements as the median of the positive ones (``base-ratio-filled``) where it had coded the
-    whole tensor as values; every stored value keeps the budget, zeros stay exact, the torch
-    path (a GPU's) decodes the same, and the file is smaller than the value coding's."""
+    whole tensor as values, and stores the codes with the base's zeros first (``base-partition``):
+    every stored value keeps the budget, zeros stay exact, the torch path (a GPU's) decodes the
+    same, and the file is smaller than the value coding's."""
     base, state = (_with_beta2(s, 0.999) for s in chain_states[:2])
     moments = state["optimizer"]["state"]
     index = max((i for i in moments if moments[i]["exp_avg_sq"].dim() == 2),
@@ -1278,7 +1300,8 @@ def test_adaptive_ratio_coding_fills_a_zero_base(chain_states):
             stages = [s.codec_id for s in leaf.pipeline.transforms]
             record = leaf.extra["error"]
         if ratio:
-            assert stages[0] == "base-ratio-filled" and record["domain"] == "ratio"
+            assert stages == ["base-ratio-filled", "kmeans", "base-partition"]
+            assert record["domain"] == "ratio"
             fill = leaf.pipeline.transforms[0].fill
             positive = base["optimizer"]["state"][index]["exp_avg_sq"]
             assert fill == float(positive[positive > 0].median())
@@ -1425,8 +1448,9 @@ def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():
     v_old = 1e-6 * torch.rand(64, 32, generator=generator)
     w_old = torch.randn(64, 32, generator=generator)
     v_new, w_new = v_old * 1.01, w_old + 1e-3 * torch.randn(64, 32, generator=generator)
-    for holes, domain, stage in ((None, "ratio", "base-ratio"), (7, "ratio", "base-ratio-filled"),
-                                 (1, "value", "kmeans")):
+    for holes, domain, stages in ((None, "ratio", ["base-ratio", "kmeans"]),
+                                  (7, "ratio", ["base-ratio-filled", "kmeans", "base-partition"]),
+                                  (1, "value", ["kmeans"])):
         base_v = v_old.clone()
         if holes:
             base_v[::holes] = 0  # v_new is non-zero there
@@ -1436,7 +1460,7 @@ def test_ratio_coding_falls_back_to_the_value_where_the_base_has_no_ratio():
             leaf = next(leaf for leaf in f.leaves if leaf.name.endswith("exp_avg_sq"))
         record = leaf.extra["error"]
         assert record["domain"] == domain and record["rel_sqrt"] <= DEFAULT_BUDGET["exp_avg_sq"]
-        assert leaf.pipeline.transforms[0].codec_id == stage
+        assert [t.codec_id for t in leaf.pipeline.transforms] == stages
 
 
 def test_log_codebook_reaches_a_second_moment_far_below_its_sample(tmp_path: Path):

@@ -11,6 +11,7 @@ from .base import (
     codec_from_config,
     registered_ids,
 )
+from .base_partition import BasePartition
 from .base_ratio import BaseRatio, FilledBaseRatio
 from .byteplanes import BytePlanes
 from .context import ContextPlanes
@@ -27,6 +28,7 @@ from .support import Support
 from .zeros import ExactZeros
 
 __all__ = [
+    "BasePartition",
     "BaseRatio",
     "BytePlanes",
     "BytesToBytes",

@@ -49,6 +49,7 @@ import torch
 from .. import _native, hostpath
 from ..chain import Base
 from ..codecs import (
+    BasePartition,
     BaseRatio,
     Dither,
     ExactZeros,
@@ -548,6 +549,10 @@ class AdaptivePolicy(JointPolicy):
             if fill is not None:  # a value over a zero base (a token first seen since the base)
                 stage = FilledBaseRatio(leaf.dtype.name, fill)
                 ratios = base_ratios(array, v_base, fill)
+        # the ratio's codes with the base's zeros first (an embedding's rows of tokens not yet
+        # seen, zero in both): the reader knows where they are, so they cost next to nothing
+        partition = (BasePartition() if ratios is not None and v_base is not None
+                     and not bool(v_base.all()) else None)
         if ratios is not None:
             # the ratios are non-zero exactly where v is positive (a float32 over a float32 does
             # not underflow float64)
@@ -563,7 +568,8 @@ class AdaptivePolicy(JointPolicy):
         for ratio, size in itertools.chain(first, ((None, size) for size in sizes)):
             quantizer = KMeans(size, leaf.dtype.name, "log")
             if ratio is not None:
-                encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=stage, base=v_base)
+                encoded, decoded = finish_decoded(leaf, ratio, quantizer, ratio=stage,
+                                                  partition=partition, base=v_base)
             elif sibling is None:
                 encoded, decoded = finish_decoded(leaf, array, quantizer)
             else:

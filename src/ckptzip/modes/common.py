@@ -17,6 +17,7 @@ import torch
 from .. import _native, hostpath
 from ..chain import Base
 from ..codecs import (
+    BasePartition,
     BaseRatio,
     BytePlanes,
     Entropy,
@@ -512,7 +513,7 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
 
 def finish_decoded(
     leaf: Leaf, array: torch.Tensor, quantizer: KMeans | None, *, residual: bool = False,
-    ratio: BaseRatio | None = None,
+    ratio: BaseRatio | None = None, partition: BasePartition | None = None,
     base: torch.Tensor | None = None, original: torch.Tensor | None = None,
     support: tuple[Support, torch.Tensor] | None = None, codes: torch.Tensor | None = None,
     lowrank: tuple[LowRank, dict[int, torch.Tensor]] | None = None,
@@ -521,7 +522,8 @@ def finish_decoded(
 ) -> tuple[Encoded, torch.Tensor]:
     """The plan that stores ``array``, and the tensor a reader will decode from it. Store
     ``array`` (pruned elements zero; a residual against ``base`` when ``residual``, the ratio
-    to it when ``ratio``, the :class:`~ckptzip.codecs.BaseRatio` stage that takes it);
+    to it when ``ratio``, the :class:`~ckptzip.codecs.BaseRatio` stage that takes it; the
+    codes partitioned by the base's zeros after the quantizer with ``partition``);
     only at a sibling's non-zeros with ``support``, its stage and that mask), through
     ``quantizer`` (needed unless ``residual``), and record the error of what a reader will
     decode against ``original`` (the leaf by default). ``codes``: the quantizer's codes of
@@ -550,6 +552,9 @@ def finish_decoded(
     if quantizer is not None:
         array = quantizer.encode(array, context) if codes is None else codes
         stages = (*stages, quantizer)
+    if partition is not None:
+        array = partition.encode(array, context)
+        stages = (*stages, partition)
     decoded = decode(stages, array, context)
     reference = leaf.tensor if original is None else original
     kept = int(torch.count_nonzero(array))  # no boolean copy: 15x faster than (a != 0).sum()
