@@ -176,17 +176,19 @@ def codec_seeds(files: list[bytes]) -> list[bytes]:
     blob = ckptzip.dumps({"w": new}, mode="adaptive", base={"w": old}, threads=1)
     seeds += leaf_seeds(blob, MemoryBase({"w": old}))
     # a second moment non-zero over a base that is zero there (a token first seen since the
-    # base): its ratio to the base with the zeros filled (the base-ratio-filled stage)
-    v_old = 1e-6 * torch.rand(64, 32, generator=generator)
-    v_old[::7] = 0
-    moments = {"step": torch.tensor(5.0), "exp_avg": 1e-3 * torch.randn(64, 32, generator=generator)}
-    weight = torch.randn(64, 32, generator=generator)
+    # base): its ratio to the base with the zeros filled (the base-ratio-filled stage); half its
+    # base's rows zero, so that its codes are stored with those first (base-partition)
+    v_old = 1e-6 * torch.rand(128, 64, generator=generator)
+    v_old[::2] = 0
+    moments = {"step": torch.tensor(5.0), "exp_avg": 1e-3 * torch.randn(128, 64, generator=generator)}
+    weight = torch.randn(128, 64, generator=generator)
 
     def adam_state(v: torch.Tensor, w: torch.Tensor) -> dict[str, Any]:
         return {"model": {"w": w}, "optimizer": {"state": {0: {**moments, "exp_avg_sq": v}},
                 "param_groups": [{"params": [0], "lr": 1e-3, "betas": (0.9, 0.999)}]}}
 
-    first_seen = 1e-6 * torch.rand(64, 32, generator=generator) + v_old
+    first_seen = v_old.clone()
+    first_seen[::6] += 1e-6 * torch.rand(64, generator=generator)  # some unseen rows now seen
     old_state = adam_state(v_old, weight)
     blob = ckptzip.dumps(adam_state(first_seen, weight + 1e-3), mode="adaptive", base=old_state,
                          threads=1)

@@ -10,8 +10,8 @@ weights); this ckptzip must still decode it to exactly ``v1.0-adaptive-mark.expe
 ``v1.0-adaptive-step.ckz`` a ``sqrt-scale`` stage (``step_coding=True``, its default since
 ckptzip's session 22) as well. ``v1.0-adaptive-filled.ckz`` a ``base-ratio-filled`` stage (session
 24): its base's second moment is zero in every fifth row, where the delta's is not; it was
-written before the ``base-partition`` stage, which ``v1.0-adaptive-partition.ckz`` (the same
-states, today's writer) adds after the codebook.
+written before the ``base-partition`` stage, which ``v1.0-adaptive-partition.ckz`` (a larger
+model whose base's second moment is zero in half its rows) adds after the codebook.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import torch
 HERE = Path(__file__).parent / "lossy"
 
 
-def golden_chain() -> tuple[dict[str, object], dict[str, object]]:
+def golden_chain(rows: int = 64, columns: int = 48) -> tuple[dict[str, object], dict[str, object]]:
     """Two consecutive training states of a tiny model with AdamW moments, fully determined by
     integer arithmetic."""
-    ramp = torch.arange(0, 64 * 48, dtype=torch.int64).double()
-    weight = (torch.sin(ramp * 0.37) * 0.05).float().reshape(64, 48)
-    update = (torch.cos(ramp * 0.11) * 1e-3).float().reshape(64, 48)
-    bias = (torch.sin(ramp[:48] * 0.5) * 0.01).float()
+    ramp = torch.arange(0, rows * columns, dtype=torch.int64).double()
+    weight = (torch.sin(ramp * 0.37) * 0.05).float().reshape(rows, columns)
+    update = (torch.cos(ramp * 0.11) * 1e-3).float().reshape(rows, columns)
+    bias = (torch.sin(ramp[:columns] * 0.5) * 0.01).float()
 
     def state(step: int, w: torch.Tensor) -> dict[str, object]:
         m = update * (0.9 + 0.01 * step)
@@ -46,20 +46,26 @@ def golden_chain() -> tuple[dict[str, object], dict[str, object]]:
     return state(10, weight), state(20, weight + update * 3)
 
 
-def filled_chain() -> tuple[dict[str, object], dict[str, object]]:
+def filled_chain(partition: bool = False) -> tuple[dict[str, object], dict[str, object]]:
     """:func:`golden_chain` with the first state's second moment zero in every fifth row (an
-    embedding's tokens not yet seen), the second's not (seen since)."""
-    first, second = golden_chain()
-    moments = first["optimizer"]["state"][0]  # type: ignore[index]
-    moments["exp_avg_sq"] = moments["exp_avg_sq"].clone()
-    moments["exp_avg_sq"][::5] = 0
+    embedding's tokens not yet seen), the second's not (seen since). ``partition``: 128 x 64,
+    the first state's second moment zero in every other row and the second's in every fourth,
+    a zero pattern worth the ``base-partition`` stage (``PARTITION_MIN_BYTES``)."""
+    first, second = golden_chain(128, 64) if partition else golden_chain()
+    zeroed = ((first, slice(None, None, 2)), (second, slice(None, None, 4))) if partition else (
+        (first, slice(None, None, 5)),)
+    for state, rows in zeroed:
+        moments = state["optimizer"]["state"][0]  # type: ignore[index]
+        moments["exp_avg_sq"] = moments["exp_avg_sq"].clone()
+        moments["exp_avg_sq"][rows] = 0
     return first, second
 
 
 def main(mode: str) -> None:
     import ckptzip
 
-    first, second = (filled_chain() if mode in ("adaptive-filled", "adaptive-partition")
+    first, second = (filled_chain() if mode == "adaptive-filled"
+                     else filled_chain(partition=True) if mode == "adaptive-partition"
                      else golden_chain())
     HERE.mkdir(exist_ok=True)
     base = HERE / f"v1.0-{mode}-base.ckz"
