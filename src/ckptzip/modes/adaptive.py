@@ -29,7 +29,10 @@ Per tensor and per checkpoint, against the base as decoded (closed loop):
   With ``ratio_coding`` (the default), where it is kept, it is coded as its ratio to the
   base's decoded ``exp_avg_sq`` (the ``base-ratio`` stage) whenever that needs no more
   centroids: between checkpoints it moves mostly by a common factor, so one or two centroids
-  hold the budget.
+  hold the budget. A base that is zero where the moment is not (an embedding's token first seen
+  since) is taken as the median of its positive elements there (``base-ratio-filled``), and
+  where the base's zeros are a pattern worth it, the codes are stored with them first
+  (``base-partition``).
 
 Every budget bounds the error a reader decodes, checked by the encoder on the decoded tensor; a
 tensor whose bound no candidate keeps is stored bit-exact.
