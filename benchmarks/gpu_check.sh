@@ -21,8 +21,8 @@
 #                                               600): the CUDA tests, the square state's device
 #                                               memory, then the 106M setup's remaining arms (a
 #                                               looser adaptive point, BitSnap, the published
-#                                               ExCP) on 6 workers, its lossless and adaptive
-#                                               runs taken from the scoreboard's raw output (the
+#                                               ExCP) on 6 workers, the runs already made taken
+#                                               from the scoreboard's raw output (the
 #                                               setup is deterministic on an H100: two machines
 #                                               gave the same losses to the digit), by DEADLINE
 #                                               (default 570)
@@ -120,6 +120,13 @@ speed() {  # LIMIT REPEAT
     pack
 }
 
+square_speed() {  # the square state's device speed and memory, 1 round
+    echo "== lossy speed on the device, square state ($SECONDS s)"
+    timeout 70 $py benchmarks/lossy_speed.py --device cuda --states square --threads "$(nproc)" \
+        --repeat 1 --out "$out/square" 2>&1 | tee "$out/lossy_speed-square.log" | grep -v "^|" \
+        | tail -8
+}
+
 # One call: the tests; the 106M matrix's arms in priority order, 6 processes sharing the GPU,
 # none started that cannot end before the speed run's reserve; the speed run in what is left.
 lease() {
@@ -143,12 +150,9 @@ next)
     nvidia-smi -L
     build
     cuda_tests 80
-    echo "== lossy speed on the device, square state ($SECONDS s)"
-    timeout 70 $py benchmarks/lossy_speed.py --device cuda --states square --threads "$(nproc)" \
-        --repeat 1 --out "$out/square" 2>&1 | tee "$out/lossy_speed-square.log" | grep -v "^|" \
-        | tail -8
+    square_speed
     mkdir -p /tmp/fid-gpu
-    # the runs already made (lossless, adaptive, excp-fair), not run again; their keyframes are
+    # the runs already made (the scoreboard's raw output), not run again; their keyframes are
     # trained again (the prefix), to the same bytes
     cp docs/scoreboard/raw/h100/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
     limit=$((deadline - SECONDS - 10))
@@ -178,10 +182,7 @@ matched)
 speed)
     nvidia-smi -L
     build
-    echo "== lossy speed on the device, square state ($SECONDS s)"
-    timeout 70 $py benchmarks/lossy_speed.py --device cuda --states square --threads "$(nproc)" \
-        --repeat 1 --out "$out/square" 2>&1 | tee "$out/lossy_speed-square.log" | grep -v "^|" \
-        | tail -8
+    square_speed
     cp "$out"/square/lossy_speed.md "$dest/lossy_speed-square.md" 2>/dev/null
     speed 100 1
     ;;
