@@ -208,25 +208,24 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
             return (pruned.reshape(values.shape),
                     level_sums[filled] / level_counts[filled].astype(np.float64))
     # torch's ops (a device; levels beyond NATIVE_LEVELS), hostpath.TORCH_PIECE elements at a
-    # time: two passes, the largest level first, so that no float64 or int64 copy of the whole
-    # is held (on a GPU they had been six times a weight's bytes at once)
+    # time, so that no float64 or int64 copy of the whole is held (on a GPU they had been six
+    # times a weight's bytes at once): first the largest magnitude, whose level is the largest
+    # (for an offset in [0, 1) a level grows with |x|, as _uniform's candidates take it), in the
+    # same float64 arithmetic as each element's below
     source = values.contiguous()
     flat = source.reshape(-1)
-
-    def levels_of(piece: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        wide = piece.double()
-        return (torch.sign(wide) * torch.floor(wide.abs() / step + offset)).long(), wide
-
     pieces = range(0, flat.numel(), hostpath.TORCH_PIECE)
-    top = max((int(levels_of(flat[start:start + hostpath.TORCH_PIECE])[0].abs().max())
-               for start in pieces), default=0)
+    largest = max((float(flat[start:start + hostpath.TORCH_PIECE].abs().max()) for start in pieces),
+                  default=0.0)
+    top = math.floor(largest / step + offset)
     totals = torch.zeros(2 * top + 1, dtype=torch.float64, device=flat.device)
     counts = torch.zeros(2 * top + 1, dtype=torch.int64, device=flat.device)
     pruned = torch.empty_like(source)
     out = pruned.view(-1)
     for start in pieces:
         piece = flat[start:start + hostpath.TORCH_PIECE]
-        levels, wide = levels_of(piece)
+        wide = piece.double()
+        levels = (torch.sign(wide) * torch.floor(wide.abs() / step + offset)).long()
         bins = levels + top  # 0 .. 2 top, ascending with the value
         totals += torch.bincount(bins, weights=wide, minlength=2 * top + 1)
         counts += torch.bincount(bins, minlength=2 * top + 1)
