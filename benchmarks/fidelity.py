@@ -169,6 +169,9 @@ SWEEP_ARMS = (
     # and between that and the published one, where MiniLM's gap crosses its floor (session 23)
     ArmSpec("excp-a3e-5", "excp", "published", "sweep", (("alpha", EXCP_ALPHA * 0.6),)),
     ArmSpec("excp-a3.5e-5", "excp", "published", "sweep", (("alpha", EXCP_ALPHA * 0.7),)),
+    # between half the published alpha and 0.6 of it, where MiniLM's gap crosses its floor
+    # (session 25: the adaptive curve got its point there too, -m1.1875)
+    ArmSpec("excp-a2.75e-5", "excp", "published", "sweep", (("alpha", EXCP_ALPHA * 0.55),)),
 )
 #: exp_avg_sq coded as its ratio to the base's (``ratio_coding``), in priority order, at every
 #: seed where it can differ from the value coding: Adam with beta2 = 0.999 (under 0.95 exp_avg_sq
@@ -206,7 +209,8 @@ STEP_ARMS = tuple(ArmSpec(name, "adaptive", scale, "sweep",
 #: MAX_WEIGHT_BUDGET), the step's at the default or, with the weights at 2.5x, 1.25x (0.83) and
 #: 1.125x (0.75): on MiniLM and LoRA the first moment's budget is what moves the gap (session 22's
 #: probes) and the weights' barely does (session 23's, docs/journal); LoRA is within noise at 2.2x
-#: the best ExCP point's ratio at m1.25, MiniLM at 2.1x at m1.125.
+#: the best ExCP point's ratio at m1.25, MiniLM at 2.1x at m1.125. Session 25 added 1.1875x
+#: (0.79), between the two, where MiniLM's gap crosses its floor.
 STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{weight:g}" + (f"-m{step:g}" if step != 1 else ""),
                            "adaptive", 1.0, "sweep",
                            (("step_coding", True),
@@ -214,7 +218,7 @@ STEP_ARMS += tuple(ArmSpec(f"adaptive-step-w{weight:g}" + (f"-m{step:g}" if step
                                               "weight": weight * STEP_BUDGET["weight"],
                                               "exp_avg": step * STEP_BUDGET["exp_avg"]})),
                            RATIO_SETUPS)
-                   for weight, step in ((1.5, 1), (2.5, 1), (2.5, 1.25), (2.5, 1.125)))
+                   for weight, step in ((1.5, 1), (2.5, 1), (2.5, 1.25), (2.5, 1.125), (2.5, 1.1875)))
 QUICK_SWEEP = (ArmSpec("excp-s1", "excp", 1.0, "sweep"), ArmSpec("bitsnap-d0.4", "bitsnap", 0.4, "sweep"))
 #: The cheap setups run first at each step of the order.
 CHEAP = ("gpt-b095", "gpt-sgd", "minilm-lora")
