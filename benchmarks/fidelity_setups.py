@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -398,8 +398,8 @@ def minilm_setup(lora: bool, batch_size: int, lr: float, warmup: int,
             for p in model.parameters():
                 p.requires_grad_(False)
             for layer in model.layers:
-                layer.query = LoRALinear(layer.query)
-                layer.value = LoRALinear(layer.value)
+                layer.query = LoRALinear(cast(nn.Linear, layer.query))  # BertLayer's nn.Linear
+                layer.value = LoRALinear(cast(nn.Linear, layer.value))
             for p in model.head.parameters():
                 p.requires_grad_(True)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)

@@ -152,7 +152,9 @@ def picks(blob: bytes, raw: int) -> str:
     counts: Counter[str] = Counter()
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as ckpt:
         for leaf in ckpt.leaves:
-            kind = leaf.pipeline.residual.kind if leaf.pipeline.residual else "dense"
+            residual = leaf.pipeline.residual
+            kind = "dense" if residual is None else (
+                residual.kind if isinstance(residual, Residual) else residual.codec_id)
             if isinstance(leaf.pipeline.serializer, ContextPlanes):
                 kind += "+buckets"
             counts[kind] += leaf.nbytes
@@ -182,6 +184,7 @@ class ZipnnRuns:
         def code(i: int, t: int) -> bytes:
             a, b, dtype = self.triples[i]
             work = inputs[i] if b is None else np.bitwise_xor(a, b)
+            assert work is not None
             return zipnn.compress(work, threads=t, dtype=dtype, scratch=True)
 
         started = time.perf_counter()

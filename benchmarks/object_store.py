@@ -45,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +104,9 @@ class Traffic:
                 reply["Body"] = CountedBody(reply["Body"], traffic)
             return reply
 
-        s3fs.S3FileSystem._call_s3 = counted  # type: ignore[method-assign]
+        s3fs.S3FileSystem._call_s3 = counted
         # the sync call_s3 wraps the coroutine function it was made from: wrap the new one
-        s3fs.S3FileSystem.call_s3 = fsspec.asyn.sync_wrapper(counted)  # type: ignore[method-assign]
+        s3fs.S3FileSystem.call_s3 = fsspec.asyn.sync_wrapper(counted)
 
     def reset(self) -> None:
         self.up = self.down = self.requests = 0
@@ -157,7 +158,8 @@ class Method:
     name: str
     #: Where it saves, under the run's prefix: an object or a directory of them.
     suffix: str
-    save: Callable[[str], None]
+    #: Saves to the URL; what it returns is not used.
+    save: Callable[[str], object]
     #: Loads from the URL (into the target, for DCP) and returns the loaded state.
     load: Callable[[str, Any], Any]
     #: DCP loads into a state its caller allocated: made before the clock, not counted as extra.
@@ -285,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 method, row = chosen[name], rows[name]
                 url = f"s3://{bucket}/{attempt}/{method.suffix}"
                 traffic.reset()
-                seconds, extra, _ = timed(lambda m=method, u=url: m.save(u))
+                seconds, extra, _ = timed(partial(method.save, url))
                 row.save_s.append(seconds)
                 row.save_extra.append(extra)
                 row.uploaded, row.stored = traffic.up, stored_bytes(fs, url)
@@ -299,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 url = f"s3://{bucket}/{attempt}/{method.suffix}"
                 target = allocate(layout) if method.into_target else None
                 traffic.reset()
-                seconds, extra, loaded = timed(lambda m=method, u=url, t=target: m.load(u, t))
+                seconds, extra, loaded = timed(partial(method.load, url, target))
                 row.load_s.append(seconds)
                 # beyond the loaded state (a DCP target was allocated before the clock)
                 row.load_extra.append(extra - (0 if method.into_target else state_bytes))

@@ -83,10 +83,10 @@ def child(spec: dict) -> dict:
     if spec["path"] == "torch" and spec["base_copies"]:
         from ckptzip.modes.common import GroupValues
 
-        def on_device(values: GroupValues) -> GroupValues:  # what a GPU's copy takes
+        def on_device(self: GroupValues) -> GroupValues:  # what a GPU's copy takes
             return dataclasses.replace(
-                values, w_base=None if values.w_base is None else values.w_base.clone(),
-                v_base=None if values.v_base is None else values.v_base.clone())
+                self, w_base=None if self.w_base is None else self.w_base.clone(),
+                v_base=None if self.v_base is None else self.v_base.clone())
 
         GroupValues.on_device = on_device  # type: ignore[method-assign]
     if spec["path"] == "torch":

@@ -40,7 +40,8 @@ def fault_in(rounds: int) -> list[float]:
         buffers = []
         for _ in range(GIB // PIECE):
             buffer = _native.PageBuffer(PIECE)
-            np.frombuffer(buffer, dtype=np.uint8)[::4096] = 1
+            # numpy's stubs take any buffer only from Python 3.12 on (collections.abc.Buffer)
+            np.frombuffer(buffer, dtype=np.uint8)[::4096] = 1  # type: ignore[call-overload]
             buffers.append(buffer)
         rates.append(GIB / (time.perf_counter() - start) / 1e9)
         del buffers

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -57,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    trials = [("defaults", {})] + [
+    trials: list[tuple[str, dict[str, Any]]] = [("defaults", {})] + [
         (f"x{scale:g}, ratio", {"error_budget": adaptive_budget(scale)})
         for scale in map(float, args.budget.split(","))]
     predictions: list[str] = []

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def chunk_sets(quick: bool) -> dict[str, np.ndarray]:
 
         states = incremental.training_states(quick)
         steps = sorted(states)
-        arrays = {}
+        arrays: dict[str, Any] = {}  # not ndarray: mypy would match **arrays to savez's allow_pickle
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
             arrays[f"{name}_0"] = incremental.flat_weights(states[steps[0]], dtype)
             for step in steps[1:]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -29,7 +30,7 @@ import ckptzip
 from ckptzip.tree import flatten
 
 
-def timed(action) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def timed(action: Callable[[], object]) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     action()
     return time.perf_counter() - wall, time.process_time() - cpu
