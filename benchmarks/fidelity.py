@@ -775,7 +775,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
             ax.errorbar(a["gap_mean_pct"], a["full_state_ratio"], xerr=[[lo], [hi]],
                         fmt="s" if a in variants else "^" if a in steps else "o", ms=5,
                         capsize=3, color=color)
-            label = (f"a={a['options']['alpha']:.2g}" if mode == "excp" else
+            label = (f"a={a['options']['alpha']:.3g}" if mode == "excp" else
                      f"d={a['knob']:g}" if mode == "bitsnap" else
                      f"x{a['knob']:g}" if not isinstance(a["knob"], str) else a["knob"])
             label += _variant(a).replace("_coding", "") if a in (*variants, *steps) else ""
