@@ -443,7 +443,7 @@ def test_transforms_run_on_the_device(mode, chain_states):
 
 
 @pytest.mark.parametrize("piece", [None, 1000])
-@pytest.mark.parametrize("mode", [*LOSSY, "adaptive-0.999"])
+@pytest.mark.parametrize("mode", [*LOSSY, "adaptive-0.999", "excp-capped"])
 def test_the_device_paths_torch_ops_decode_what_the_native_passes_decode(mode, piece, chain_states,
                                                                          monkeypatch):
     """A GPU's tensors take torch's ops where the host's take the native passes: forced onto
@@ -451,15 +451,19 @@ def test_the_device_paths_torch_ops_decode_what_the_native_passes_decode(mode, p
     and the torch path's decoding reads what the native one does (CI has no GPU). ``piece``:
     the torch path's passes cut into pieces of that many elements (the tensors here are larger).
     ``adaptive-0.999``: beta2 0.999, where the second moments are kept and the first is coded as
-    Adam's step (the sqrt-scale stage)."""
+    Adam's step (the sqrt-scale stage). ``excp-capped``: ExCP at an alpha whose pruning strength
+    is the paper's cap on every tensor (the fidelity matrix's ``excp-fair``), where most of each
+    update is pruned."""
     if piece is not None:
         monkeypatch.setattr(ckptzip.hostpath, "TORCH_PIECE", piece)
-    states = chain_states
+    states, options = chain_states, {}
     if mode == "adaptive-0.999":
         mode, states = "adaptive", [_with_beta2(s, 0.999) for s in chain_states[:2]]
-    native = ckptzip.dumps(states[1], mode=mode, base=states[0])
+    if mode == "excp-capped":
+        mode, options = "excp", {"alpha": 1.0}
+    native = ckptzip.dumps(states[1], mode=mode, base=states[0], **options)
     with torch_ops_only():
-        by_torch = ckptzip.dumps(states[1], mode=mode, base=states[0])
+        by_torch = ckptzip.dumps(states[1], mode=mode, base=states[0], **options)
         torch_decoded = flat(ckptzip.loads(by_torch, base=states[0]))
     expected = flat(ckptzip.loads(native, base=states[0]))
     decoded = flat(ckptzip.loads(by_torch, base=states[0]))
