@@ -309,6 +309,51 @@ def chain_states():
     return states
 
 
+@pytest.mark.parametrize("mode", ["lossless", *LOSSY, "adaptive-0.999"])
+def test_a_delta_loads_the_same_in_small_base_batches(mode, chain_states, tmp_path, monkeypatch):
+    """A delta's load decodes its base in batches of ``BASE_BATCH_BYTES`` and frees each batch
+    when its tensors are done. With batches of 64 KiB (many batches, each a few tensors, a
+    tensor's low-rank factors and sibling moments in batches of their own), a chain of two
+    deltas loads bit for bit what it loads in one batch, and the base never holds more than a
+    batch (plus one tensor larger than it) of decoded bytes: not the whole base beside the
+    loaded state."""
+    states = chain_states[:3]
+    if mode == "adaptive-0.999":  # the step coding: exp_avg reads its exp_avg_sq sibling
+        mode, states = "adaptive", [_with_beta2(s, 0.999) for s in states]
+    paths = [tmp_path / f"{i}.ckz" for i in range(len(states))]
+    previous = None
+    for state, path in zip(states, paths):
+        ckptzip.save(state, path, mode=mode if previous is not None else "lossless",
+                     base=previous)
+        previous = path
+    whole = flat(ckptzip.load(paths[-1]))
+
+    limit = 64 << 10
+    monkeypatch.setattr(ckptzip.reader, "BASE_BATCH_BYTES", limit)
+    held: list[int] = []
+    batches: list[int] = []
+    prefetch, read_batch = ckptzip.reader.FileBase.prefetch, ckptzip.reader.CheckpointFile._read_batch
+
+    def counted_prefetch(self, names):
+        prefetch(self, names)
+        held.append(sum(array.nbytes for array in self._cache.values()))
+
+    def counted_batch(self, indices, *args):
+        batches.append(len(indices))
+        return read_batch(self, indices, *args)
+
+    monkeypatch.setattr(ckptzip.reader.FileBase, "prefetch", counted_prefetch)
+    monkeypatch.setattr(ckptzip.reader.CheckpointFile, "_read_batch", counted_batch)
+    batched = flat(ckptzip.load(paths[-1]))
+    assert batched.keys() == whole.keys()
+    for name, tensor in whole.items():
+        assert torch.equal(batched[name], tensor), name
+    largest = max(t.numel() * t.element_size() for t in whole.values())
+    base_bytes = sum(t.numel() * t.element_size() for t in whole.values())
+    assert len(batches) > 10
+    assert held and max(held) <= limit + largest < base_bytes
+
+
 @pytest.mark.parametrize("mode", LOSSY)
 def test_chain_keyframe_lossless_deltas_closed_loop(mode, chain_states, tmp_path):
     paths = [tmp_path / f"{i}.ckz" for i in range(len(chain_states))]

@@ -200,7 +200,12 @@ class CheckpointFile:
 
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
         """Decode the given leaves in parallel into tensors of their dtype and shape (and the
-        siblings their transforms read: a support, low-rank factors)."""
+        siblings their transforms read: a support, low-rank factors).
+
+        A delta's leaves are decoded in batches of about :data:`BASE_BATCH_BYTES` of base
+        tensors: each batch's base tensors are decoded together, in one parallel pass, and freed
+        once its leaves are done, so that a load holds what it returns and one batch of the base
+        beside it, not the whole base as well."""
         siblings = {j for i in indices for j in self.leaves[i].pipeline.references}
         indices = [*indices, *sorted(siblings.difference(indices))]
         try:
@@ -209,6 +214,24 @@ class CheckpointFile:
             wanted = sum(self.leaves[i].array_nbytes for i in indices)
             raise Error(f"{self.name}: its tensors declare {wanted} bytes, which this host cannot "
                         f"allocate ({str(exc).splitlines()[0][:120]})") from None
+        bar = Progress(sum(self.leaves[i].array_nbytes for i in indices), "decompress",
+                       enabled=progress)
+        # siblings first: a leaf that reads siblings needs them decoded (the header parser
+        # refused chains, so one pass over the rest follows)
+        result: dict[int, torch.Tensor] = {}
+        for reads_siblings in (False, True):
+            batch = [i for i in indices
+                     if bool(self.leaves[i].pipeline.references) == reads_siblings]
+            for part in _base_batches(self.leaves, batch):
+                self._read_batch(part, buffers, result, bar)
+        bar.close()
+        return result
+
+    def _read_batch(self, indices: list[int], buffers: dict[int, torch.Tensor],
+                    result: dict[int, torch.Tensor], bar: Progress) -> None:
+        """:meth:`read_leaves` for one batch of leaves, into ``result``: their base tensors
+        decoded, their chunks decoded into ``buffers`` on the thread pool, their transforms
+        undone (on the pool too), and the base tensors freed."""
         bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
         self._prefetch_bases([self.leaves[i] for i in indices if self.leaves[i].is_delta])
@@ -227,7 +250,6 @@ class CheckpointFile:
                 jobs.append((leaf, k, chunk, out[start:end],
                              None if chunk_base is None else chunk_base[start:end]))
         total = sum(self.leaves[i].array_nbytes for i in indices)
-        bar = Progress(total, "decompress", enabled=progress)
         tasks = list(_group(jobs, task_bytes(total, self.threads)))
         self.source.expect([(self.data_start + task[0][2].offset,
                              task[-1][2].offset + task[-1][2].length - task[0][2].offset)
@@ -240,11 +262,6 @@ class CheckpointFile:
             i = next(i for i in bases if self.leaves[i] is failed.leaf)
             self._verify_base(failed.leaf, bases[i])
             raise failed.damaged from None
-        bar.close()
-        # siblings first: a leaf that reads siblings needs them decoded (the header parser
-        # refused chains, so one pass over the rest follows); the leaves of a pass are
-        # independent and finish on the thread pool
-        result: dict[int, torch.Tensor] = {}
 
         def finish(i: int) -> tuple[int, torch.Tensor]:
             pipeline = self.leaves[i].pipeline
@@ -254,17 +271,15 @@ class CheckpointFile:
             return i, self._finish_leaf(self.leaves[i], buffers[i], bases.get(i), support,
                                         decoded)
 
-        for reads_siblings in (False, True):
-            batch = [i for i in indices
-                     if bool(self.leaves[i].pipeline.references) == reads_siblings]
-            threads = self.threads if any(self.leaves[i].pipeline.transforms for i in batch) else 1
-            result.update(ordered_map(finish, batch, threads, torch_ops=True))
+        # the leaves of a batch are independent and finish on the thread pool
+        threads = self.threads if any(self.leaves[i].pipeline.transforms for i in indices) else 1
+        result.update(ordered_map(finish, indices, threads, torch_ops=True))
         if self._base is not None:  # each base tensor serves one tensor here: free it
             for i in bases:
                 name = self.leaves[i].base_name
                 assert name is not None  # _base_raw found it
                 self._base.release(name)
-        return result
+        bases.clear()
 
     def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None,
                      support: torch.Tensor | None = None,
@@ -414,6 +429,10 @@ def _in_base(exc: Error, delta: str, base: str) -> Error:
 
 #: Decoded tensors at least this large get memory of their own with huge pages advised.
 PAGE_BUFFER_BYTES = 2 << 20
+#: Base tensors a delta's load decodes at once, in raw bytes (:func:`_base_batches`). A batch
+#: is decoded in one parallel pass, so a larger one keeps more threads busy at its end; a
+#: smaller one holds less memory beside the loaded state.
+BASE_BATCH_BYTES = 256 << 20
 
 
 def output_buffer(nbytes: int) -> torch.Tensor:
@@ -442,6 +461,23 @@ class _DeltaFailed(Exception):
     def __init__(self, leaf: LeafInfo, damaged: CorruptError) -> None:
         super().__init__(str(damaged))
         self.leaf, self.damaged = leaf, damaged
+
+
+def _base_batches(leaves: tuple[LeafInfo, ...], indices: list[int]) -> Iterator[list[int]]:
+    """``indices`` in order, cut into batches whose delta leaves' base tensors come to about
+    :data:`BASE_BATCH_BYTES` (a larger tensor is a batch of its own); a file without a base is
+    one batch."""
+    batch: list[int] = []
+    held = 0
+    for i in indices:
+        weight = leaves[i].nbytes if leaves[i].is_delta else 0
+        if batch and held + weight > BASE_BATCH_BYTES:
+            yield batch
+            batch, held = [], 0
+        batch.append(i)
+        held += weight
+    if batch:
+        yield batch
 
 
 def _group(jobs: list[_Job], size_limit: int) -> Iterator[list[_Job]]:
