@@ -1,0 +1,130 @@
+"""How much memory a delta checkpoint's load takes beside the state it returns, per mode.
+
+A delta's load decodes its base's tensors too. This saves ``lossy_speed.py``'s synthetic state
+(``--gb``) as a lossless keyframe and, after two more steps, as a delta of each mode against it
+(made once, in a first child process), then loads each delta in a fresh process (the parent's
+memory does not count), glibc returning every freed block of 64 KiB or more to the kernel at
+once, while a thread reads the resident set every millisecond.
+
+    python benchmarks/probes/load_memory.py [--gb 1.0] [--modes lossless,excp,bitsnap,adaptive]
+        [--threads 1,2] [--src DIR,DIR ...]
+
+``--src``: builds of ckptzip to load with (a checkout's built ``src``), in turn, mode by mode
+(the files are made by the first); by default the one this script imports.
+
+Prints per build, mode and thread count: the state's bytes, the peak resident set above the
+process's before the load (torch and ckptzip imported) less the loaded state's own bytes (what
+the load needs beside what it returns), that over the state's bytes, and the load's seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def make(spec: dict) -> dict:
+    """The keyframe and one delta per mode, in ``spec["dir"]``."""
+    sys.path.insert(0, str(HERE.parents[1]))
+    import lossy_speed
+
+    import ckptzip
+
+    first, second, _ = lossy_speed.synthetic_states(spec["gb"])
+    keyframe = Path(spec["dir"]) / "key.ckz"
+    ckptzip.save(first, keyframe)
+    for mode in spec["modes"]:
+        ckptzip.save(second, Path(spec["dir"]) / f"{mode}.ckz", mode=mode, base=keyframe,
+                     resumed=True)
+    return {}
+
+
+def load(spec: dict) -> dict:
+    """One load of ``spec["mode"]``'s delta: its peak resident set above the start."""
+    import torch
+
+    import ckptzip
+    from ckptzip.tree import flatten
+
+    torch.set_num_threads(spec["threads"])
+    before = peak = resident()
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, resident())
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.perf_counter()
+    state = ckptzip.load(Path(spec["dir"]) / f"{spec['mode']}.ckz", threads=spec["threads"])
+    seconds = time.perf_counter() - started
+    done.set()
+    watcher.join()
+    peak = max(peak, resident())
+    state_bytes = sum(leaf.nbytes for leaf in flatten(state)[1])
+    return {"state_bytes": state_bytes, "peak_extra": peak - before - state_bytes,
+            "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gb", type=float, default=1.0)
+    parser.add_argument("--modes", default="lossless,excp,bitsnap,adaptive")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--src", help="comma-separated builds' src directories (default: this "
+                        "script's ckptzip)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        spec = json.loads(args.child)
+        print(json.dumps(make(spec) if spec["make"] else load(spec)))
+        return
+    builds = args.src.split(",") if args.src else [None]
+    modes = args.modes.split(",")
+
+    def run(spec: dict, src: str | None) -> dict:
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
+               "CKPTZIP_MALLOC": "system"}
+        if src is not None:
+            env["PYTHONPATH"] = src
+        done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
+                              capture_output=True, text=True, env=env, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    print("| build | mode | threads | state MB | peak extra MB | / state | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as work:
+        run({"make": True, "gb": args.gb, "dir": work, "modes": modes}, builds[0])
+        for mode in modes:
+            for threads in (int(t) for t in args.threads.split(",")):
+                for src in builds:
+                    result = run({"make": False, "dir": work, "mode": mode,
+                                  "threads": threads}, src)
+                    state = result["state_bytes"]
+                    print(f"| {src or 'this'} | {mode} | {threads} | {state / 1e6:,.0f} | "
+                          f"{result['peak_extra'] / 1e6:,.0f} | "
+                          f"{result['peak_extra'] / state:.2f}x | {result['seconds']:.2f} |",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
