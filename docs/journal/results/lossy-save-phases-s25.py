@@ -1,5 +1,5 @@
 import sys, time, tempfile, os, threading, collections
-sys.path.insert(0, '/tmp/s25/tree/benchmarks')
+sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[3] / 'benchmarks'))
 import torch, ckptzip
 import ckptzip.writer as W, ckptzip.planning as P
 import lossy_speed as L
