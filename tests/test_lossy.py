@@ -29,8 +29,10 @@ from ckptzip.demo.train import CONFIGS, load_data, make_trainer, same_state
 from ckptzip.errors import ConfigError, CorruptError, FormatError
 from ckptzip.hostpath import torch_ops_only
 from ckptzip.modes import PairingWarning
+from ckptzip.modes import common as joint
 from ckptzip.modes.adaptive import DEFAULT_BUDGET
 from ckptzip.modes.pairing import group_state
+from ckptzip.policy import Encoded
 from ckptzip.tree import flatten
 
 LOSSY = ("excp", "bitsnap", "adaptive")
@@ -352,6 +354,45 @@ def test_a_delta_loads_the_same_in_small_base_batches(mode, chain_states, tmp_pa
     base_bytes = sum(t.numel() * t.element_size() for t in whole.values())
     assert len(batches) > 10
     assert held and max(held) <= limit + largest < base_bytes
+
+
+@pytest.mark.parametrize("mode", [*LOSSY, "adaptive-0.999"])
+def test_a_lossy_save_frees_each_groups_base_once_planned(mode, chain_states, tmp_path,
+                                                          monkeypatch):
+    """Against a base file, a lossy save decodes the base's weights to look at every group, and
+    a group's second moment only in its turn (``adaptive-0.999``: the ratio coding reads it);
+    once a group is planned, the base tensors of what it planned lossy are freed, their CRCs
+    taken first for the header. A save then holds the base of the groups not yet planned, not
+    the whole base until its file is written, and writes the same file as when it held it."""
+    states = chain_states[:2]
+    if mode == "adaptive-0.999":
+        mode, states = "adaptive", [_with_beta2(s, 0.999) for s in states]
+    keyframe = tmp_path / "key.ckz"
+    ckptzip.save(states[0], keyframe)
+    free = joint._free_planned_bases
+    held, kept = [], []
+
+    def freeing(leaves, plans, base):
+        free(leaves, plans, base)
+        held.append(sum(array.nbytes for array in base._cache.values()))
+        kept.extend(leaves[i].name for i, plan in plans.items() if isinstance(plan, Encoded)
+                    and i < len(leaves) and leaves[i].name in base._cache)
+
+    def holding(leaves, plans, base):  # the CRCs only: every base tensor stays decoded
+        for i, plan in plans.items():
+            if isinstance(plan, Encoded) and plan.uses_base and i < len(leaves):
+                plan.base_crc = ckptzip._native.crc32c(base.raw(leaves[i].name))
+        held.append(sum(array.nbytes for array in base._cache.values()))
+
+    monkeypatch.setattr(joint, "_free_planned_bases", holding)
+    ckptzip.save(states[1], tmp_path / "held.ckz", mode=mode, base=keyframe, resumed=True)
+    most = max(held)
+    held.clear()
+    monkeypatch.setattr(joint, "_free_planned_bases", freeing)
+    ckptzip.save(states[1], tmp_path / "freed.ckz", mode=mode, base=keyframe, resumed=True)
+    assert (tmp_path / "freed.ckz").read_bytes() == (tmp_path / "held.ckz").read_bytes()
+    assert kept == []
+    assert max(held) < most  # the decoded base, each group's measured once it was planned
 
 
 @pytest.mark.parametrize("mode", LOSSY)

@@ -66,7 +66,9 @@ def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | No
     if encoding.uses_base:
         if base is None:
             raise ConfigError(f"{leaf.name}: the {policy.mode} policy coded it against a missing base")
-        extra.update(base_entry(leaf.name, _native.crc32c(base.raw(leaf.name))))
+        crc = encoding.base_crc
+        extra.update(base_entry(leaf.name, _native.crc32c(base.raw(leaf.name)) if crc is None
+                                else crc))
     return LeafPlan(leaf, encoding.pipeline, chunk_bytes, [], extra=extra, array=array)
 
 

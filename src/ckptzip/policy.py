@@ -33,6 +33,9 @@ class Encoded:
     #: A leaf the policy adds to the file (low-rank factors), which the state tree does not
     #: reference: set for plans whose index is past the state's own leaves.
     added: Leaf | None = None
+    #: The CRC-32C of the base tensor it was coded against (``uses_base``), which the header
+    #: records: taken when the tensor is planned, so that the base's bytes can be freed then.
+    base_crc: int | None = None
 
 
 @dataclass(frozen=True)

@@ -257,9 +257,9 @@ class JointPolicy(LosslessPolicy):
     state_roles: ClassVar[Mapping[str, str]] = ADAM_ROLES
 
     def reads_v_base(self, leaves: list[Leaf], values: GroupValues) -> bool:
-        """Whether :meth:`groups` reads the base's ``exp_avg_sq`` for this group too (the base's
-        tensors are read there, before any group is planned); ``values`` without the tensors
-        kept as unchanged."""
+        """Whether the group's plan reads the base's ``exp_avg_sq`` too (:meth:`plan_state`
+        decodes it when the group's turn comes, and frees it once the group is planned);
+        ``values`` without the tensors kept as unchanged."""
         return False
 
     def __init__(self, pairing: Mapping[str, int] | None = None,
@@ -308,24 +308,38 @@ class JointPolicy(LosslessPolicy):
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
 
+        members = [v.group for v in groups]
+        # each group's values (the base's tensors among them) are let go of as it is planned
+        pending: list[GroupValues | None] = list(groups)
+        del groups
+
         def plan(position: int) -> tuple[int, dict[int, Encoded | Exact]]:
             start = first + position * LEAVES_PER_GROUP
             self._numbering.next = start
-            return start, self.plan_group(leaves, groups[position].on_device(), base)
+            values = pending[position]
+            assert values is not None  # each position is planned once
+            pending[position] = None  # the group's values, its base tensors among them
+            exp_avg_sq = values.group.exp_avg_sq
+            if (values.v is not None and exp_avg_sq is not None
+                    and self.reads_v_base(leaves, values)):  # decoded in the group's turn
+                values.v_base = _base_value(leaves[exp_avg_sq], base)
+            group_plans = self.plan_group(leaves, values.on_device(), base)
+            _free_planned_bases(leaves, group_plans, base)
+            return start, group_plans
 
         # the largest groups first (no thread idles at the end behind one large group, such as
         # an embedding's) and every group in flight at once (none behind a slow one): a plan
         # is kept until the file is written whichever way. Then numbered in the state's order.
-        order = sorted(range(len(groups)), key=sizes.__getitem__, reverse=True)
-        gate = _device_gate(leaves, [v.group for v in groups], sizes)
+        order = sorted(range(len(members)), key=sizes.__getitem__, reverse=True)
+        gate = _device_gate(leaves, members, sizes)
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
         for position, result in zip(order, ordered_map(plan, order, threads, torch_ops=True,
-                                                       gate=gate, in_flight=len(groups))):
+                                                       gate=gate, in_flight=len(members))):
             planned[position] = result
             if progress is not None:
                 progress(sizes[position], sum(sizes))
         added = len(leaves)
-        for position in range(len(groups)):
+        for position in range(len(members)):
             start, group_plans = planned.pop(position)
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
@@ -398,9 +412,6 @@ class JointPolicy(LosslessPolicy):
                 return None, {}
             kept: dict[int, Encoded | Exact] = {}
             self._keep_unchanged(leaves, values, base, kept)
-            if (values.v is not None and group.exp_avg_sq is not None
-                    and self.reads_v_base(leaves, values)):
-                values.v_base = _base_value(leaves[group.exp_avg_sq], base)
             return values, kept
 
         # on a device, the unchanged check copies each weight's base there: a share at a time
@@ -451,6 +462,19 @@ class JointPolicy(LosslessPolicy):
             weight = None
         return GroupValues(group, weight, get(group.weight) if weight else None, w_base,
                            get(group.exp_avg), get(group.exp_avg_sq))
+
+
+def _free_planned_bases(leaves: list[Leaf], plans: dict[int, Encoded | Exact], base: Base) -> None:
+    """Once a group is planned, free the base's decoded bytes of each of its tensors planned
+    lossy, first taking the CRC-32C the header records of those coded against the base: a save
+    then holds the base tensors of the groups not yet planned, not the whole base until its file
+    is written. A tensor kept exact keeps its base tensor: the writer codes it against it."""
+    for index, plan in plans.items():
+        if isinstance(plan, Encoded) and index < len(leaves):  # not a leaf the group adds
+            name = leaves[index].name
+            if plan.uses_base:
+                plan.base_crc = _native.crc32c(base.raw(name))
+            base.release(name)
 
 
 def _group_bytes(leaves: list[Leaf], group: Group) -> int:
