@@ -26,21 +26,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
+from peak_memory import CHILD_ENV, PeakWatcher
+
 HERE = Path(__file__).resolve()
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE
 
 
 def child(spec: dict) -> dict:
@@ -68,18 +61,6 @@ def child(spec: dict) -> dict:
     base.prefetch(names)
     for name in names:
         base.raw(name)
-    before = peak = resident()
-    done = threading.Event()
-
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, resident())
-            time.sleep(0.001)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.perf_counter()
     if spec["path"] == "torch" and spec["base_copies"]:
         from ckptzip.modes.common import GroupValues
 
@@ -89,20 +70,17 @@ def child(spec: dict) -> dict:
                 v_base=None if self.v_base is None else self.v_base.clone())
 
         GroupValues.on_device = on_device  # type: ignore[method-assign]
-    if spec["path"] == "torch":
-        with torch_ops_only():
+    with PeakWatcher() as watch:
+        if spec["path"] == "torch":
+            with torch_ops_only():
+                prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
+                                   threads=spec["threads"])
+        else:
             prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
                                threads=spec["threads"])
-    else:
-        prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
-                           threads=spec["threads"])
-    seconds = time.perf_counter() - started
-    done.set()
-    watcher.join()
-    peak = max(peak, resident())
     del prepared
     base.close()
-    return {"state_bytes": state_bytes, "peak_extra": peak - before, "seconds": seconds}
+    return {"state_bytes": state_bytes, "peak_extra": watch.extra, "seconds": watch.seconds}
 
 
 def main() -> None:
@@ -120,8 +98,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
-           "CKPTZIP_MALLOC": "system"}
+    env = CHILD_ENV
     print("| mode | path | threads | state MB | peak extra MB | / state | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as work:

@@ -24,21 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
+from peak_memory import CHILD_ENV, PeakWatcher
+
 HERE = Path(__file__).resolve()
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE
 
 
 def make(spec: dict) -> dict:
@@ -70,32 +63,17 @@ def load(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     work = Path(spec["dir"])
     second = torch.load(work / "second.pt", weights_only=True) if spec["save"] else None
-    before = peak = resident()
-    done = threading.Event()
-
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, resident())
-            time.sleep(0.001)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.perf_counter()
-    if second is not None:
-        ckptzip.save(second, work / f"{spec['mode']}-again.ckz", mode=spec["mode"],
-                     base=work / "key.ckz", resumed=True, threads=spec["threads"])
-        state = second
-    else:
-        state = ckptzip.load(work / f"{spec['mode']}.ckz", threads=spec["threads"])
-    seconds = time.perf_counter() - started
-    done.set()
-    watcher.join()
-    peak = max(peak, resident())
+    with PeakWatcher() as watch:
+        if second is not None:
+            ckptzip.save(second, work / f"{spec['mode']}-again.ckz", mode=spec["mode"],
+                         base=work / "key.ckz", resumed=True, threads=spec["threads"])
+            state = second
+        else:
+            state = ckptzip.load(work / f"{spec['mode']}.ckz", threads=spec["threads"])
     state_bytes = sum(leaf.nbytes for leaf in flatten(state)[1])
     returned = 0 if second is not None else state_bytes
-    return {"state_bytes": state_bytes, "peak_extra": peak - before - returned,
-            "seconds": seconds}
+    return {"state_bytes": state_bytes, "peak_extra": watch.extra - returned,
+            "seconds": watch.seconds}
 
 
 def main() -> None:
@@ -118,8 +96,7 @@ def main() -> None:
     modes = args.modes.split(",")
 
     def run(spec: dict, src: str | None) -> dict:
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536",
-               "CKPTZIP_MALLOC": "system"}
+        env = dict(CHILD_ENV)
         if src is not None:
             env["PYTHONPATH"] = src
         done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
