@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from peak_memory import CHILD_ENV, PeakWatcher
+from peak_memory import PeakWatcher, peak_cells, run_child
 
 HERE = Path(__file__).resolve()
 
@@ -98,7 +97,6 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
-    env = CHILD_ENV
     print("| mode | path | threads | state MB | peak extra MB | / state | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
@@ -108,14 +106,9 @@ def main() -> None:
                     spec = {"gb": args.gb, "square": args.square, "dir": work, "mode": mode,
                             "path": path, "threads": threads,
                             "base_copies": not args.no_base_copies}
-                    done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
-                                          capture_output=True, text=True, env=env, check=True)
-                    result = json.loads(done.stdout.strip().splitlines()[-1])
-                    state = result["state_bytes"]
-                    print(f"| {mode} | {path} | {threads} | {state / 1e6:,.0f} | "
-                          f"{result['peak_extra'] / 1e6:,.0f} | "
-                          f"{result['peak_extra'] / state:.2f}x | {result['seconds']:.1f} |",
-                          flush=True)
+                    result = run_child(HERE, spec)
+                    print(f"| {mode} | {path} | {threads} | {peak_cells(result)} | "
+                          f"{result['seconds']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from peak_memory import CHILD_ENV, PeakWatcher
+from peak_memory import PeakWatcher, peak_cells, run_child
 
 HERE = Path(__file__).resolve()
 
@@ -95,28 +94,17 @@ def main() -> None:
     builds = args.src.split(",") if args.src else [None]
     modes = args.modes.split(",")
 
-    def run(spec: dict, src: str | None) -> dict:
-        env = dict(CHILD_ENV)
-        if src is not None:
-            env["PYTHONPATH"] = src
-        done = subprocess.run([sys.executable, str(HERE), "--child", json.dumps(spec)],
-                              capture_output=True, text=True, env=env, check=True)
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
     print("| build | mode | threads | state MB | peak extra MB | / state | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
-        run({"make": True, "gb": args.gb, "dir": work, "modes": modes}, builds[0])
+        run_child(HERE, {"make": True, "gb": args.gb, "dir": work, "modes": modes}, builds[0])
         for mode in modes:
             for threads in (int(t) for t in args.threads.split(",")):
                 for src in builds:
-                    result = run({"make": False, "dir": work, "mode": mode,
-                                  "threads": threads, "save": args.save}, src)
-                    state = result["state_bytes"]
-                    print(f"| {src or 'this'} | {mode} | {threads} | {state / 1e6:,.0f} | "
-                          f"{result['peak_extra'] / 1e6:,.0f} | "
-                          f"{result['peak_extra'] / state:.2f}x | {result['seconds']:.2f} |",
-                          flush=True)
+                    result = run_child(HERE, {"make": False, "dir": work, "mode": mode,
+                                              "threads": threads, "save": args.save}, src)
+                    print(f"| {src or 'this'} | {mode} | {threads} | {peak_cells(result)} | "
+                          f"{result['seconds']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,19 @@
 """The resident-set measurement the memory probes share (``device_memory.py``,
-``load_memory.py``): each measurement runs in a child process started with :data:`CHILD_ENV`,
-and :class:`PeakWatcher` reads its resident set every millisecond around the work measured."""
+``load_memory.py``): each measurement runs in a child process (:func:`run_child`, started with
+:data:`CHILD_ENV`), where :class:`PeakWatcher` reads its resident set every millisecond around
+the work measured, and :func:`peak_cells` puts what it found in the probes' tables."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -54,3 +60,23 @@ class PeakWatcher:
     @property
     def extra(self) -> int:
         return self.peak - self.before
+
+
+def run_child(script: Path, spec: dict[str, Any], pythonpath: str | None = None) -> dict[str, Any]:
+    """Run ``script --child <spec as JSON>`` in a fresh process (``pythonpath``: the build of
+    ckptzip it imports, else the one this process would) and return the JSON object its last
+    line of output holds."""
+    env = dict(CHILD_ENV)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    done = subprocess.run([sys.executable, str(script), "--child", json.dumps(spec)],
+                          capture_output=True, text=True, env=env, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def peak_cells(result: dict[str, Any]) -> str:
+    """A child's ``state_bytes`` and ``peak_extra`` as table cells: the state's MB, the peak's
+    MB, and the peak over the state."""
+    state, extra = result["state_bytes"], result["peak_extra"]
+    return f"{state / 1e6:,.0f} | {extra / 1e6:,.0f} | {extra / state:.2f}x"
