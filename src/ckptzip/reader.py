@@ -279,7 +279,6 @@ class CheckpointFile:
                 name = self.leaves[i].base_name
                 assert name is not None  # _base_raw found it
                 self._base.release(name)
-        bases.clear()
 
     def _finish_leaf(self, leaf: LeafInfo, buffer: torch.Tensor, base: np.ndarray | None,
                      support: torch.Tensor | None = None,
