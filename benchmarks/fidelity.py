@@ -490,6 +490,32 @@ def _worker(args: tuple[Job, Path, bool, dict[str, int] | None]) -> dict[str, An
     return run_job(*args)
 
 
+def _keyframe_worker(args: tuple[str, int, Path, bool, dict[str, int] | None]) -> str:
+    name, seed, work, quick, shape = args
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    keyframe(setup_named(name, quick, shape), seed, work)
+    return f"{name}-s{seed}"
+
+
+def make_keyframes(names: list[str], seeds: int, work: Path, workers: int, quick: bool,
+                   shape: dict[str, int] | None, log: Any) -> None:
+    """Train each setup's lossless prefix and write its keyframe, ``workers`` at a time, and
+    nothing else: a new machine's prefix can be compared with the one an earlier machine trained
+    before any arm's run is reused (``gpu_check.sh``)."""
+    tasks = [(name, seed, work, quick, shape) for name in names for seed in range(seeds)]
+    if workers <= 1:
+        for task in tasks:
+            made = _keyframe_worker(task)
+            print(f"{datetime.now(timezone.utc):%H:%M:%S} keyframe {made}", file=log, flush=True)
+        return
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
+        for made in pool.imap_unordered(_keyframe_worker, tasks):
+            print(f"{datetime.now(timezone.utc):%H:%M:%S} keyframe {made}", file=log, flush=True)
+
+
 def done_runs(work: Path) -> dict[str, dict[str, Any]]:
     path = work / "runs.jsonl"
     if not path.exists():
@@ -845,6 +871,8 @@ def main() -> None:
                         "all its seeds before the next, in the order named (the seeds of an "
                         "arm then run side by side on --workers)")
     parser.add_argument("--report-only", action="store_true", help="re-render from runs.jsonl")
+    parser.add_argument("--keyframes-only", action="store_true", help="train the setups' "
+                        "prefixes and write their keyframes (and metadata) into --work, then stop")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="where the md/json go")
     parser.add_argument("--png-out", type=Path, help="where the PNGs go (default: --out)")
     args = parser.parse_args()
@@ -871,6 +899,9 @@ def main() -> None:
         stop_at = datetime.fromtimestamp(time.time() + args.stop_after, timezone.utc)
     if args.arm_major and not args.arms:
         parser.error("--arm-major orders the arms that --arms names: name them")
+    if args.keyframes_only:
+        make_keyframes(names, seeds, work, args.workers, args.quick, shape or None, sys.stderr)
+        return
     jobs = jobs_for(names, seeds, sweep_seeds, args.quick,
                     args.arms.split(",") if args.arms else None, args.arm_major)
     info = machine_info()
