@@ -815,7 +815,7 @@ def plot(name: str, s: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("full-state ratio (raw fp32 weights + states / stored)")
     figure.suptitle(f"{name}: ratio against gap (blue: each mode's default, orange: sweep "
-                    f"points; squares: exp_avg_sq coded against the base, ratio_coding=True; "
+                    f"points;\nsquares: exp_avg_sq coded against the base, ratio_coding=True; "
                     f"triangles: exp_avg as Adam's step too, step_coding=True, the default's "
                     f"coding)",
                     fontsize=10)

@@ -157,7 +157,7 @@ next)
     mkdir -p /tmp/fid-gpu
     # the runs already made (the scoreboard's raw output), not run again; their keyframes are
     # trained again (the prefix), to the same bytes
-    cp docs/scoreboard/raw/h100/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
+    cp docs/scoreboard/raw/gpu/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
     limit=$((deadline - SECONDS - 10))
     fidelity $((limit - 150)) "$limit" 6 adaptive-ratio-x1.5,bitsnap-d1,excp
     ;;
@@ -185,14 +185,14 @@ matched)
 import json, sys
 from pathlib import Path
 same = all(json.loads(Path(f"/tmp/fid-gpu/gpt100m-adamw-s{s}-key.json").read_text())
-           == json.loads(Path(f"docs/scoreboard/raw/h100/gpt100m-adamw-s{s}-key.json").read_text())
+           == json.loads(Path(f"docs/scoreboard/raw/gpu/gpt100m-adamw-s{s}-key.json").read_text())
            for s in range(3))
 print("prefix: the same keyframes as the H100 leases'" if same else
       "prefix: keyframes differ from the H100 leases': lossless runs again here")
 sys.exit(0 if same else 1)
 PY
         then
-            cp docs/scoreboard/raw/h100/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
+            cp docs/scoreboard/raw/gpu/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
         fi
         touch /tmp/fid-gpu/prefix-checked
         wait "$square"
