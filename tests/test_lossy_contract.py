@@ -605,3 +605,32 @@ def test_an_unchanged_tensor_is_one_chunk_up_to_the_chunk_limit(tmp_path, mode, 
             assert len(leaf.chunks) == chunks and leaf.chunk_bytes == frozen.nbytes // chunks
             assert torch.equal(bits(checkpoint.get_tensor("model.0.weight")), bits(frozen))
         assert torch.equal(bits(ckptzip.load(path)["model"]["0.weight"]), bits(frozen))
+
+
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
+@pytest.mark.parametrize("mode", LOSSY)
+def test_a_lossy_save_leaves_the_callers_state_as_it_was(tmp_path, mode, path):
+    """A save only reads the state it is given: every tensor keeps every bit, on the host's
+    native passes and on the torch ops a GPU's tensors take (some transforms work in place on
+    their own temporaries, and the second moment is read where it lies, not copied)."""
+    import contextlib
+
+    from ckptzip.hostpath import torch_ops_only
+
+    for name in ("adamw-defaults", "bf16-weights", "lora", "sgd-momentum", "adamw-0.95"):
+        trainer = Trainer(SETUPS[name])
+        trainer.train(2)
+        key = tmp_path / f"{name}-key.ckz"
+        ckptzip.save(trainer.state(), key)
+        trainer.train(2)
+        before = flat(trainer.state())
+        with torch_ops_only() if path == "torch-ops" else contextlib.nullcontext():
+            ckptzip.save(trainer.state(), tmp_path / f"{name}-{mode}.ckz", mode=mode, base=key,
+                         resumed=True)
+        after = flat(trainer.state())
+        assert after.keys() == before.keys()
+        for leaf, value in before.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(bits(after[leaf]), bits(value)), f"{name}: {leaf} changed"
+            else:
+                assert after[leaf] == value, f"{name}: {leaf}"

@@ -9,9 +9,15 @@ here too (each group's ``GroupValues.on_device`` clones them; ``--no-base-copies
 what it still does not see is torch's CUDA kernels' own workspaces. Each measurement runs in a
 fresh process (the parent's memory does not count) with glibc returning every freed block of
 64 KiB or more to the kernel at once, and a thread reads the resident set every millisecond.
+That sampling misses short-lived temporaries. ``--exact`` counts instead: after every torch op
+it reads malloc's bytes in use (``peak_memory.ExactPeak``), which is what a GPU's
+``max_memory_allocated`` counts, to the op (one thread; ``--where`` names the op and frames at
+the peak). On the square state of side 4096 it gave 1.13x for adaptive's torch path where
+an H200 measured 1.25x (session 26, the same tree).
 
     python benchmarks/probes/device_memory.py [--gb 0.25 | --square 4096] [--threads 1,16]
         [--modes excp,bitsnap,adaptive] [--path torch,native] [--no-base-copies]
+        [--exact [--where]]
 
 ``--square SIDE``: lossy_speed.py's square state (four SIDE x SIDE weights and their moments, each
 weight group a quarter of the state) in place of its synthetic one.
@@ -30,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from peak_memory import PeakWatcher, peak_cells, run_child
+from peak_memory import ExactPeak, PeakWatcher, peak_cells, run_child
 
 HERE = Path(__file__).resolve()
 
@@ -69,7 +75,7 @@ def child(spec: dict) -> dict:
                 v_base=None if self.v_base is None else self.v_base.clone())
 
         GroupValues.on_device = on_device  # type: ignore[method-assign]
-    with PeakWatcher() as watch:
+    with ExactPeak() if spec["exact"] else PeakWatcher() as watch:
         if spec["path"] == "torch":
             with torch_ops_only():
                 prepared = prepare(second, mode=spec["mode"], base=base, resumed=True,
@@ -79,7 +85,8 @@ def child(spec: dict) -> dict:
                                threads=spec["threads"])
     del prepared
     base.close()
-    return {"state_bytes": state_bytes, "peak_extra": watch.extra, "seconds": watch.seconds}
+    return {"state_bytes": state_bytes, "peak_extra": watch.extra, "seconds": watch.seconds,
+            "where": getattr(watch, "where", "")}
 
 
 def main() -> None:
@@ -92,6 +99,12 @@ def main() -> None:
     parser.add_argument("--path", default="torch,native")
     parser.add_argument("--no-base-copies", action="store_true",
                         help="torch's path without the base's copies a GPU makes")
+    parser.add_argument("--exact", action="store_true",
+                        help="count malloc's bytes in use after every torch op (one thread: "
+                        "the threads asked are taken as 1) in place of sampling the resident "
+                        "set: the peak to the op, as a GPU's allocator counts it")
+    parser.add_argument("--where", action="store_true", help="with --exact: print the op and "
+                        "the frames at each peak")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -102,13 +115,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         for mode in args.modes.split(","):
             for path in args.path.split(","):
-                for threads in (int(t) for t in args.threads.split(",")):
+                counts = [1] if args.exact else [int(t) for t in args.threads.split(",")]
+                for threads in counts:
                     spec = {"gb": args.gb, "square": args.square, "dir": work, "mode": mode,
                             "path": path, "threads": threads,
-                            "base_copies": not args.no_base_copies}
+                            "base_copies": not args.no_base_copies, "exact": args.exact}
                     result = run_child(HERE, spec)
                     print(f"| {mode} | {path} | {threads} | {peak_cells(result)} | "
                           f"{result['seconds']:.1f} |", flush=True)
+                    if args.where:
+                        print(f"  peak at {result['where']}", flush=True)
 
 
 if __name__ == "__main__":

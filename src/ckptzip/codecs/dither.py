@@ -30,21 +30,30 @@ _MASK = 0xFFFFFFFF
 _BLOCK = 1 << 24
 
 
-def _mul32(x: torch.Tensor, multiplier: int) -> torch.Tensor:
-    """``x * multiplier mod 2**32`` for ``0 <= x < 2**32`` in int64 arithmetic that never
-    overflows: the low and high 16 bits of ``x`` are multiplied apart (each product < 2**49)."""
-    low, high = x & 0xFFFF, x >> 16
-    return (low * multiplier + ((high * (multiplier & 0xFFFF)) << 16)) & _MASK
+def _mul32_(x: torch.Tensor, multiplier: int) -> torch.Tensor:
+    """``x * multiplier mod 2**32`` for ``0 <= x < 2**32``, in place, in int64 arithmetic that
+    never overflows: the low and high 16 bits of ``x`` are multiplied apart (each product
+    < 2**49). In place, so that a device holds one temporary beside ``x``, not five."""
+    high = x >> 16
+    x &= 0xFFFF
+    x *= multiplier
+    high *= multiplier & 0xFFFF
+    high <<= 16
+    x += high
+    x &= _MASK
+    return x
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer mixer (the "lowbias32" xorshift-multiply constants) on int64 values in
-    ``[0, 2**32)``; bijective, so distinct indices get distinct outputs."""
+    ``[0, 2**32)``; bijective, so distinct indices get distinct outputs. ``x`` is left as it is
+    (the first step makes the tensor the others work on in place)."""
     x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    _mul32_(x, 0x7FEB352D)
+    x ^= x >> 15
+    _mul32_(x, 0x846CA68B)
+    x ^= x >> 16
+    return x
 
 
 def _key(seed: int, high: int, device: torch.device) -> torch.Tensor:
@@ -79,8 +88,16 @@ def offsets_by_torch(start: int, stop: int, seed: int, device: torch.device) -> 
     """:func:`offsets` of the indices ``start .. stop - 1`` (which share their high 32 bits) in
     torch's int64 ops, on any device."""
     index = torch.arange(start, stop, dtype=torch.int64, device=device)
-    hashed = hash32((index & _MASK) ^ _key(seed, start >> 32, device))
-    return (hashed >> 8).double() * 2.0**-24 + (2.0**-25 - 0.5)
+    index &= _MASK
+    index ^= _key(seed, start >> 32, device)
+    hashed = hash32(index)
+    del index
+    hashed >>= 8
+    out = hashed.double()
+    del hashed
+    out *= 2.0**-24
+    out += 2.0**-25 - 0.5
+    return out
 
 
 @register
@@ -124,8 +141,13 @@ class Dither(TensorToTensor):
             shifted = torch.empty(flat.shape, dtype=dtype, device=flat.device)
             for start in range(0, flat.numel(), hostpath.TORCH_PIECE):
                 part = flat[start:start + hostpath.TORCH_PIECE]
+                # the piece plus or minus its shift, in float64 and in place in the shift (the
+                # same sum as part.double() + sign * shift: negation is exact, addition commutes)
                 shift = self.shift(part.shape, part.device, start)
-                shifted[start:start + part.numel()] = (part.double() + sign * shift).to(dtype)
+                if sign < 0:
+                    shift.neg_()
+                shift += part
+                shifted[start:start + part.numel()] = shift  # rounded to dtype as .to() does
             return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
         out = hostpath.empty(values.shape, values.dtype)
@@ -139,7 +161,9 @@ def scaled_offsets(shape: torch.Size | tuple[int, ...], seed: int, step: float,
                    device: torch.device, first: int = 0) -> torch.Tensor:
     """:func:`offsets` of ``seed`` (from element ``first`` on) times ``step``, as a float64
     tensor of ``shape``."""
-    return (offsets(math.prod(shape), seed, device, first) * step).reshape(shape)
+    scaled = offsets(math.prod(shape), seed, device, first)  # a fresh tensor: scaled in place
+    scaled *= step
+    return scaled.reshape(shape)
 
 
 def finite_number(value: Any) -> bool:

@@ -305,7 +305,7 @@ class AdaptivePolicy(JointPolicy):
         v_decoded = None  # exp_avg_sq as a reader decodes it, where it is coded first
         if group.exp_avg_sq is not None and values.v is not None and not at_support:
             plans[group.exp_avg_sq], v_decoded = self._second_moment(
-                leaves[group.exp_avg_sq], values.v, values.v != 0, v_base=values.v_base)
+                leaves[group.exp_avg_sq], values.v, None, v_base=values.v_base)
         if group.exp_avg is not None and values.m is not None:
             budget = (RESTART_EXP_AVG_BUDGET if restarts and not self.exp_avg_budget_given
                       else None)
@@ -395,6 +395,8 @@ class AdaptivePolicy(JointPolicy):
             return {index: Exact()}
         changed = delta != 0
         partial = not bool(changed.all())
+        if partial:  # -0.0 counts as unchanged, and is coded as +0.0: in place (delta is ours)
+            delta.masked_fill_(~changed, 0)
         for attempt, tighter in enumerate(RETRY_BUDGETS):
             plans = self._rounded_weight(index, leaf, delta, changed if partial else None, w_base,
                                          scale_sq, budget * tighter, bound, attempt)
@@ -427,12 +429,12 @@ class AdaptivePolicy(JointPolicy):
                         (packed.numel(),), packed)
             plans[first] = Encoded(coded((), packed), packed, added=mask)
             first += 1
-            delta = delta.masked_fill(~changed, 0)
         active = None if changed is None else int(torch.count_nonzero(changed))
         factored = factor_update(delta, scale_sq, target)
         residual = delta if factored is None else factored.residual
         if factored is not None and changed is not None:
-            residual = residual.masked_fill(~changed, 0)  # decoded as zero whatever is stored
+            # decoded as zero whatever is stored; in place: the residual is this try's own
+            residual.masked_fill_(~changed, 0)
         seed = zlib.crc32(f"{leaf.name}:{scale_sq:.6e}:{attempt}".encode()) if attempt else (
             zlib.crc32(f"{leaf.name}:{scale_sq:.6e}".encode()))
         rounded = self._rounded(leaf, residual, scale_sq, target, seed, active)
@@ -531,7 +533,7 @@ class AdaptivePolicy(JointPolicy):
             encoded.extra["error"]["rel_ls"] = float(f"{least_squares:.4g}")
         return encoded
 
-    def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor,
+    def _second_moment(self, leaf: Leaf, v: torch.Tensor, kept: torch.Tensor | None,
                        sibling: int | None = None,
                        v_base: torch.Tensor | None = None,
                        ) -> tuple[Encoded | Exact, torch.Tensor]:
@@ -540,19 +542,25 @@ class AdaptivePolicy(JointPolicy):
         that keep ``sqrt(v)`` within the budget, checked on every stored value (the search
         looks at a sample); bit-exact when 255 centroids do not. With ``sibling`` (the leaf
         index of ``exp_avg``, whose decoded non-zeros are ``kept``), only the values there are
-        stored: the mask is not paid for twice. The plan, and what a reader decodes from it
-        (``v`` itself where it is bit-exact: ``kept`` is then all of ``v``'s non-zeros or the
-        caller does not read it)."""
+        stored: the mask is not paid for twice; ``kept`` None: all of ``v``'s non-zeros. ``v``
+        is only read. The plan, and what a reader decodes from it (``v`` itself where it is
+        bit-exact: ``kept`` is then all of ``v``'s non-zeros or the caller does not read it)."""
         budget = self.budget["exp_avg_sq"]
-        array = v * kept
+        # kept None: all of v's own non-zeros, where v * (v != 0) is v itself (the group is
+        # finite), so no copy is made
+        array = v if kept is None else v * kept
         stored = nonzero_values(array.reshape(-1))  # v >= 0: its non-zeros are the positives
         count = stored.numel()
+        # the value's fits read a sample alone: the tensor-sized rest is let go of now, before
+        # the ratio's temporaries (on a device, a group's peak is there)
+        sample = sample_sorted(stored)
+        del stored
 
         def value_sizes() -> Iterator[int]:
             # one centroid: the mask alone, where v varies little; each size is fitted only when
             # the smaller ones did not keep the budget (lazily: the fits of large codebooks cost
             # most), and the values' logs only taken when a size is asked for
-            logs = np.log(sample_sorted(stored))  # the log is monotone: sorted still
+            logs = np.log(sample)  # the log is monotone: sorted still
             yield from (size for size in (1, *CODEBOOKS) if size == CODEBOOKS[-1]
                         or sqrt_error(logs, lloyd_sorted(logs, size)) <= budget)
 
@@ -592,6 +600,7 @@ class AdaptivePolicy(JointPolicy):
             elif sibling is None:
                 encoded, decoded = finish_decoded(leaf, array, quantizer)
             else:
+                assert kept is not None  # a sibling's support is always passed
                 encoded, decoded = finish_decoded(leaf, array, quantizer,
                                                   support=(Support(sibling), kept))
             # sqrt(v^ / v) - 1 where v is stored (0 elsewhere), its RMS
