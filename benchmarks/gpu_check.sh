@@ -40,6 +40,13 @@
 #                                               stay, the stopped ones resume from their last
 #                                               checkpoint, and the keyframes are not trained
 #                                               again
+#   bash benchmarks/gpu_check.sh looser OUT [DEADLINE]
+#                                               the next lease's calls, as matched's (timeout_s
+#                                               590, then again at once on the warm machine): the
+#                                               square state's device memory beside the
+#                                               keyframes, then the 106M setup's looser adaptive
+#                                               points, adaptive-step-x2.5 and
+#                                               adaptive-step-x3-w2.5
 #   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
 #                                               the square state, then the 1 GB state, 1 round
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
@@ -142,6 +149,59 @@ lease() {
     speed $((deadline - SECONDS)) 1
 }
 
+# The 106M setup's keyframes, once per machine (the CUDA tests beside them, in the background:
+# $tests): the earlier leases' runs are reused only when this machine trained the same prefix,
+# the keyframes' metadata (validation loss to the last digit, every tensor's second-moment
+# scale) equal to theirs; otherwise every arm, lossless too, runs here.
+prefix_once() {
+    mkdir -p /tmp/fid-gpu
+    cuda_tests 150 >/dev/null 2>&1 &
+    tests=$!
+    echo "== keyframes, 106M, 3 seeds side by side ($SECONDS s)"
+    $py benchmarks/fidelity.py --setups gpt100m-adamw --seeds 3 --keyframes-only --workers 3 \
+        --work /tmp/fid-gpu 2>&1 | tail -3
+    if $py - <<'PY'
+import json, sys
+from pathlib import Path
+same = all(json.loads(Path(f"/tmp/fid-gpu/gpt100m-adamw-s{s}-key.json").read_text())
+           == json.loads(Path(f"docs/scoreboard/raw/gpu/gpt100m-adamw-s{s}-key.json").read_text())
+           for s in range(3))
+print("prefix: the same keyframes as the earlier leases'" if same else
+      "prefix: keyframes differ from the earlier leases': lossless runs again here")
+sys.exit(0 if same else 1)
+PY
+    then
+        cp docs/scoreboard/raw/gpu/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
+    fi
+    touch /tmp/fid-gpu/prefix-checked
+}
+
+# The square state's device memory (lossy_speed.py, 1 round) beside the 106M prefix: its peak
+# memory is a figure, its speed is not (the prefix's processes share the GPU and the host cores).
+square_beside_prefix() {
+    timeout 120 $py benchmarks/lossy_speed.py --device cuda --states square \
+        --threads "$(nproc)" --repeat 1 --out "$out/square" >"$out/lossy_speed-square.log" 2>&1 &
+    local square=$!
+    prefix_once
+    wait "$square"
+    cp "$out/square/lossy_speed.md" "$dest/lossy_speed-square.md" 2>/dev/null
+    grep -A6 "^| state | mode | threads | transform" "$out/square/lossy_speed.md"
+}
+
+# The 106M arms ARMS (comma-separated, each at 3 seeds, 6 workers) until DEADLINE; then the
+# CUDA tests' result, if this call started them.
+arms_then_tests() {  # DEADLINE ARMS
+    local limit=$(($1 - SECONDS - 15))
+    fidelity "$limit" "$limit" 6 "$2"
+    ls /tmp/fid-gpu/*.progress.json 2>/dev/null | sed 's/^/stopped mid-chain, resumes next call: /'
+    if [ -n "$tests" ]; then
+        wait "$tests"
+        tail -3 "$out/cuda-tests.log"
+    fi
+    pack
+}
+
+tests=
 SECONDS=0
 case $what in
 check) check ;;
@@ -165,48 +225,15 @@ matched)
     deadline=${3:-570}
     nvidia-smi -L
     build
-    mkdir -p /tmp/fid-gpu
-    tests=
-    if [ ! -e /tmp/fid-gpu/prefix-checked ]; then  # a fresh machine
-        cuda_tests 150 >/dev/null 2>&1 &
-        tests=$!
-        # the square state's device memory beside the prefix (its speed is not a figure here:
-        # the prefix's processes share the GPU and the host cores)
-        timeout 120 $py benchmarks/lossy_speed.py --device cuda --states square \
-            --threads "$(nproc)" --repeat 1 --out "$out/square" >"$out/lossy_speed-square.log" 2>&1 &
-        square=$!
-        echo "== keyframes, 106M, 3 seeds side by side ($SECONDS s)"
-        $py benchmarks/fidelity.py --setups gpt100m-adamw --seeds 3 --keyframes-only --workers 3 \
-            --work /tmp/fid-gpu 2>&1 | tail -3
-        # The runs already made are reused only when this machine trained the same prefix: the
-        # keyframes' metadata (validation loss to the last digit, every tensor's second-moment
-        # scale) equal to the earlier leases'. Otherwise every arm, lossless too, runs here.
-        if $py - <<'PY'
-import json, sys
-from pathlib import Path
-same = all(json.loads(Path(f"/tmp/fid-gpu/gpt100m-adamw-s{s}-key.json").read_text())
-           == json.loads(Path(f"docs/scoreboard/raw/gpu/gpt100m-adamw-s{s}-key.json").read_text())
-           for s in range(3))
-print("prefix: the same keyframes as the H100 leases'" if same else
-      "prefix: keyframes differ from the H100 leases': lossless runs again here")
-sys.exit(0 if same else 1)
-PY
-        then
-            cp docs/scoreboard/raw/gpu/fidelity-gpt100m-runs.jsonl /tmp/fid-gpu/runs.jsonl
-        fi
-        touch /tmp/fid-gpu/prefix-checked
-        wait "$square"
-        cp "$out/square/lossy_speed.md" "$dest/lossy_speed-square.md" 2>/dev/null
-        grep -A6 "^| state | mode | threads | transform" "$out/square/lossy_speed.md"
-    fi
-    limit=$((deadline - SECONDS - 15))
-    fidelity "$limit" "$limit" 6 lossless,adaptive,adaptive-step-x2,excp-s1,excp-a2.5e-5
-    ls /tmp/fid-gpu/*.progress.json 2>/dev/null | sed 's/^/stopped mid-chain, resumes next call: /'
-    if [ -n "$tests" ]; then
-        wait "$tests"
-        tail -3 "$out/cuda-tests.log"
-    fi
-    pack
+    [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
+    arms_then_tests "$deadline" lossless,adaptive,adaptive-step-x2,excp-s1,excp-a2.5e-5
+    ;;
+looser)
+    deadline=${3:-570}
+    nvidia-smi -L
+    build
+    [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
+    arms_then_tests "$deadline" lossless,adaptive-step-x2.5,adaptive-step-x3-w2.5
     ;;
 speed)
     nvidia-smi -L
@@ -223,7 +250,7 @@ verify)
     profile adaptive
     ;;
 *)
-    echo "usage: $0 check|verify|next|matched|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|next|matched|looser|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac
