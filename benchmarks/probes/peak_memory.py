@@ -76,6 +76,9 @@ def malloc_in_use() -> int:
     own mappings: ``mallinfo2``, glibc 2.33 or later). Under :data:`CHILD_ENV` torch's host
     tensors come from there, so this counts them as the CUDA allocator counts a GPU's."""
     libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallinfo2"):
+        raise RuntimeError("malloc_in_use needs glibc 2.33 or later (mallinfo2); this C library "
+                           "has none: measure with PeakWatcher (device_memory.py without --exact)")
     libc.mallinfo2.restype = _MallInfo2
     info = libc.mallinfo2()
     return int(info.uordblks + info.hblkhd)
