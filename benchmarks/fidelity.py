@@ -515,17 +515,16 @@ def make_keyframes(names: list[str], seeds: int, work: Path, workers: int, quick
     """Train each setup's lossless prefix and write its keyframe, ``workers`` at a time, and
     nothing else: a new machine's prefix can be compared with the one an earlier machine trained
     before any arm's run is reused (``gpu_check.sh``)."""
-    tasks = [(name, seed, work, quick, shape) for name in names for seed in range(seeds)]
-    if workers <= 1:
-        for task in tasks:
-            made = _keyframe_worker(task)
-            print(f"{datetime.now(timezone.utc):%H:%M:%S} keyframe {made}", file=log, flush=True)
-        return
+    import contextlib
     import multiprocessing
 
-    with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
-        for made in pool.imap_unordered(_keyframe_worker, tasks):
-            print(f"{datetime.now(timezone.utc):%H:%M:%S} keyframe {made}", file=log, flush=True)
+    tasks = [(name, seed, work, quick, shape) for name in names for seed in range(seeds)]
+    with (multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) if workers > 1
+          else contextlib.nullcontext()) as pool:
+        made = map(_keyframe_worker, tasks) if pool is None else pool.imap_unordered(
+            _keyframe_worker, tasks)
+        for key in made:
+            print(f"{datetime.now(timezone.utc):%H:%M:%S} keyframe {key}", file=log, flush=True)
 
 
 def done_runs(work: Path) -> dict[str, dict[str, Any]]:

@@ -112,10 +112,10 @@ def main() -> None:
         return
     print("| mode | path | threads | state MB | peak extra MB | / state | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
+    counts = [1] if args.exact else [int(t) for t in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as work:
         for mode in args.modes.split(","):
             for path in args.path.split(","):
-                counts = [1] if args.exact else [int(t) for t in args.threads.split(",")]
                 for threads in counts:
                     spec = {"gb": args.gb, "square": args.square, "dir": work, "mode": mode,
                             "path": path, "threads": threads,
