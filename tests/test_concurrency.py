@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import ckptzip
 from ckptzip.manager import STEP_FILE, CheckpointManager
@@ -337,3 +338,47 @@ def test_lossy_groups_are_planned_largest_first_and_numbered_in_state_order(
                  threads=1)
     assert len(set(started)) > 1 and started == sorted(started, reverse=True)
     assert (tmp_path / "again.ckz").read_bytes() == (tmp_path / "sorted.ckz").read_bytes()
+
+
+def test_small_groups_are_one_task_started_after_the_large_ones() -> None:
+    """On several threads, each group worth its fixed cost is a task of its own, the largest
+    first; the others (norms, biases: their plans mostly hold the GIL) are one task, last, so
+    that two threads never plan two of them at once. On one thread, every group in turn."""
+    from ckptzip.modes.common import GROUP_FIXED_BYTES, plan_tasks
+
+    sizes = [GROUP_FIXED_BYTES * 4, 100, GROUP_FIXED_BYTES, 4000, GROUP_FIXED_BYTES * 9, 20]
+    assert plan_tasks(sizes, 1) == [[4], [0], [2], [3], [1], [5]]
+    assert plan_tasks(sizes, 2) == [[4], [0], [2], [3, 1, 5]]
+    assert plan_tasks([10, 20], 4) == [[1, 0]]
+    assert plan_tasks([GROUP_FIXED_BYTES], 2) == [[0]]
+    assert plan_tasks([], 2) == []
+
+
+def test_a_save_on_two_threads_plans_the_small_groups_on_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small groups' plans all run on one pool thread, one after the other, the largest
+    first, and the file is the one thread's."""
+    from ckptzip.modes import excp
+    from ckptzip.modes.common import GROUP_FIXED_BYTES
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    states[1]["model"]["head.weight"] = torch.randn(400, 400)  # one group above the threshold
+    states[0]["model"]["head.weight"] = states[1]["model"]["head.weight"] + 0.01
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    ckptzip.save(states[1], tmp_path / "one.ckz", mode="excp", base=tmp_path / "k.ckz", threads=1)
+    ran: list[tuple[int, int]] = []
+    plan_group = excp.ExcpPolicy.plan_group
+
+    def recorded(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        group = values.group
+        ran.append((threading.get_ident(), sum(leaves[i].nbytes for i in group.members())))
+        return plan_group(self, leaves, values, base)
+
+    monkeypatch.setattr(excp.ExcpPolicy, "plan_group", recorded)
+    ckptzip.save(states[1], tmp_path / "two.ckz", mode="excp", base=tmp_path / "k.ckz", threads=2)
+    small = [i for i, (_, size) in enumerate(ran) if size < GROUP_FIXED_BYTES]
+    assert len(small) >= 2 and len(small) < len(ran)
+    assert len({ran[i][0] for i in small}) == 1
+    assert [ran[i][1] for i in small] == sorted((ran[i][1] for i in small), reverse=True)
+    assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()

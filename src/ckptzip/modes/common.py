@@ -327,17 +327,20 @@ class JointPolicy(LosslessPolicy):
             _free_planned_bases(leaves, group_plans, base)
             return start, group_plans
 
-        # the largest groups first (no thread idles at the end behind one large group, such as
-        # an embedding's) and every group in flight at once (none behind a slow one): a plan
-        # is kept until the file is written whichever way. Then numbered in the state's order.
-        order = sorted(range(len(members)), key=sizes.__getitem__, reverse=True)
+        def plan_task(task: list[int]) -> list[tuple[int, dict[int, Encoded | Exact]]]:
+            return [plan(position) for position in task]
+
+        tasks = plan_tasks(sizes, threads)
         gate = _device_gate(leaves, members, sizes)
+        # a task plans its groups one at a time: it holds one group's temporaries at most
+        task_gate = None if gate is None else (gate[0], lambda task: max(map(gate[1], task)))
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
-        for position, result in zip(order, ordered_map(plan, order, threads, torch_ops=True,
-                                                       gate=gate, in_flight=len(members))):
-            planned[position] = result
-            if progress is not None:
-                progress(sizes[position], sum(sizes))
+        for task, results in zip(tasks, ordered_map(plan_task, tasks, threads, torch_ops=True,
+                                                    gate=task_gate, in_flight=len(tasks))):
+            for position, result in zip(task, results):
+                planned[position] = result
+                if progress is not None:
+                    progress(sizes[position], sum(sizes))
         added = len(leaves)
         for position in range(len(members)):
             start, group_plans = planned.pop(position)
@@ -475,6 +478,32 @@ def _free_planned_bases(leaves: list[Leaf], plans: dict[int, Encoded | Exact], b
             if plan.uses_base:
                 plan.base_crc = _native.crc32c(base.raw(name))
             base.release(name)
+
+
+#: A group's plan costs about as much fixed time as the transforms of this many bytes: a few
+#: hundred torch calls and Python steps, each holding the GIL (about 3 ms for a bias of 384
+#: elements on the 2-core VM of docs/BENCHMARKS.md §7, where a 768 x 768 weight's group, 7 MB,
+#: takes 40 ms).
+GROUP_FIXED_BYTES = 512 << 10
+
+
+def plan_tasks(sizes: list[int], threads: int) -> list[list[int]]:
+    """The groups' positions as the pool's tasks, in the order they start: each group whose
+    bytes outweigh its fixed cost (:data:`GROUP_FIXED_BYTES`) alone, the largest first (no
+    thread idles at the end behind one large group, such as an embedding's); then the others
+    together in one task, on one thread, beside the last large ones. Their plans are mostly
+    the GIL's: two threads planning them at once hand it to each other at every torch call,
+    and took twice as long as one (the demo GPT's 50 norms and biases: 0.18-0.26 s against
+    0.09-0.11 s), and a thread planning them beside a large group's first plans held that
+    one up. One thread plans every group in the same order."""
+    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
+    if threads <= 1:
+        return [[position] for position in order]
+    large = [[p] for p in order if sizes[p] >= GROUP_FIXED_BYTES]
+    small = [p for p in order if sizes[p] < GROUP_FIXED_BYTES]
+    if not small:
+        return large
+    return [*large, small]
 
 
 def _group_bytes(leaves: list[Leaf], group: Group) -> int:
