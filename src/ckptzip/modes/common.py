@@ -332,11 +332,9 @@ class JointPolicy(LosslessPolicy):
 
         tasks = plan_tasks(sizes, threads)
         gate = _device_gate(leaves, members, sizes)
-        # a task plans its groups one at a time: it holds one group's temporaries at most
-        task_gate = None if gate is None else (gate[0], lambda task: max(map(gate[1], task)))
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
         for task, results in zip(tasks, ordered_map(plan_task, tasks, threads, torch_ops=True,
-                                                    gate=task_gate, in_flight=len(tasks))):
+                                                    gate=_per_task(gate), in_flight=len(tasks))):
             for position, result in zip(task, results):
                 planned[position] = result
                 if progress is not None:
@@ -417,12 +415,21 @@ class JointPolicy(LosslessPolicy):
             self._keep_unchanged(leaves, values, base, kept)
             return values, kept
 
-        # on a device, the unchanged check copies each weight's base there: a share at a time
-        gate = _device_gate(leaves, candidates, [_group_bytes(leaves, g) for g in candidates])
+        def look_task(task: list[int]) -> list[tuple[GroupValues | None, dict[int, Encoded | Exact]]]:
+            return [look(position) for position in task]
+
+        # the small groups together, as their plans (plan_tasks); on a device, the unchanged
+        # check copies each weight's base there: a share at a time
+        sizes = [_group_bytes(leaves, g) for g in candidates]
+        gate = _device_gate(leaves, candidates, sizes)
+        tasks = plan_tasks(sizes, threads)
+        looked: dict[int, tuple[GroupValues | None, dict[int, Encoded | Exact]]] = {}
+        for task, results in zip(tasks, ordered_map(look_task, tasks, threads, torch_ops=True,
+                                                    in_flight=len(tasks), gate=_per_task(gate))):
+            looked.update(zip(task, results))
         finite = []
-        for group, (values, kept) in zip(candidates, ordered_map(
-                look, range(len(candidates)), threads, torch_ops=True, in_flight=len(candidates),
-                gate=gate)):
+        for position, group in enumerate(candidates):
+            values, kept = looked.pop(position)
             if values is None:
                 names = ", ".join(leaves[i].name for i in group.members())
                 warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
@@ -522,6 +529,16 @@ def _device_gate(leaves: list[Leaf], groups: list[Group],
         return None
     capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
     return ByteGate(capacity), sizes.__getitem__
+
+
+def _per_task(gate: tuple[ByteGate, Callable[[int], int]] | None,
+              ) -> tuple[ByteGate, Callable[[list[int]], int]] | None:
+    """A gate over groups' positions as one over :func:`plan_tasks`' tasks: a task takes its
+    groups one at a time, so it holds the temporaries of one group at most."""
+    if gate is None:
+        return None
+    byte_gate, weigh = gate
+    return byte_gate, lambda task: max(map(weigh, task))
 
 
 def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
