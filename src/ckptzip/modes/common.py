@@ -330,6 +330,8 @@ class JointPolicy(LosslessPolicy):
         def plan_task(task: list[int]) -> list[tuple[int, dict[int, Encoded | Exact]]]:
             return [plan(position) for position in task]
 
+        # every task in flight at once (none behind a slow one): a plan is kept until the file
+        # is written whichever way. Then numbered in the state's order.
         tasks = plan_tasks(sizes, threads)
         gate = _device_gate(leaves, members, sizes)
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
@@ -489,8 +491,8 @@ def _free_planned_bases(leaves: list[Leaf], plans: dict[int, Encoded | Exact], b
 
 #: A group's plan costs about as much fixed time as the transforms of this many bytes: a few
 #: hundred torch calls and Python steps, each holding the GIL (about 3 ms for a bias of 384
-#: elements on the 2-core VM of docs/BENCHMARKS.md §7, where a 768 x 768 weight's group, 7 MB,
-#: takes 40 ms).
+#: elements on the 2-core VM of docs/BENCHMARKS.md §7, where a 384 x 1536 weight's group, 7 MB,
+#: takes 40-60 ms).
 GROUP_FIXED_BYTES = 512 << 10
 
 
