@@ -377,6 +377,8 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
     monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", counted)
     monkeypatch.setattr(common.JointPolicy, "groups", recorded)
     monkeypatch.setattr(common, "DEVICE_PLAN_SHARE", 0.0)  # the largest group: one at a time
+    # each group a task of its own (these are all small enough to share one: plan_tasks)
+    monkeypatch.setattr(common, "GROUP_FIXED_BYTES", 0)
     monkeypatch.setattr(common.JointPolicy, "_keep_unchanged", staticmethod(counted_check))
     base = open_base(str(tmp_path / "a.ckz"))
     assert base is not None
