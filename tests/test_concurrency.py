@@ -354,6 +354,19 @@ def test_small_groups_are_one_task_started_after_the_large_ones() -> None:
     assert plan_tasks([], 2) == []
 
 
+def test_a_task_of_groups_holds_a_device_gate_for_its_largest_group() -> None:
+    """A task plans its groups one at a time: on a device, the gate weighs it by its largest."""
+    from ckptzip.modes.common import _per_task
+    from ckptzip.parallel import ByteGate
+
+    sizes = [300, 100, 200]
+    gate = ByteGate(300)
+    per_task = _per_task((gate, sizes.__getitem__))
+    assert per_task is not None and per_task[0] is gate
+    assert per_task[1]([1, 2, 0]) == 300 and per_task[1]([1]) == 100
+    assert _per_task(None) is None
+
+
 def test_a_save_on_two_threads_plans_the_small_groups_on_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The small groups' plans all run on one pool thread, one after the other, the largest
