@@ -8,9 +8,9 @@ import math
 import re
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -327,20 +327,15 @@ class JointPolicy(LosslessPolicy):
             _free_planned_bases(leaves, group_plans, base)
             return start, group_plans
 
-        def plan_task(task: list[int]) -> list[tuple[int, dict[int, Encoded | Exact]]]:
-            return [plan(position) for position in task]
-
-        # every task in flight at once (none behind a slow one): a plan is kept until the file
-        # is written whichever way. Then numbered in the state's order.
-        tasks = plan_tasks(sizes, threads)
+        # a plan is kept until the file is written whichever order the groups finish in; then
+        # numbered in the state's order
         gate = _device_gate(leaves, members, sizes)
         planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
-        for task, results in zip(tasks, ordered_map(plan_task, tasks, threads, torch_ops=True,
-                                                    gate=_per_task(gate), in_flight=len(tasks))):
-            for position, result in zip(task, results):
-                planned[position] = result
-                if progress is not None:
-                    progress(sizes[position], sum(sizes))
+        total = sum(sizes)
+        for position, result in _by_task(plan, sizes, threads, gate):
+            planned[position] = result
+            if progress is not None:
+                progress(sizes[position], total)
         added = len(leaves)
         for position in range(len(members)):
             start, group_plans = planned.pop(position)
@@ -417,18 +412,10 @@ class JointPolicy(LosslessPolicy):
             self._keep_unchanged(leaves, values, base, kept)
             return values, kept
 
-        def look_task(task: list[int]) -> list[tuple[GroupValues | None, dict[int, Encoded | Exact]]]:
-            return [look(position) for position in task]
-
-        # the small groups together, as their plans (plan_tasks); on a device, the unchanged
-        # check copies each weight's base there: a share at a time
+        # the small groups together, as their plans; on a device, the unchanged check copies
+        # each weight's base there: a share at a time
         sizes = [_group_bytes(leaves, g) for g in candidates]
-        gate = _device_gate(leaves, candidates, sizes)
-        tasks = plan_tasks(sizes, threads)
-        looked: dict[int, tuple[GroupValues | None, dict[int, Encoded | Exact]]] = {}
-        for task, results in zip(tasks, ordered_map(look_task, tasks, threads, torch_ops=True,
-                                                    in_flight=len(tasks), gate=_per_task(gate))):
-            looked.update(zip(task, results))
+        looked = dict(_by_task(look, sizes, threads, _device_gate(leaves, candidates, sizes)))
         finite = []
         for position, group in enumerate(candidates):
             values, kept = looked.pop(position)
@@ -531,6 +518,24 @@ def _device_gate(leaves: list[Leaf], groups: list[Group],
         return None
     capacity = max(int(DEVICE_PLAN_SHARE * sum(sizes)), max(sizes))
     return ByteGate(capacity), sizes.__getitem__
+
+
+_Result = TypeVar("_Result")
+
+
+def _by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
+             gate: tuple[ByteGate, Callable[[int], int]] | None) -> Iterator[tuple[int, _Result]]:
+    """``fn`` of each group's position, the groups run as :func:`plan_tasks`' tasks on
+    ``threads`` threads, every task in flight at once (none waits behind a slow one); yields
+    (position, result) in the tasks' order. ``gate``: a device's, over the positions."""
+    tasks = plan_tasks(sizes, threads)
+
+    def run(task: list[int]) -> list[_Result]:
+        return [fn(position) for position in task]
+
+    for task, results in zip(tasks, ordered_map(run, tasks, threads, torch_ops=True,
+                                                gate=_per_task(gate), in_flight=len(tasks))):
+        yield from zip(task, results)
 
 
 def _per_task(gate: tuple[ByteGate, Callable[[int], int]] | None,
