@@ -52,6 +52,33 @@ def test_header_room_is_a_close_overestimate(tmp_path, monkeypatch) -> None:
     assert 0 < padding < header, (padding, header)
 
 
+def test_header_room_is_estimated_once_coding_has_begun(tmp_path, monkeypatch) -> None:
+    """A file sink takes the header's estimate when the first chunk is written, so the pool
+    codes the next chunks meanwhile; a state with nothing to write never estimates."""
+    events: list[str] = []
+    estimate, encode_task = writer._header_estimate, writer._encode_task
+
+    def recording_estimate(*args):
+        inner = estimate(*args)
+        return lambda: events.append("estimate") or inner()
+
+    def recording_task(*args):
+        events.append("coded")
+        return encode_task(*args)
+
+    monkeypatch.setattr(writer, "_header_estimate", recording_estimate)
+    monkeypatch.setattr(writer, "_encode_task", recording_task)
+    state = {f"t{i}": torch.randn(50_000) for i in range(8)}
+    ckptzip.save(state, tmp_path / "a.ckz", threads=2)
+    assert events.count("estimate") == 1 and events[0] == "coded", events
+    out = ckptzip.load(tmp_path / "a.ckz")
+    assert all(torch.equal(out[k], v) for k, v in state.items())
+    events.clear()
+    ckptzip.save({"step": 3, "name": "x"}, tmp_path / "b.ckz")
+    assert "estimate" not in events
+    assert ckptzip.load(tmp_path / "b.ckz") == {"step": 3, "name": "x"}
+
+
 def _data_length(path) -> int:
     with ckptzip.open(path) as ckpt:
         return sum(leaf.stored_bytes for leaf in ckpt.leaves)

@@ -152,8 +152,9 @@ def _copy_batch(assembler: _native.Assembler, batch: list[tuple[int, bytes]]) ->
 class FileSink(Sink):
     """Streams chunks into a seekable file behind a space reserved for the header.
 
-    The reservation is the writer's estimate of the stored header with a margin, so the header is
-    usually padded with spaces (a few KB). If the header outgrows it (rare), or if a small file
+    The reservation is the writer's estimate of the stored header with a margin, taken when the
+    first chunk arrives (the pool coding the next ones meanwhile), so the header is usually
+    padded with spaces (a few KB). If the header outgrows it (rare), or if a small file
     would carry padding (moving its data is cheap), the data section is moved once to fit the
     header exactly.
     """
@@ -166,16 +167,27 @@ class FileSink(Sink):
     def __init__(self, handle: IO[bytes]) -> None:
         super().__init__()
         self.handle = handle
+        self.header_size: Callable[[], int] | None = None
 
     def reserve(self, header_size: Callable[[], int], data_size: int = 0, threads: int = 1) -> None:
-        self.reserved = header_size()
+        self.header_size = header_size
+
+    def _place_data(self) -> None:
+        """Set the header's room aside: the estimate is taken when the first chunk is to be
+        written, while the pool codes the next ones (taken before, it held them all back)."""
+        assert self.header_size is not None
+        self.reserved = self.header_size()
+        self.header_size = None
         self.handle.seek(PRELUDE_SIZE + self.reserved)
 
     def write(self, data: bytes) -> None:
+        if self.position == 0 and self.header_size is not None:
+            self._place_data()
         self.handle.write(data)
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
+        self.header_size = None  # no data was written: the header goes in front as it is
         stored, flags = store_header(header)
         padding = self.reserved - len(stored)
         trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES
