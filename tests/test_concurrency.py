@@ -363,7 +363,7 @@ def test_a_task_of_groups_holds_a_device_gate_for_its_largest_group() -> None:
     gate = ByteGate(300)
     per_task = _per_task((gate, sizes.__getitem__))
     assert per_task is not None and per_task[0] is gate
-    assert per_task[1]([1, 2, 0]) == 300 and per_task[1]([1]) == 100
+    assert per_task[1]((None, [1, 2, 0])) == 300 and per_task[1]((None, [1])) == 100
     assert _per_task(None) is None
 
 
@@ -395,3 +395,45 @@ def test_a_save_on_two_threads_plans_the_small_groups_on_one(
     assert len({ran[i][0] for i in small}) == 1
     assert [ran[i][1] for i in small] == sorted((ran[i][1] for i in small), reverse=True)
     assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
+
+
+def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each large group's arrays are coded on the pool once the group is planned (beside the
+    small groups' plans), the writer writes those chunks as they are, and the file is the one
+    thread's."""
+    from ckptzip import writer
+    from ckptzip.modes import common
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    for name in ("head.weight", "extra.weight"):
+        states[1]["model"][name] = torch.randn(400, 400)
+        states[0]["model"][name] = states[1]["model"][name] + 0.01
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    ckptzip.save(states[1], tmp_path / "one.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=1)
+    coded: list[int] = []
+    precode = common.precode
+
+    def recorded(policy: Any, leaves: Any, plans: Any) -> None:
+        precode(policy, leaves, plans)
+        coded.extend(i for i, plan in plans.items() if getattr(plan, "coded", None) is not None)
+
+    written: list[int] = []
+    encode_task = writer._encode_task
+
+    def writing(plans: Any, task: Any) -> Any:
+        written.extend(index for index, raw, _ in task if raw is None)
+        return encode_task(plans, task)
+
+    monkeypatch.setattr(common, "precode", recorded)
+    monkeypatch.setattr(writer, "_encode_task", writing)
+    ckptzip.save(states[1], tmp_path / "two.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=2)
+    assert len(coded) >= 2 and len(written) == len(coded)
+    assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
+    coded.clear()
+    ckptzip.save(states[1], tmp_path / "again.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=1)
+    assert not coded  # one thread: the writer codes every chunk, as before

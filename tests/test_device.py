@@ -367,15 +367,16 @@ def test_a_device_state_is_planned_a_share_at_a_time(tmp_path: Path,
         with checking.holding(leaves, values):
             return keep_unchanged(leaves, values, base, plans)
 
-    groups = common.JointPolicy.groups
+    look = common.JointPolicy._look
 
-    def recorded(self: Any, leaves: Any, base: Any, plans: Any, threads: int = 1) -> Any:
-        found = groups(self, leaves, base, plans, threads)
-        bases_on_host.extend(v.w_base.device.type == "cpu" for v in found if v.w_base is not None)
+    def recorded(self: Any, leaves: Any, group: Any, base: Any, kept: Any) -> Any:
+        found = look(self, leaves, group, base, kept)  # a group's values before its plan
+        if found is not None and found.w_base is not None:
+            bases_on_host.append(found.w_base.device.type == "cpu")
         return found
 
     monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", counted)
-    monkeypatch.setattr(common.JointPolicy, "groups", recorded)
+    monkeypatch.setattr(common.JointPolicy, "_look", recorded)
     monkeypatch.setattr(common, "DEVICE_PLAN_SHARE", 0.0)  # the largest group: one at a time
     # each group a task of its own (these are all small enough to share one: plan_tasks)
     monkeypatch.setattr(common, "GROUP_FIXED_BYTES", 0)

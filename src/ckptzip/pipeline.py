@@ -148,6 +148,12 @@ class Pipeline:
             return None
         return (width, rotate, kind, -1)
 
+    def chunk_size(self, requested: int) -> int:
+        """The chunk size for ``requested`` bytes a chunk: a whole number of the serializer's
+        elements."""
+        width = self.serializer.width if self.serializer else 1
+        return max(width, requested // width * width)
+
     def native_spec(self, has_base: bool) -> tuple[int, int, int, int] | None:
         """The spec under which ``_native.encode_chunks``/``decode_chunks`` code this pipeline's
         chunks (given a base chunk or not) in batches, the same streams as

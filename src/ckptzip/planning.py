@@ -43,6 +43,9 @@ class LeafPlan:
     precoded: bytes | None = None
     #: The array a whole-tensor transform made of the leaf (lossy modes); None: the leaf itself.
     array: torch.Tensor | None = None
+    #: Its chunks, coded while the state was planned: the stored bytes one after another and
+    #: per chunk (stored length, CRC of the stored bytes, CRC of the raw bytes, raw length).
+    coded: tuple[bytes, list[tuple[int, int, int, int]]] | None = None
 
     @property
     def n_chunks(self) -> int:
@@ -58,8 +61,10 @@ def has_base_tensor(leaf: Leaf, base: Base) -> bool:
 
 def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | None) -> LeafPlan:
     array = encoding.array
-    width = encoding.pipeline.serializer.width if encoding.pipeline.serializer else 1
-    chunk_bytes = max(width, policy.chunk_bytes(leaf) // width * width)
+    chunk_bytes = encoding.pipeline.chunk_size(policy.chunk_bytes(leaf))
+    coded = None
+    if encoding.coded is not None and encoding.coded[0] == chunk_bytes:
+        coded = encoding.coded[1:]
     extra = dict(encoding.extra)
     if encoding.pipeline.transforms:  # else the stored array is the leaf itself (a change mask)
         extra.update(encoded_entry(dtypes.from_torch(array.dtype, leaf.name), array.shape))
@@ -69,7 +74,8 @@ def _encoded_plan(leaf: Leaf, encoding: Encoded, policy: Policy, base: Base | No
         crc = encoding.base_crc
         extra.update(base_entry(leaf.name, _native.crc32c(base.raw(leaf.name)) if crc is None
                                 else crc))
-    return LeafPlan(leaf, encoding.pipeline, chunk_bytes, [], extra=extra, array=array)
+    return LeafPlan(leaf, encoding.pipeline, chunk_bytes, [], extra=extra, array=array,
+                    coded=coded)
 
 
 #: How much smaller a representation that codes twice as slowly must be to be chosen (2%).

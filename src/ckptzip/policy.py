@@ -18,6 +18,10 @@ from .tree import Leaf
 DEFAULT_CHUNK_BYTES = 256 << 10
 
 
+#: What :attr:`Encoded.coded` holds.
+Precoded = tuple[int, bytes, list[tuple[int, int, int, int]]]
+
+
 @dataclass
 class Encoded:
     """A tensor already transformed by a policy that plans the whole state at once (lossy
@@ -36,6 +40,10 @@ class Encoded:
     #: The CRC-32C of the base tensor it was coded against (``uses_base``), which the header
     #: records: taken when the tensor is planned, so that the base's bytes can be freed then.
     base_crc: int | None = None
+    #: The array's chunks already coded (:func:`ckptzip.modes.common.precode`), for the writer
+    #: to write as they are: (chunk size, the stored chunks one after another, and per chunk
+    #: its stored length, the CRC-32C of its stored bytes and of its raw bytes, its raw length).
+    coded: Precoded | None = None
 
 
 @dataclass(frozen=True)

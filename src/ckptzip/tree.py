@@ -67,10 +67,13 @@ class Leaf:
 def host_copies(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """Each tensor copied into fresh CPU memory, same dtype and shape (pinned, with non-blocking
     copies and one synchronization, for CUDA tensors), so the originals may change as soon as
-    this returns."""
+    this returns; a meta tensor (no data) as it is."""
     copies: list[torch.Tensor] = []
     on_cuda = False
     for tensor in tensors:
+        if tensor.is_meta:  # no data to copy (an array coded already, see Encoded.coded)
+            copies.append(tensor)
+            continue
         pin = tensor.device.type == "cuda"
         on_cuda |= pin
         copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)

@@ -61,7 +61,9 @@ class SaveReport:
         )
 
 
-_Task = list[tuple[int, np.ndarray, np.ndarray | None]]  # (leaf index, raw chunk, base chunk)
+#: (leaf index, raw chunk, base chunk); a leaf whose chunks are coded already (``coded``) is
+#: one item, (leaf index, None, None).
+_Task = list[tuple[int, np.ndarray | None, np.ndarray | None]]
 
 
 def _tasks(
@@ -82,13 +84,17 @@ def _tasks(
         if index in encoded:
             plan = encoded.pop(index)
             assert plan.array is not None  # every encoded plan carries its array
-            raw = tensor_bytes(plan.array)
+            # coded as it was planned, its array a meta tensor: its chunks are one item
+            raw = None if plan.coded is not None else tensor_bytes(plan.array)
         else:
             raw = leaf.host_bytes()
             plan = plan_leaf(leaf, raw, policy, base, (exact or {}).get(index))
         plans.append(plan)
         if base is not None:
             base.release(leaf.name)
+        if raw is None:
+            task.append((index, None, None))
+            continue
         for start in range(0, len(raw), plan.chunk_bytes):
             piece = raw[start : start + plan.chunk_bytes]
             end = start + plan.chunk_bytes
@@ -126,6 +132,12 @@ def _encode_task(plans: list[LeafPlan], task: _Task) -> list[_Segment]:
 
     for index, raw, base_chunk in task:
         plan = plans[index]
+        if raw is None:  # coded while the state was planned
+            assert plan.coded is not None
+            flush()
+            stored, chunks = plan.coded
+            segments.append((stored, [(index, *chunk) for chunk in chunks]))
+            continue
         pipeline = plan.pipeline
         spec = None if plan.precoded else pipeline.native_spec(base_chunk is not None)
         if spec is not None:
@@ -279,7 +291,7 @@ def encode_state(
                 plan.table.append([length, crc, raw_crc])
                 bar.update(raw_length)
                 if len(plan.table) == plan.n_chunks:  # done with this tensor: free what it held
-                    plan.base_raw = plan.array = plan.precoded = None
+                    plan.base_raw = plan.array = plan.precoded = plan.coded = None
     bar.close()
     if base is not None and any(refers_to_base(plan.extra) for plan in plans):
         add_base(header, base.id, base_location, base.depth + 1)

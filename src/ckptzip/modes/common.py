@@ -35,7 +35,7 @@ from ..hostpath import native
 from ..parallel import ByteGate, ordered_map
 from ..pipeline import Pipeline
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
-from ..tree import Leaf
+from ..tree import Leaf, tensor_bytes
 from .pairing import (
     ADAM_ROLES,
     Group,
@@ -295,50 +295,86 @@ class JointPolicy(LosslessPolicy):
                    threads: int = 1) -> dict[int, Encoded | Exact]:
         """Each group planned on its own, on ``threads`` threads. A group numbers the leaves it
         adds provisionally, from a range of its own; once planned, in order, they take the next
-        final indices, so the plans do not depend on the thread count."""
+        final indices, so the plans do not depend on the thread count.
+
+        A mode that surveys the whole checkpoint first (:meth:`survey`) looks at every group
+        (:meth:`groups`) before it plans any; the others look at each group in its own task,
+        just before planning it: no thread waits for the slowest look, and a group's base
+        tensors are decoded in its turn rather than every weight's at once."""
         if base is None:
             return {}
         plans: dict[int, Encoded | Exact] = {}
         self.resumed = resumed
         self._warn_unhandled(leaves)
-        groups = self.groups(leaves, base, plans, threads)
-        self.survey(leaves, groups, base)
-        sizes = [_group_bytes(leaves, v.group) for v in groups]
-        first = PROVISIONAL_LEAVES - len(groups) * LEAVES_PER_GROUP
+        candidates = self._candidate_groups(leaves)
+        surveys = type(self).survey is not JointPolicy.survey
+        looked: list[GroupValues | None]
+        if surveys:
+            finite = self.groups(leaves, base, plans, threads, candidates)
+            self.survey(leaves, finite, base)
+            looked, members = list(finite), [v.group for v in finite]
+            del finite
+        else:
+            looked, members = [None] * len(candidates), candidates
+        sizes = [_group_bytes(leaves, group) for group in members]
+        first = PROVISIONAL_LEAVES - len(members) * LEAVES_PER_GROUP
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
 
-        members = [v.group for v in groups]
-        # each group's values (the base's tensors among them) are let go of as it is planned
-        pending: list[GroupValues | None] = list(groups)
-        del groups
+        # on several host threads each large group's arrays are coded (precode) once it is
+        # planned, beside the small groups' plans: the writer then only writes them
+        done = [threading.Event() for _ in members]
+        results: dict[int, _Planned] = {}
 
-        def plan(position: int) -> tuple[int, dict[int, Encoded | Exact]]:
+        def plan(position: int) -> _Planned:
+            try:
+                results[position] = result = look_and_plan(position)
+                return result
+            finally:
+                done[position].set()
+
+        def code(position: int) -> None:
+            done[position].wait()
+            result = results.pop(position, None)
+            if result is not None:
+                precode(self, leaves, result[2])
+
+        def look_and_plan(position: int) -> _Planned:
+            values = looked[position]
+            looked[position] = None  # the group's values, its base tensors among them
+            kept: dict[int, Encoded | Exact] = {}
+            if values is None:
+                values = self._look(leaves, members[position], base, kept)
+                if values is None:
+                    return None
             start = first + position * LEAVES_PER_GROUP
             self._numbering.next = start
-            values = pending[position]
-            assert values is not None  # each position is planned once
-            pending[position] = None  # the group's values, its base tensors among them
             exp_avg_sq = values.group.exp_avg_sq
             if (values.v is not None and exp_avg_sq is not None
                     and self.reads_v_base(leaves, values)):  # decoded in the group's turn
                 values.v_base = _base_value(leaves[exp_avg_sq], base)
             group_plans = self.plan_group(leaves, values.on_device(), base)
             _free_planned_bases(leaves, group_plans, base)
-            return start, group_plans
+            return kept, start, group_plans
 
         # a plan is kept until the file is written whichever order the groups finish in; then
         # numbered in the state's order
         gate = _device_gate(leaves, members, sizes)
-        planned: dict[int, tuple[int, dict[int, Encoded | Exact]]] = {}
+        planned: dict[int, _Planned] = {}
         total = sum(sizes)
-        for position, result in _by_task(plan, sizes, threads, gate):
+        for position, result in _by_task(plan, sizes, threads, gate,
+                                         then=code if gate is None else None):
             planned[position] = result
             if progress is not None:
                 progress(sizes[position], total)
         added = len(leaves)
-        for position in range(len(members)):
-            start, group_plans = planned.pop(position)
+        for position, group in enumerate(members):
+            result = planned.pop(position)
+            if result is None:
+                _warn_non_finite(leaves, group, self.mode)
+                continue
+            kept, start, group_plans = result
+            plans.update(kept)
             added = _renumber(group_plans, start, added)
             plans.update(group_plans)
         return plans
@@ -383,13 +419,9 @@ class JointPolicy(LosslessPolicy):
             warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
                           f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
 
-    def groups(self, leaves: list[Leaf], base: Base, plans: dict[int, Encoded | Exact],
-               threads: int = 1) -> list[GroupValues]:
-        """Each weight group's values, without the tensors kept bit-exact, which go to ``plans``
-        as :class:`~ckptzip.policy.Exact`: those equal to the base's decoded tensor, those the
-        scope or ``keep_exact`` leaves out, and groups with NaN or infinite values (here or in
-        the base), with a :class:`NonFiniteWarning`. The groups are looked at on ``threads``
-        threads, after one parallel decode of every weight's base."""
+    def _candidate_groups(self, leaves: list[Leaf]) -> list[Group]:
+        """The weight groups a lossy plan may code, without the tensors the scope or
+        ``keep_exact`` leaves out."""
         candidates = []
         for group in group_state(leaves, self.pairing, self.mode, self.state_roles):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
@@ -400,17 +432,35 @@ class JointPolicy(LosslessPolicy):
                                              for pattern in self.keep_exact):
                     setattr(group, role, None)
             candidates.append(group)
+        return candidates
+
+    def _look(self, leaves: list[Leaf], group: Group, base: Base,
+              kept: dict[int, Encoded | Exact]) -> GroupValues | None:
+        """A group's values, without its tensors equal to the base's decoded ones (those go to
+        ``kept`` as :class:`~ckptzip.policy.Exact`); None when a value is NaN or infinite,
+        here or in the base (the caller warns: :func:`_warn_non_finite`)."""
+        values = self._values(leaves, group, base)
+        tensors = (values.w, values.w_base, values.m, values.v)
+        if not all(_all_finite(t) for t in tensors if t is not None):
+            return None
+        self._keep_unchanged(leaves, values, base, kept)
+        return values
+
+    def groups(self, leaves: list[Leaf], base: Base, plans: dict[int, Encoded | Exact],
+               threads: int = 1, candidates: list[Group] | None = None) -> list[GroupValues]:
+        """Each weight group's values (of ``candidates``, by default
+        :meth:`_candidate_groups`), without the tensors kept bit-exact, which go to ``plans``
+        as :class:`~ckptzip.policy.Exact`: those equal to the base's decoded tensor, those the
+        scope or ``keep_exact`` leaves out, and groups with NaN or infinite values (here or in
+        the base), with a :class:`NonFiniteWarning`. The groups are looked at on ``threads``
+        threads, after one parallel decode of every weight's base."""
+        if candidates is None:
+            candidates = self._candidate_groups(leaves)
         base.prefetch([leaves[g.weight].name for g in candidates if g.weight is not None])
 
         def look(position: int) -> tuple[GroupValues | None, dict[int, Encoded | Exact]]:
-            group = candidates[position]
-            values = self._values(leaves, group, base)
-            tensors = (values.w, values.w_base, values.m, values.v)
-            if not all(_all_finite(t) for t in tensors if t is not None):
-                return None, {}
             kept: dict[int, Encoded | Exact] = {}
-            self._keep_unchanged(leaves, values, base, kept)
-            return values, kept
+            return self._look(leaves, candidates[position], base, kept), kept
 
         # the small groups together, as their plans; on a device, the unchanged check copies
         # each weight's base there: a share at a time
@@ -420,9 +470,7 @@ class JointPolicy(LosslessPolicy):
         for position, group in enumerate(candidates):
             values, kept = looked.pop(position)
             if values is None:
-                names = ", ".join(leaves[i].name for i in group.members())
-                warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored "
-                              f"lossless, not as {self.mode} deltas", NonFiniteWarning, stacklevel=3)
+                _warn_non_finite(leaves, group, self.mode)
                 continue
             plans.update(kept)
             finite.append(values)
@@ -461,6 +509,47 @@ class JointPolicy(LosslessPolicy):
             weight = None
         return GroupValues(group, weight, get(group.weight) if weight else None, w_base,
                            get(group.exp_avg), get(group.exp_avg_sq))
+
+
+#: A group's plan as :meth:`JointPolicy.plan_state` keeps it: the tensors its look kept exact,
+#: the first provisional index of the leaves it adds, and its plans; None for a group with NaN
+#: or infinite values.
+_Planned = tuple[dict[int, Encoded | Exact], int, dict[int, Encoded | Exact]] | None
+
+
+def _warn_non_finite(leaves: list[Leaf], group: Group, mode: str) -> None:
+    names = ", ".join(leaves[i].name for i in group.members())
+    warnings.warn(f"{names}: NaN or infinite values (here or in the base); stored lossless, not "
+                  f"as {mode} deltas", NonFiniteWarning, stacklevel=3)
+
+
+def precode(policy: LosslessPolicy, leaves: list[Leaf],
+            plans: dict[int, Encoded | Exact]) -> None:
+    """Code the chunks of each host array a group's plans store, as the writer would (the same
+    chunk size, the same native call, the same bytes), and keep them on the plan
+    (:attr:`~ckptzip.policy.Encoded.coded`), its array then a meta tensor (its dtype and shape,
+    no memory): a pool thread does it beside the small groups' plans, where it had waited for
+    every plan to finish, and the save holds the coded chunks of a group from then on, not its
+    arrays. Arrays whose pipeline the native core does not code whole are left to the
+    writer."""
+    for index, plan in plans.items():
+        if not isinstance(plan, Encoded) or not native(plan.array):
+            continue
+        spec = plan.pipeline.native_spec(False)
+        leaf = leaves[index] if index < len(leaves) else plan.added
+        if spec is None or leaf is None:
+            continue
+        chunk = plan.pipeline.chunk_size(policy.chunk_bytes(leaf))
+        raw = tensor_bytes(plan.array)
+        batch = [(raw[start:start + chunk], None, *spec) for start in range(0, len(raw), chunk)]
+        if not batch:
+            continue
+        stored, coded = _native.encode_chunks(batch)
+        plan.coded = (chunk, stored, [(length, crc, raw_crc, len(item[0])) for item, (
+            length, crc, raw_crc) in zip(batch, coded)])
+        # the array's bytes are in the chunks now: only its dtype and shape are read again
+        del batch, raw
+        plan.array = torch.empty(plan.array.shape, dtype=plan.array.dtype, device="meta")
 
 
 def _free_planned_bases(leaves: list[Leaf], plans: dict[int, Encoded | Exact], base: Base) -> None:
@@ -524,28 +613,40 @@ _Result = TypeVar("_Result")
 
 
 def _by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
-             gate: tuple[ByteGate, Callable[[int], int]] | None) -> Iterator[tuple[int, _Result]]:
+             gate: tuple[ByteGate, Callable[[int], int]] | None,
+             then: Callable[[int], object] | None = None) -> Iterator[tuple[int, _Result]]:
     """``fn`` of each group's position, the groups run as :func:`plan_tasks`' tasks on
     ``threads`` threads, every task in flight at once (none waits behind a slow one); yields
-    (position, result) in the tasks' order. ``gate``: a device's, over the positions."""
+    (position, result) in the tasks' order. ``gate``: a device's, over the positions.
+    ``then``: on several threads, a follow-up of each group that has a task of its own, queued
+    behind every group's task (it waits for its group's ``fn`` if that still runs): the small
+    groups' task, mostly the GIL's, is then not alone at the end, the follow-ups (native code)
+    run beside it."""
     tasks = plan_tasks(sizes, threads)
+    work: list[tuple[Callable[[int], Any], list[int]]] = [(fn, task) for task in tasks]
+    if then is not None and threads > 1 and len(tasks) > 1:
+        work += [(then, task) for task in tasks if len(task) == 1]
 
-    def run(task: list[int]) -> list[_Result]:
-        return [fn(position) for position in task]
+    def run(item: tuple[Callable[[int], Any], list[int]]) -> list[Any]:
+        function, task = item
+        return [function(position) for position in task]
 
-    for task, results in zip(tasks, ordered_map(run, tasks, threads, torch_ops=True,
-                                                gate=_per_task(gate), in_flight=len(tasks))):
-        yield from zip(task, results)
+    for (function, task), results in zip(work, ordered_map(run, work, threads, torch_ops=True,
+                                                           gate=_per_task(gate),
+                                                           in_flight=len(work))):
+        if function is fn:
+            yield from zip(task, results)
 
 
 def _per_task(gate: tuple[ByteGate, Callable[[int], int]] | None,
-              ) -> tuple[ByteGate, Callable[[list[int]], int]] | None:
-    """A gate over groups' positions as one over :func:`plan_tasks`' tasks: a task takes its
-    groups one at a time, so it holds the temporaries of one group at most."""
+              ) -> tuple[ByteGate, Callable[[tuple[Any, list[int]]], int]] | None:
+    """A gate over groups' positions as one over :func:`_by_task`'s items (a function and a
+    task of positions): a task takes its groups one at a time, so it holds the temporaries of
+    one group at most."""
     if gate is None:
         return None
     byte_gate, weigh = gate
-    return byte_gate, lambda task: max(map(weigh, task))
+    return byte_gate, lambda item: max(map(weigh, item[1]))
 
 
 def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
