@@ -399,11 +399,13 @@ def test_a_save_on_two_threads_plans_the_small_groups_on_one(
 
 def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each large group's arrays are coded on the pool once the group is planned (beside the
-    small groups' plans), the writer writes those chunks as they are, and the file is the one
-    thread's."""
+    """Each large group's arrays are coded on the pool once the group is planned, while the
+    small groups' plans still run, the writer writes those chunks as they are, and the file is
+    the one thread's."""
+    import time
+
     from ckptzip import writer
-    from ckptzip.modes import common
+    from ckptzip.modes import adaptive, common
     from tests.test_device import training_states
 
     states = training_states(2)
@@ -427,8 +429,16 @@ def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
         written.extend(index for index, raw, _ in task if raw is None)
         return encode_task(plans, task)
 
+    plan_group = adaptive.AdaptivePolicy.plan_group
+
+    def slow_small(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        if sum(leaves[i].nbytes for i in values.group.members()) < common.GROUP_FIXED_BYTES:
+            time.sleep(0.02)  # the small groups' task outlasts the large groups' coding
+        return plan_group(self, leaves, values, base)
+
     monkeypatch.setattr(common, "precode", recorded)
     monkeypatch.setattr(writer, "_encode_task", writing)
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", slow_small)
     ckptzip.save(states[1], tmp_path / "two.ckz", mode="adaptive", base=tmp_path / "k.ckz",
                  threads=2)
     assert len(coded) >= 2 and len(written) == len(coded)
@@ -437,3 +447,34 @@ def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
     ckptzip.save(states[1], tmp_path / "again.ckz", mode="adaptive", base=tmp_path / "k.ckz",
                  threads=1)
     assert not coded  # one thread: the writer codes every chunk, as before
+
+
+def test_once_every_group_is_planned_the_writer_codes_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large group planned last, with nothing left to plan beside it, is not precoded: the
+    writer codes it, its writes overlapping the coding."""
+    import time
+
+    from ckptzip.modes import adaptive, common
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    states[1]["model"]["head.weight"] = torch.randn(400, 400)
+    states[0]["model"]["head.weight"] = states[1]["model"]["head.weight"] + 0.01
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    ckptzip.save(states[1], tmp_path / "one.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=1)
+    plan_group = adaptive.AdaptivePolicy.plan_group
+
+    def slow_large(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        if sum(leaves[i].nbytes for i in values.group.members()) >= common.GROUP_FIXED_BYTES:
+            time.sleep(0.3)  # the small groups are planned first, on the other thread
+        return plan_group(self, leaves, values, base)
+
+    coded: list[object] = []
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", slow_large)
+    monkeypatch.setattr(common, "precode", lambda *args: coded.append(args))
+    ckptzip.save(states[1], tmp_path / "two.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=2)
+    assert not coded
+    assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()

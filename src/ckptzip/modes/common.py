@@ -321,10 +321,14 @@ class JointPolicy(LosslessPolicy):
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
 
-        # on several host threads each large group's arrays are coded (precode) once it is
-        # planned, beside the small groups' plans: the writer then only writes them
+        # on several host threads, while groups are still being planned (the small groups' task,
+        # mostly the GIL's, at the end), a thread with nothing else to do codes a planned large
+        # group's arrays (precode); once every group is planned the writer codes the rest, its
+        # writes overlapping the coding (precoded chunks are written after all are coded)
         done = [threading.Event() for _ in members]
         results: dict[int, _Planned] = {}
+        unplanned = [len(members)]
+        counting = threading.Lock()
 
         def plan(position: int) -> _Planned:
             try:
@@ -332,11 +336,13 @@ class JointPolicy(LosslessPolicy):
                 return result
             finally:
                 done[position].set()
+                with counting:
+                    unplanned[0] -= 1
 
         def code(position: int) -> None:
             done[position].wait()
             result = results.pop(position, None)
-            if result is not None:
+            if result is not None and unplanned[0] > 0:
                 precode(self, leaves, result[2])
 
         def look_and_plan(position: int) -> _Planned:
