@@ -478,3 +478,46 @@ def test_once_every_group_is_planned_the_writer_codes_the_rest(
                  threads=2)
     assert not coded
     assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
+
+
+def test_a_plan_that_fails_on_two_threads_fails_the_save_and_leaves_the_pool_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group whose plan raises fails the save, with the follow-up tasks queued behind the
+    plans neither hanging nor keeping a pool thread; the next save works."""
+    from ckptzip.modes import adaptive
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    for name in ("head.weight", "extra.weight"):
+        states[1]["model"][name] = torch.randn(400, 400)
+        states[0]["model"][name] = states[1]["model"][name] + 0.01
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    plan_group = adaptive.AdaptivePolicy.plan_group
+
+    def failing(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        if values.weight is not None and values.weight.name.endswith("head.weight"):
+            raise RuntimeError("planted failure")
+        return plan_group(self, leaves, values, base)
+
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", failing)
+    outcome: list[BaseException | None] = []
+
+    def save() -> None:
+        try:
+            ckptzip.save(states[1], tmp_path / "x.ckz", mode="adaptive",
+                         base=tmp_path / "k.ckz", threads=2)
+            outcome.append(None)
+        except BaseException as exc:  # the outcome is what is checked
+            outcome.append(exc)
+
+    worker = threading.Thread(target=save)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the save hung"
+    assert outcome and isinstance(outcome[0], RuntimeError) and "planted" in str(outcome[0])
+    assert not (tmp_path / "x.ckz").exists()
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", plan_group)
+    ckptzip.save(states[1], tmp_path / "x.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=2)
+    assert torch.equal(ckptzip.load(tmp_path / "x.ckz")["model"]["extra.weight"].isfinite(),
+                       torch.ones(400, 400, dtype=torch.bool))

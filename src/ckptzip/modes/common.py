@@ -326,11 +326,13 @@ class JointPolicy(LosslessPolicy):
         # group's arrays (precode); once every group is planned the writer codes the rest, its
         # writes overlapping the coding (precoded chunks are written after all are coded)
         done = [threading.Event() for _ in members]
+        started: set[int] = set()
         results: dict[int, _Planned] = {}
         unplanned = [len(members)]
         counting = threading.Lock()
 
         def plan(position: int) -> _Planned:
+            started.add(position)
             try:
                 results[position] = result = look_and_plan(position)
                 return result
@@ -340,6 +342,11 @@ class JointPolicy(LosslessPolicy):
                     unplanned[0] -= 1
 
         def code(position: int) -> None:
+            # the pool starts tasks in the order they were queued, so the group's plan has
+            # started (a plan that never started, cancelled after another failed, is not
+            # waited for)
+            if position not in started:
+                return
             done[position].wait()
             result = results.pop(position, None)
             if result is not None and unplanned[0] > 0:
