@@ -433,7 +433,7 @@ def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
 
     def slow_small(self: Any, leaves: Any, values: Any, base: Any) -> Any:
         if sum(leaves[i].nbytes for i in values.group.members()) < common.GROUP_FIXED_BYTES:
-            time.sleep(0.02)  # the small groups' task outlasts the large groups' coding
+            time.sleep(0.1)  # the small groups' task outlasts the large groups' plans and coding
         return plan_group(self, leaves, values, base)
 
     monkeypatch.setattr(common, "precode", recorded)
