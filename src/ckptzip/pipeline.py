@@ -30,6 +30,19 @@ from .codecs import (
 from .codecs.base import Buffer
 from .errors import CorruptError, FormatError
 
+#: Chunks coded ahead of being written: the stored bytes one after another and, per chunk, its
+#: stored length, the CRC-32C of its stored bytes and of its raw bytes, and its raw length.
+Coded = tuple[bytes, list[tuple[int, int, int, int]]]
+
+
+def code_chunks(batch: list[tuple[Any, ...]]) -> Coded:
+    """``_native.encode_chunks`` of ``batch`` (each item: raw chunk, base chunk or None, and a
+    pipeline's :meth:`Pipeline.native_spec`), one GIL release for all, as :data:`Coded`."""
+    stored, results = _native.encode_chunks(batch)
+    return stored, [(length, crc, raw_crc, len(item[0]))
+                    for item, (length, crc, raw_crc) in zip(batch, results)]
+
+
 #: Most bytes an entropy stream adds to what it codes (stream.c's ckz_encode_bound: the header of
 #: at most 16 segments is under 256 bytes).
 STREAM_OVERHEAD = 256
@@ -173,6 +186,12 @@ class Pipeline:
             raise ValueError("a residual pipeline needs the base chunk")
         return int(_native.encode_chunk(raw, base if self.needs_base else None, *spec,
                                         size_only=True))
+
+    def encode_whole(self, raw: Buffer, base: Buffer | None = None) -> Coded:
+        """:meth:`encode_chunk` of ``raw`` as one chunk, with its CRCs, as :data:`Coded`."""
+        stored = self.encode_chunk(raw, base)
+        return stored, [(len(stored), _native.crc32c(stored), _native.crc32c(raw),
+                         memoryview(raw).nbytes)]
 
     def encode_chunk(self, raw: Buffer, base: Buffer | None = None) -> bytes:
         """Serialize and compress one chunk of raw element bytes (``base``: the base's co-located

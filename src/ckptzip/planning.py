@@ -20,7 +20,7 @@ from .errors import ConfigError
 from .modes import policy_for
 from .modes.common import JointPolicy
 from .parallel import resolve_threads
-from .pipeline import Pipeline
+from .pipeline import Coded, Pipeline
 from .policy import Encoded, Exact, Policy
 from .progress import Progress
 from .tree import Leaf, flatten, host_copies
@@ -39,13 +39,12 @@ class LeafPlan:
     #: Raw bytes of the base tensor, for a pipeline with a residual stage.
     base_raw: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: The stored bytes of the leaf's single chunk, when choosing the pipeline already coded it.
-    precoded: bytes | None = None
     #: The array a whole-tensor transform made of the leaf (lossy modes); None: the leaf itself.
     array: torch.Tensor | None = None
-    #: Its chunks, coded while the state was planned: the stored bytes one after another and
-    #: per chunk (stored length, CRC of the stored bytes, CRC of the raw bytes, raw length).
-    coded: tuple[bytes, list[tuple[int, int, int, int]]] | None = None
+    #: Its chunks, coded already (for the writer to write as they are): when choosing the
+    #: pipeline coded the whole leaf as its one chunk, or a lossy mode coded its array while the
+    #: state was planned (:func:`ckptzip.modes.common.precode`).
+    coded: Coded | None = None
 
     @property
     def n_chunks(self) -> int:
@@ -135,11 +134,11 @@ def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
     best = candidates[scores[0][1]]
     whole = size == len(raw) <= chunk_bytes
     if best is dense:
-        precoded = dense.encode_chunk(sample) if whole else None
-        return LeafPlan(leaf, dense, chunk_bytes, [], precoded=precoded)
-    precoded = best.encode_chunk(sample, base_sample) if whole else None
+        coded = dense.encode_whole(sample) if whole else None
+        return LeafPlan(leaf, dense, chunk_bytes, [], coded=coded)
+    coded = best.encode_whole(sample, base_sample) if whole else None
     extra = base_entry(leaf.name, _native.crc32c(base_raw))
-    return LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, precoded=precoded)
+    return LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, coded=coded)
 
 
 def chain_base(base: Base | None, keyframe_every: int | None) -> Base | None:

@@ -18,7 +18,7 @@ from .tree import Leaf
 DEFAULT_CHUNK_BYTES = 256 << 10
 
 
-#: What :attr:`Encoded.coded` holds.
+#: What :attr:`Encoded.coded` holds: the chunk size, then :data:`ckptzip.pipeline.Coded`.
 Precoded = tuple[int, bytes, list[tuple[int, int, int, int]]]
 
 

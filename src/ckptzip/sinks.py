@@ -187,7 +187,7 @@ class FileSink(Sink):
         self.position += len(data)
 
     def finish(self, header: bytes) -> None:
-        self.header_size = None  # no data was written: the header goes in front as it is
+        self.header_size = None  # still set only if no data came: nothing was reserved
         stored, flags = store_header(header)
         padding = self.reserved - len(stored)
         trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES

@@ -5,15 +5,15 @@ header (:mod:`ckptzip.container`)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import _native
 from .chain import Base
 from .container import (
     PRELUDE_SIZE,
@@ -26,7 +26,7 @@ from .container import (
     refers_to_base,
 )
 from .parallel import gc_paused, ordered_map, resolve_threads, task_bytes
-from .pipeline import Pipeline
+from .pipeline import Coded, Pipeline, code_chunks
 from .planning import LeafPlan, Prepared, has_base_tensor, plan_leaf, prepare
 from .policy import Exact, Policy
 from .progress import Progress
@@ -81,20 +81,21 @@ def _tasks(
     for index, leaf in enumerate(leaves):
         if base is not None and index >= ahead:
             ahead = _prefetch_base(leaves, index, base, encoded)
+        raw = None
         if index in encoded:
             plan = encoded.pop(index)
-            assert plan.array is not None  # every encoded plan carries its array
-            # coded as it was planned, its array a meta tensor: its chunks are one item
-            raw = None if plan.coded is not None else tensor_bytes(plan.array)
         else:
             raw = leaf.host_bytes()
             plan = plan_leaf(leaf, raw, policy, base, (exact or {}).get(index))
         plans.append(plan)
         if base is not None:
             base.release(leaf.name)
-        if raw is None:
+        if plan.coded is not None:  # its chunks are one item (a precoded array is a meta tensor)
             task.append((index, None, None))
             continue
+        if raw is None:
+            assert plan.array is not None  # every encoded plan carries its array
+            raw = tensor_bytes(plan.array)
         for start in range(0, len(raw), plan.chunk_bytes):
             piece = raw[start : start + plan.chunk_bytes]
             end = start + plan.chunk_bytes
@@ -115,39 +116,37 @@ _Segment = tuple[bytes, list[tuple[int, int, int, int, int]]]
 
 def _encode_task(plans: list[LeafPlan], task: _Task) -> list[_Segment]:
     """Code a task's chunks (on a pool thread): runs of chunks the native core codes whole go
-    to it in one call each (``_native.encode_chunks``, the GIL released once), the others
-    (precoded, or pipelines with Python stages) one by one."""
+    to it in one call each (:func:`~ckptzip.pipeline.code_chunks`, the GIL released once),
+    pipelines with Python stages one by one; a leaf coded already is taken as it is."""
     segments: list[_Segment] = []
     batch: list[tuple[np.ndarray, np.ndarray | None, int, int, int, int]] = []
     batch_leaves: list[int] = []
 
+    def add(leaves: Iterable[int], coded: Coded) -> None:
+        stored, chunks = coded
+        segments.append((stored, [(index, *chunk) for index, chunk in zip(leaves, chunks)]))
+
     def flush() -> None:
         if batch:
-            stored, results = _native.encode_chunks(batch)
-            segments.append((stored, [(index, length, crc, raw_crc, len(item[0]))
-                                      for index, item, (length, crc, raw_crc)
-                                      in zip(batch_leaves, batch, results)]))
+            add(batch_leaves, code_chunks(batch))
             batch.clear()
             batch_leaves.clear()
 
     for index, raw, base_chunk in task:
         plan = plans[index]
-        if raw is None:  # coded while the state was planned
+        if raw is None:
             assert plan.coded is not None
             flush()
-            stored, chunks = plan.coded
-            segments.append((stored, [(index, *chunk) for chunk in chunks]))
+            add(itertools.repeat(index), plan.coded)
             continue
         pipeline = plan.pipeline
-        spec = None if plan.precoded else pipeline.native_spec(base_chunk is not None)
+        spec = pipeline.native_spec(base_chunk is not None)
         if spec is not None:
             batch.append((raw, base_chunk if pipeline.needs_base else None, *spec))
             batch_leaves.append(index)
             continue
         flush()
-        stored = plan.precoded or pipeline.encode_chunk(raw, base_chunk)
-        segments.append((stored, [(index, len(stored), _native.crc32c(stored),
-                                   _native.crc32c(raw), len(raw))]))
+        add((index,), pipeline.encode_whole(raw, base_chunk))
     flush()
     return segments
 
@@ -291,7 +290,7 @@ def encode_state(
                 plan.table.append([length, crc, raw_crc])
                 bar.update(raw_length)
                 if len(plan.table) == plan.n_chunks:  # done with this tensor: free what it held
-                    plan.base_raw = plan.array = plan.precoded = plan.coded = None
+                    plan.base_raw = plan.array = plan.coded = None
     bar.close()
     if base is not None and any(refers_to_base(plan.extra) for plan in plans):
         add_base(header, base.id, base_location, base.depth + 1)

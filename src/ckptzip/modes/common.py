@@ -33,7 +33,7 @@ from ..dtypes import from_torch
 from ..errors import ConfigError
 from ..hostpath import native
 from ..parallel import ByteGate, ordered_map
-from ..pipeline import Pipeline
+from ..pipeline import Pipeline, code_chunks
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
 from ..tree import Leaf, tensor_bytes
 from .pairing import (
@@ -328,8 +328,6 @@ class JointPolicy(LosslessPolicy):
         done = [threading.Event() for _ in members]
         started: set[int] = set()
         results: dict[int, _Planned] = {}
-        unplanned = [len(members)]
-        counting = threading.Lock()
 
         def plan(position: int) -> _Planned:
             started.add(position)
@@ -338,8 +336,6 @@ class JointPolicy(LosslessPolicy):
                 return result
             finally:
                 done[position].set()
-                with counting:
-                    unplanned[0] -= 1
 
         def code(position: int) -> None:
             # the pool starts tasks in the order they were queued, so the group's plan has
@@ -349,7 +345,7 @@ class JointPolicy(LosslessPolicy):
                 return
             done[position].wait()
             result = results.pop(position, None)
-            if result is not None and unplanned[0] > 0:
+            if result is not None and not all(event.is_set() for event in done):
                 precode(self, leaves, result[2])
 
         def look_and_plan(position: int) -> _Planned:
@@ -557,9 +553,7 @@ def precode(policy: LosslessPolicy, leaves: list[Leaf],
         batch = [(raw[start:start + chunk], None, *spec) for start in range(0, len(raw), chunk)]
         if not batch:
             continue
-        stored, coded = _native.encode_chunks(batch)
-        plan.coded = (chunk, stored, [(length, crc, raw_crc, len(item[0])) for item, (
-            length, crc, raw_crc) in zip(batch, coded)])
+        plan.coded = (chunk, *code_chunks(batch))
         # the array's bytes are in the chunks now: only its dtype and shape are read again
         del batch, raw
         plan.array = torch.empty(plan.array.shape, dtype=plan.array.dtype, device="meta")
