@@ -524,3 +524,46 @@ def test_a_plan_that_fails_on_two_threads_fails_the_save_and_leaves_the_pool_fre
                  threads=2)
     assert torch.equal(ckptzip.load(tmp_path / "x.ckz")["model"]["extra.weight"].isfinite(),
                        torch.ones(400, 400, dtype=torch.bool))
+
+
+def test_bitsnap_measures_its_stage_on_the_pool_and_the_same_on_any_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BitSnap's survey of the training stage (every group's update before any plan) runs its
+    groups on the pool's threads, not alone on the calling one, and sums them in their order:
+    the stage and the file are the same on 1 and 2 threads, with torch on 1 or 2 of its own."""
+    from ckptzip.modes import bitsnap
+    from tests.test_device import training_states
+
+    states = training_states(2)
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    ran_on: list[int] = []
+    stages: list[Any] = []
+    group_stage, survey = bitsnap._group_stage, bitsnap.BitsnapPolicy.survey
+
+    def recording_group_stage(values: Any) -> Any:
+        ran_on.append(threading.get_ident())
+        return group_stage(values)
+
+    def recording_survey(self: Any, *args: Any, **kwargs: Any) -> None:
+        survey(self, *args, **kwargs)
+        stages.append(self.stage)
+
+    monkeypatch.setattr(bitsnap, "_group_stage", recording_group_stage)
+    monkeypatch.setattr(bitsnap.BitsnapPolicy, "survey", recording_survey)
+    stored = []
+    torch_threads = torch.get_num_threads()
+    try:
+        for threads, torch_count in ((1, 1), (2, 2), (2, 1)):
+            torch.set_num_threads(torch_count)
+            ran_on.clear()
+            path = tmp_path / f"b{threads}{torch_count}.ckz"
+            ckptzip.save(states[1], path, mode="bitsnap", base=tmp_path / "k.ckz",
+                         threads=threads)
+            stored.append(path.read_bytes())
+            assert ran_on
+            if threads > 1:
+                assert threading.get_ident() not in ran_on
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert stages[0] == stages[1] == stages[2] and stages[0].rel_update > 0
+    assert stored[0] == stored[1] == stored[2]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -235,3 +237,61 @@ def test_save_report_names_the_file_and_each_tensors_stored_bytes(tmp_path) -> N
         stored = {leaf.name: leaf.stored_bytes for leaf in f.leaves}
     assert report.stored_bytes_at == {"a": stored["a"], "b.c": stored["b.c"], "tied": stored["a"],
                                       "raw": stored["raw"]}
+
+
+def test_file_sink_starts_the_writeback_of_its_data_as_it_goes(tmp_path, monkeypatch) -> None:
+    """Every WRITEBACK_BYTES of data the sink asks the kernel to start writing what was written
+    since the last request: the requests cover the data section in order, from behind the
+    header's room, and the file reads back."""
+    requests: list[tuple[int, int]] = []
+    native_writeback = sinks._native.writeback
+
+    def recording(fd: int, offset: int, length: int) -> bool:
+        requests.append((offset, length))
+        return native_writeback(fd, offset, length)
+
+    monkeypatch.setattr(sinks.FileSink, "WRITEBACK_BYTES", 64 << 10)
+    monkeypatch.setattr(sinks._native, "writeback", recording)
+    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # the data stays where it was put
+    state = {f"t{i}": torch.randn(40_000) for i in range(32)}
+    path = tmp_path / "a.ckz"
+    ckptzip.save(state, path, threads=2)
+    assert len(requests) >= 2, requests
+    start = requests[0][0]
+    with ckptzip.open(path) as ckpt:
+        data_start = ckpt.data_start
+    assert start == data_start, (start, data_start)
+    for (offset, length), (following, _) in itertools.pairwise(requests):
+        assert length >= 64 << 10 and following == offset + length
+    assert requests[-1][0] + requests[-1][1] <= path.stat().st_size
+    out = ckptzip.load(path)
+    assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+def test_writeback_is_taken_by_a_file_and_declined_elsewhere(tmp_path) -> None:
+    import io
+    import os
+    import sys
+
+    from ckptzip import _native
+    from ckptzip.container import PRELUDE_SIZE
+
+    with open(tmp_path / "f", "wb") as handle:
+        handle.write(b"x" * 100_000)
+        handle.flush()
+        assert _native.writeback(handle.fileno(), 0, 100_000) is sys.platform.startswith("linux")
+    read, write = os.pipe()
+    try:
+        assert _native.writeback(write, 0, 10) is False  # a pipe has no file range
+    finally:
+        os.close(read)
+        os.close(write)
+    with pytest.raises(ValueError, match="writeback"):
+        _native.writeback(0, -1, 10)
+    # a handle with no descriptor: the sink writes on without asking
+    buffer = io.BytesIO()
+    sink = sinks.FileSink(buffer)
+    sink.reserve(lambda: 64)
+    sink.write(b"y" * (sink.WRITEBACK_BYTES + 1))
+    assert sink.written_back is None
+    assert buffer.getvalue()[PRELUDE_SIZE + 64:] == b"y" * (sink.WRITEBACK_BYTES + 1)

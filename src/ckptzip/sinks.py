@@ -163,11 +163,15 @@ class FileSink(Sink):
     TRIM_DATA_BYTES = 64 << 20
     #: Padding below this is left in place.
     TRIM_MIN_PADDING = 256
+    #: Bytes of data written between two requests to start their writeback (0: none).
+    WRITEBACK_BYTES = 8 << 20
 
     def __init__(self, handle: IO[bytes]) -> None:
         super().__init__()
         self.handle = handle
         self.header_size: Callable[[], int] | None = None
+        #: Data bytes whose writeback was requested; None once the file cannot take a request.
+        self.written_back: int | None = 0
 
     def reserve(self, header_size: Callable[[], int], data_size: int = 0, threads: int = 1) -> None:
         self.header_size = header_size
@@ -185,6 +189,24 @@ class FileSink(Sink):
             self._place_data()
         self.handle.write(data)
         self.position += len(data)
+        if self.written_back is not None and self.WRITEBACK_BYTES and (
+                self.position - self.written_back >= self.WRITEBACK_BYTES):
+            self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        """Ask the kernel to start writing the data written since the last request."""
+        assert self.written_back is not None
+        try:
+            self.handle.flush()
+            fd = self.handle.fileno()
+        except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both)
+            self.written_back = None
+            return
+        start = PRELUDE_SIZE + self.reserved + self.written_back
+        if _native.writeback(fd, start, self.position - self.written_back):
+            self.written_back = self.position
+        else:
+            self.written_back = None  # another system, or a file that cannot: fsync does it all
 
     def finish(self, header: bytes) -> None:
         self.header_size = None  # still set only if no data came: nothing was reserved

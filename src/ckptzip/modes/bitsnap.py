@@ -30,6 +30,7 @@ from ..chain import Base
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
+from ..parallel import ordered_map
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..reader import FileBase
 from ..tree import Leaf
@@ -84,8 +85,9 @@ class BitsnapPolicy(JointPolicy):
         self.density, self.centroids = density, 2**moment_bits - 1
         self.stage: Stage | None = None
 
-    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
-        self.stage = measure_stage(leaves, groups, base)
+    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base,
+               threads: int = 1) -> None:
+        self.stage = measure_stage(leaves, groups, base, threads)
 
     def plan_group(self, leaves: list[Leaf], values: GroupValues,
                    base: Base) -> dict[int, Encoded | Exact]:
@@ -146,22 +148,44 @@ def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in fields.items()}
 
 
-def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base) -> Stage:
-    """The training stage: how much changed, how big the update is, and the LR phase."""
+#: One group's share of the stage: changed and total weight elements, the update's and the
+#: weight's energy, and (with both moments) the mean square of the update and of Adam's direction.
+_GroupStage = tuple[int, int, float, float, float | None, float | None]
+
+
+def _group_stage(values: GroupValues) -> _GroupStage | None:
+    """A weight group's share of :func:`measure_stage` (None without a weight and its base)."""
+    if values.w is None or values.w_base is None:
+        return None
+    delta = values.w - values.w_base.to(values.w.device)  # one group's base at a time
+    squares = delta.pow(2)
+    moves = None
+    if values.m is not None and values.v is not None:
+        moves = (float(squares.mean()),
+                 float((values.m / (values.v.sqrt() + ADAM_EPS)).pow(2).mean()))
+    return (int(torch.count_nonzero(delta)), delta.numel(), float(squares.sum()),
+            float(values.w.pow(2).sum()), *(moves or (None, None)))
+
+
+def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base,
+                  threads: int = 1) -> Stage:
+    """The training stage: how much changed, how big the update is, and the LR phase. The groups
+    are measured on ``threads`` threads (each sum on one of torch's: the same figures on any
+    count) and summed in their order."""
     changed = total = 0
     delta_sq = weight_sq = 0.0
     delta_rms, direction_rms = [], []
-    for values in groups:
-        if values.w is None or values.w_base is None:
+    for found in ordered_map(_group_stage, groups, threads, torch_ops=True):
+        if found is None:
             continue
-        delta = values.w - values.w_base.to(values.w.device)  # one group's base at a time
-        changed += int(torch.count_nonzero(delta))
-        total += delta.numel()
-        delta_sq += float(delta.pow(2).sum())
-        weight_sq += float(values.w.pow(2).sum())
-        if values.m is not None and values.v is not None:
-            delta_rms.append(float(delta.pow(2).mean()))
-            direction_rms.append(float((values.m / (values.v.sqrt() + ADAM_EPS)).pow(2).mean()))
+        group_changed, group_total, group_delta_sq, group_weight_sq, mean_sq, direction_sq = found
+        changed += group_changed
+        total += group_total
+        delta_sq += group_delta_sq
+        weight_sq += group_weight_sq
+        if mean_sq is not None and direction_sq is not None:
+            delta_rms.append(mean_sq)
+            direction_rms.append(direction_sq)
     steps = _steps_between(leaves, base)
     step_size = 0.0
     if direction_rms and sum(direction_rms) > 0 and steps:

@@ -311,7 +311,7 @@ class JointPolicy(LosslessPolicy):
         looked: list[GroupValues | None]
         if surveys:
             finite = self.groups(leaves, base, plans, threads, candidates)
-            self.survey(leaves, finite, base)
+            self.survey(leaves, finite, base, threads)
             looked, members = list(finite), [v.group for v in finite]
             del finite
         else:
@@ -394,9 +394,10 @@ class JointPolicy(LosslessPolicy):
         if self.pairing is not None:
             group_state(leaves, self.pairing, self.mode, self.state_roles)
 
-    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base) -> None:
-        """Look at every group before any is planned (what holds for the whole checkpoint);
-        nothing by default."""
+    def survey(self, leaves: list[Leaf], groups: list[GroupValues], base: Base,
+               threads: int = 1) -> None:
+        """Look at every group before any is planned (what holds for the whole checkpoint), on
+        ``threads`` threads; nothing by default."""
 
     def add_leaf(self, count: int = 1) -> int:
         """The provisional index of the first of ``count`` leaves the group being planned adds

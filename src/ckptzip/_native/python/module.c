@@ -6,6 +6,10 @@
 
 #include <string.h>
 
+#ifdef __linux__
+#include <fcntl.h>
+#endif
+
 #include "chunk.h"
 #include "common.h"
 #include "crc32c.h"
@@ -678,6 +682,35 @@ static PyObject *py_sparse_survey(PyObject *self, PyObject *args, PyObject *kw) 
     }
     PyBuffer_Release(&s);
     return result;
+}
+
+PyDoc_STRVAR(writeback_doc,
+             "writeback(fd, offset, length) -> bool\n\n"
+             "Have the kernel start writing the file's bytes [offset, offset + length) to disk, without\n"
+             "waiting for them (Linux's sync_file_range with SYNC_FILE_RANGE_WRITE), so that a later\n"
+             "fsync finds most of them written. True when the request was taken; False where the\n"
+             "system or the file cannot (another OS, a pipe): nothing is lost, fsync does it all.");
+
+static PyObject *py_writeback(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"fd", "offset", "length", NULL};
+    int fd;
+    long long offset, length;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iLL:writeback", kwlist, &fd, &offset, &length))
+        return NULL;
+    if (fd < 0 || offset < 0 || length < 0) {
+        PyErr_SetString(PyExc_ValueError, "writeback: fd, offset and length must be >= 0");
+        return NULL;
+    }
+    int taken = 0;
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sync_file_range(fd, (off_t)offset, (off_t)length, SYNC_FILE_RANGE_WRITE);
+    Py_END_ALLOW_THREADS
+    taken = rc == 0;
+#endif
+    return PyBool_FromLong(taken);
 }
 
 PyDoc_STRVAR(sparse_pack_doc,
@@ -1982,6 +2015,7 @@ static PyMethodDef methods[] = {
     KW("residual_add", py_residual_add, residual_add_doc),
     KW("keep_changed", py_keep_changed, keep_changed_doc),
     KW("sparse_survey", py_sparse_survey, sparse_survey_doc),
+    KW("writeback", py_writeback, writeback_doc),
     KW("sparse_pack", py_sparse_pack, sparse_pack_doc),
     KW("sparse_unpack", py_sparse_unpack, sparse_unpack_doc),
     KW("split_planes", py_split, split_doc),
