@@ -618,3 +618,63 @@ def test_bytes_equal_is_memcmp() -> None:
     assert N.bytes_equal(a, b) and N.bytes_equal(a[:0], b[:0])
     b[999] ^= 1
     assert not N.bytes_equal(a, b) and not N.bytes_equal(a, a[:999])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 2**31 - 1), st.sampled_from([1, 7, 1000]))
+def test_kth_magnitude_is_torchs_kthvalue_and_median(n: int, seed: int, distinct: int) -> None:
+    """The radix selection gives torch's k-th smallest magnitude and its median, to the bit:
+    zeros of both signs, ties (few distinct values), infinities and subnormals among them."""
+    from ckptzip import hostpath
+
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(n, generator=generator) * torch.rand(n, generator=generator) ** 6
+    values = values[torch.randint(0, min(distinct, n), (n,), generator=generator)]
+    values[torch.rand(n, generator=generator) < 0.2] = -0.0
+    values[torch.rand(n, generator=generator) < 0.05] = 0.0
+    if n > 3:
+        values[0], values[1], values[2] = float("inf"), float("-inf"), 1e-42  # a subnormal
+    for k in {0, n - 1, n // 2, (n - 1) // 2, int(torch.randint(0, n, (1,), generator=generator))}:
+        expected = values.abs().kthvalue(k + 1).values
+        assert N.kth_magnitude(values.numpy(), k) == float(expected)
+        found = hostpath.kth_magnitude(values.reshape(1, -1), k)
+        assert found.dtype == torch.float32 and found.dim() == 0
+        assert torch.equal(found, expected)
+    assert torch.equal(hostpath.median_magnitude(values), values.abs().median())
+
+
+def test_kth_magnitude_leaves_a_nan_to_torch_and_refuses_a_bad_rank() -> None:
+    from ckptzip import hostpath
+
+    values = torch.tensor([3.0, float("nan"), -1.0, 2.0])
+    assert N.kth_magnitude(values.numpy(), 1) is None
+    for k in range(4):  # torch's answer, whatever it makes of the NaN
+        assert torch.equal(hostpath.kth_magnitude(values, k), values.abs().kthvalue(k + 1).values,
+                           ) or torch.isnan(values.abs().kthvalue(k + 1).values)
+    assert torch.isnan(hostpath.median_magnitude(values)) == torch.isnan(values.abs().median())
+    for k in (-1, 4):
+        with pytest.raises(ValueError, match="kth_magnitude"):
+            N.kth_magnitude(values.numpy(), k)
+    with pytest.raises(ValueError):
+        N.kth_magnitude(np.zeros(3, dtype=np.uint8), 0)  # not a whole number of floats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.uint8,
+                                   torch.int8, torch.int32, torch.float16])
+def test_count_nonzero_is_torchs(dtype: torch.dtype) -> None:
+    """The native count of non-zeros is torch.count_nonzero's (-0.0 is zero, a NaN is not), on
+    contiguous and strided tensors; dtypes it does not count go to torch."""
+    from ckptzip import hostpath
+
+    generator = torch.Generator().manual_seed(3)
+    values = torch.randn(301, 257, generator=generator)
+    values[values.abs() < 0.5] = 0.0
+    values[::3, ::5] = -0.0
+    values[7, 7] = float("nan")
+    tensor = values.to(dtype) if dtype is not torch.bool else values != 0
+    for view in (tensor, tensor.T, tensor[::2]):
+        assert hostpath.count_nonzero(view) == int(torch.count_nonzero(view))
+    if dtype in (torch.float32, torch.float64):
+        assert N.count_nonzero(tensor.numpy(), tensor.element_size()) == int(torch.count_nonzero(tensor))
+    with pytest.raises(ValueError):
+        N.count_nonzero(np.zeros(4, dtype=np.uint8), 3)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import hostpath
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -52,7 +53,7 @@ class BasePartition(TensorToTensor):
         assert context.base is not None
         out = tensor.new_empty(context.base.shape)
         flat = out.view(-1)
-        count = int(torch.count_nonzero(zeros))
+        count = hostpath.count_nonzero(zeros)
         flat[zeros] = tensor[:count]
         flat[~zeros] = tensor[count:]
         return out

@@ -64,7 +64,7 @@ class Support(TensorToTensor):
                               f"sibling {list(mask.shape)}")
         if _native_pair(tensor, mask):  # one native pass: the check and the gather
             source, flags = tensor.contiguous(), mask.contiguous()
-            out = hostpath.empty((int(torch.count_nonzero(flags)),), source.dtype)
+            out = hostpath.empty((hostpath.count_nonzero(flags),), source.dtype)
             try:
                 _native.mask_gather(source.reshape(-1).numpy(),
                                     flags.reshape(-1).view(torch.uint8).numpy(), out.numpy(),

@@ -211,7 +211,7 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
 def zero_pattern_bits(base: torch.Tensor) -> float:
     """The order-0 entropy, in bits, of where ``base`` is zero: ``n H(zeros / n)``."""
     n = base.numel()
-    zeros = n - int(torch.count_nonzero(base))
+    zeros = n - hostpath.count_nonzero(base)
     if not 0 < zeros < n:
         return 0.0
     p = zeros / n
@@ -429,7 +429,7 @@ class AdaptivePolicy(JointPolicy):
                         (packed.numel(),), packed)
             plans[first] = Encoded(coded((), packed), packed, added=mask)
             first += 1
-        active = None if changed is None else int(torch.count_nonzero(changed))
+        active = None if changed is None else hostpath.count_nonzero(changed)
         factored = factor_update(delta, scale_sq, target)
         residual = delta if factored is None else factored.residual
         if factored is not None and changed is not None:

@@ -124,7 +124,7 @@ class BitsnapPolicy(JointPolicy):
             density = changed
         keep = round(density * delta.numel())
         if 0 < keep < delta.numel():
-            threshold = delta.abs().kthvalue(delta.numel() - keep).values
+            threshold = hostpath.kth_magnitude(delta, delta.numel() - keep - 1)
             delta = delta * (delta.abs() > threshold)
         elif keep == 0:
             delta = torch.zeros_like(delta)
@@ -163,7 +163,7 @@ def _group_stage(values: GroupValues) -> _GroupStage | None:
     if values.m is not None and values.v is not None:
         moves = (float(squares.mean()),
                  float((values.m / (values.v.sqrt() + ADAM_EPS)).pow(2).mean()))
-    return (int(torch.count_nonzero(delta)), delta.numel(), float(squares.sum()),
+    return (hostpath.count_nonzero(delta), delta.numel(), float(squares.sum()),
             float(values.w.pow(2).sum()), *(moves or (None, None)))
 
 

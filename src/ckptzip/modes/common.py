@@ -743,7 +743,7 @@ def finish_decoded(
         stages = (*stages, partition)
     decoded = decode(stages, array, context)
     reference = leaf.tensor if original is None else original
-    kept = int(torch.count_nonzero(array))  # no boolean copy: 15x faster than (a != 0).sum()
+    kept = hostpath.count_nonzero(array)  # no boolean copy: one native pass on the host
     more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
     if bound is None:
         left_out = (distance(reference, base) if residual and base is not None

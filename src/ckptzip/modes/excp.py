@@ -58,7 +58,7 @@ class ExcpPolicy(JointPolicy):
             strength = MAX_STRENGTH
             if values.v is not None and values.v.numel():
                 strength = min(MAX_STRENGTH, self.alpha / max(float(values.v.mean()), 1e-300) ** 0.5)
-            kept = delta.abs() > strength * delta.abs().median()
+            kept = delta.abs() > strength * hostpath.median_magnitude(delta)
             assert group.weight is not None
             plans[group.weight] = self._store(values.weight, delta * kept, residual=True,
                                               base=values.w_base)
@@ -77,6 +77,6 @@ class ExcpPolicy(JointPolicy):
         which stores the tensor as is. The error is bounded by that of storing nothing (the
         update or the moment left out): pruning drops elements, and a centroid is its cluster's
         mean; a plan that misses the bound is stored bit-exact."""
-        exact = int(torch.count_nonzero(array)) <= self.centroids
+        exact = hostpath.count_nonzero(array) <= self.centroids
         quantizer = KMeans(self.centroids, leaf.dtype.name, "linear", "fp32" if exact else "fp16")
         return finished(finish(leaf, array, quantizer, residual=residual, base=base))

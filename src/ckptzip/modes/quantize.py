@@ -267,7 +267,7 @@ def prune(values: torch.Tensor, kept: int) -> torch.Tensor:
         return values
     if kept == 0:
         return torch.zeros_like(values)
-    threshold = flat.abs().kthvalue(flat.numel() - kept).values
+    threshold = hostpath.kth_magnitude(flat, flat.numel() - kept - 1)
     return values * (values.abs() > threshold)
 
 

@@ -165,6 +165,66 @@ double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n)
     return total;
 }
 
+size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n) {
+    size_t count = 0;
+    if (elem_size == 1) {
+        const uint8_t *in = x;
+        for (size_t i = 0; i < n; i++) count += in[i] != 0;
+    } else if (elem_size == 4) {
+        const float *in = x;
+        for (size_t i = 0; i < n; i++) count += in[i] != 0.0f;
+    } else if (elem_size == 8) {
+        const double *in = x;
+        for (size_t i = 0; i < n; i++) count += in[i] != 0.0;
+    } else {
+        return (size_t)-1;
+    }
+    return count;
+}
+
+/* The magnitude's bits of a float: sign cleared; above 0x7f800000 (infinity) a NaN. */
+static inline uint32_t magnitude_bits(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    return bits & 0x7fffffffu;
+}
+
+/* The bin of hist (size bins) that holds the k-th smallest key, and k's rank within it. */
+static size_t select_bin(const size_t *hist, size_t bins, size_t *k) {
+    size_t bin = 0;
+    while (bin + 1 < bins && *k >= hist[bin]) *k -= hist[bin++];
+    return bin;
+}
+
+int ckz_kth_magnitude(const float *x, size_t n, size_t k, float *out) {
+    if (k >= n) return -1;
+    /* the 31 bits of a magnitude in three digits: bits 20..30 (11), 9..19 (11), 0..8 (9) */
+    size_t hist[2048];
+    memset(hist, 0, sizeof hist);
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = magnitude_bits(x[i]);
+        nan |= bits > 0x7f800000u;
+        hist[bits >> 20]++;
+    }
+    if (nan) return -1;
+    uint32_t top = (uint32_t)select_bin(hist, 2048, &k);
+    memset(hist, 0, sizeof hist);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = magnitude_bits(x[i]);
+        if ((bits >> 20) == top) hist[(bits >> 9) & 0x7ffu]++;
+    }
+    uint32_t prefix = top << 11 | (uint32_t)select_bin(hist, 2048, &k);
+    memset(hist, 0, 512 * sizeof hist[0]);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = magnitude_bits(x[i]);
+        if ((bits >> 9) == prefix) hist[bits & 0x1ffu]++;
+    }
+    uint32_t bits = prefix << 9 | (uint32_t)select_bin(hist, 512, &k);
+    memcpy(out, &bits, sizeof *out);
+    return 0;
+}
+
 size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out) {
     size_t kept = 0;
     if (elem_size == 4) {

@@ -10,6 +10,17 @@
  * not) to out in order and returns how many: the values a codebook is fitted to. */
 size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out);
 
+/* How many of x's n elements of elem_size 1 (bytes, a bool mask), 4 (floats) or 8 (doubles)
+ * are non-zero (-0.0 is zero, a NaN is not): torch.count_nonzero's count. (size_t)-1 for a bad
+ * elem_size. */
+size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n);
+
+/* The k-th smallest (from 0, k < n) of the magnitudes |x[i]| of n floats, into *out: the value of
+ * torch's x.abs().kthvalue(k + 1), and its median() at k = (n - 1) / 2. A radix selection over
+ * the magnitudes' bits (those of non-negative floats order as the floats do), three passes,
+ * no copy. Returns 0; -1 where k >= n or x holds a NaN (*out is then not set). */
+int ckz_kth_magnitude(const float *x, size_t n, size_t k, float *out);
+
 /* The values of x (n floats, elem_size 4, or doubles, 8) where mask[i] is non-zero, in order,
  * to out (capacity values): the support stage's encoding. Returns how many; -1 where x is
  * non-zero (-0.0 is zero, a NaN is not) outside the mask, -2 where the mask marks more than

@@ -914,6 +914,70 @@ static PyObject *py_descending_magnitudes(PyObject *self, PyObject *args, PyObje
     return result;
 }
 
+PyDoc_STRVAR(count_nonzero_doc,
+             "count_nonzero(src, elem_size) -> int\n\n"
+             "How many elements of src (bytes, elem_size 1; floats, 4; doubles, 8) are non-zero\n"
+             "(-0.0 is zero, a NaN is not): torch.count_nonzero's count, in one pass.");
+
+static PyObject *py_count_nonzero(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "elem_size", NULL};
+    PyObject *so;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Ol:count_nonzero", kwlist, &so, &elem_size))
+        return NULL;
+    if (elem_size != 1 && check_float_size(elem_size)) return NULL;
+    Py_buffer s;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    PyObject *result = NULL;
+    if (check_len(s.len, elem_size, "src") == 0) {
+        size_t count;
+        Py_BEGIN_ALLOW_THREADS
+        count = ckz_count_nonzero(s.buf, (size_t)elem_size, (size_t)s.len / (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        result = PyLong_FromSize_t(count);
+    }
+    PyBuffer_Release(&s);
+    return result;
+}
+
+PyDoc_STRVAR(kth_magnitude_doc,
+             "kth_magnitude(src, k) -> float | None\n\n"
+             "The k-th smallest (from 0) of the magnitudes of the float32 values src: torch's\n"
+             "src.abs().kthvalue(k + 1), and its median() at k = (len - 1) // 2, by a radix\n"
+             "selection (no copy). None where src holds a NaN; ValueError unless 0 <= k < len.");
+
+static PyObject *py_kth_magnitude(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"src", "k", NULL};
+    PyObject *so;
+    Py_ssize_t k;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On:kth_magnitude", kwlist, &so, &k)) return NULL;
+    Py_buffer s;
+    if (get_buffer(so, &s, 0, "src")) return NULL;
+    PyObject *result = NULL;
+    if (check_len(s.len, 4, "src") == 0) {
+        size_t n = (size_t)s.len / 4;
+        if (k < 0 || (size_t)k >= n) {
+            PyErr_Format(PyExc_ValueError, "kth_magnitude: k = %zd outside 0..%zu", k, n);
+        } else {
+            float value = 0.0f;
+            int failed;
+            Py_BEGIN_ALLOW_THREADS
+            failed = ckz_kth_magnitude((const float *)s.buf, n, (size_t)k, &value);
+            Py_END_ALLOW_THREADS
+            if (failed) {
+                result = Py_None;
+                Py_INCREF(result);
+            } else {
+                result = PyFloat_FromDouble((double)value);
+            }
+        }
+    }
+    PyBuffer_Release(&s);
+    return result;
+}
+
 PyDoc_STRVAR(compact_nonzero_doc,
              "compact_nonzero(src, dst, elem_size) -> int\n\n"
              "Copies the non-zero float32 or float64 values of src (by elem_size; -0.0 is zero, a\n"
@@ -2002,6 +2066,8 @@ static PyMethodDef methods[] = {
     KW("uniform_candidate", py_uniform_candidate, uniform_candidate_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
+    KW("count_nonzero", py_count_nonzero, count_nonzero_doc),
+    KW("kth_magnitude", py_kth_magnitude, kth_magnitude_doc),
     KW("sort_floats", py_sort_floats, sort_floats_doc),
     KW("spread_gather", py_spread_gather, spread_gather_doc),
     KW("mask_gather", py_mask_gather, mask_gather_doc),
