@@ -30,6 +30,7 @@ from ..chain import Base
 from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
+from ..hostpath import native
 from ..parallel import ordered_map
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..reader import FileBase
@@ -123,11 +124,14 @@ class BitsnapPolicy(JointPolicy):
             # validation loss on the fidelity matrix's 0.44M GPT against a 0.23% noise floor
             density = changed
         keep = round(density * delta.numel())
+        kept = changed  # the fraction of non-zeros in what is stored, unless pruned below
         if 0 < keep < delta.numel():
             threshold = hostpath.kth_magnitude(delta, delta.numel() - keep - 1)
             delta = delta * (delta.abs() > threshold)
+            kept = float((delta != 0).float().mean())
         elif keep == 0:
             delta = torch.zeros_like(delta)
+            kept = float((delta != 0).float().mean())
         residual = LossyResidual(leaf.dtype.name)
         sparse = Sparse(layout_for(density), str(residual.compute_dtype).removeprefix("torch."),
                         list(leaf.shape))
@@ -137,7 +141,7 @@ class BitsnapPolicy(JointPolicy):
         decoded = decode(stages, array, context)
         bound = no_worse(leaf.dtype.itemsize) * distance(leaf.tensor, w_base)
         extra: dict[str, Any] = {
-            "error": error_record(leaf.tensor, decoded, kept=float((delta != 0).float().mean()),
+            "error": error_record(leaf.tensor, decoded, kept=kept,
                                   rel_delta=delta_error(leaf.tensor, decoded, w_base), bound=bound),
             "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
         }
@@ -154,17 +158,29 @@ _GroupStage = tuple[int, int, float, float, float | None, float | None]
 
 
 def _group_stage(values: GroupValues) -> _GroupStage | None:
-    """A weight group's share of :func:`measure_stage` (None without a weight and its base)."""
+    """A weight group's share of :func:`measure_stage` (None without a weight and its base).
+    On the host its weight-sized temporaries are two ``hostpath.empty`` buffers, written by
+    torch's own kernels (``out=`` and in place: the same values as the plain expressions, without
+    a fresh allocation, and its page faults, per step)."""
     if values.w is None or values.w_base is None:
         return None
-    delta = values.w - values.w_base.to(values.w.device)  # one group's base at a time
-    squares = delta.pow(2)
+    w, m, v = values.w, values.m, values.v
+    delta = hostpath.subtract(w, values.w_base.to(w.device))  # one group's base at a time
+    scratch = hostpath.empty(w.shape, w.dtype) if native(w) else None
+    squares = delta.pow(2) if scratch is None else torch.pow(delta, 2, out=scratch)
+    changed, delta_sq = hostpath.count_nonzero(delta), float(squares.sum())
     moves = None
-    if values.m is not None and values.v is not None:
-        moves = (float(squares.mean()),
-                 float((values.m / (values.v.sqrt() + ADAM_EPS)).pow(2).mean()))
-    return (hostpath.count_nonzero(delta), delta.numel(), float(squares.sum()),
-            float(values.w.pow(2).sum()), *(moves or (None, None)))
+    if m is not None and v is not None:
+        mean_sq = float(squares.mean())
+        if scratch is None or not (m.shape == v.shape == delta.shape
+                                   and m.dtype == v.dtype == delta.dtype and native(m, v)):
+            direction = (m / (v.sqrt() + ADAM_EPS)).pow(2)
+        else:  # m / (sqrt(v) + eps), squared: the same steps, in the delta's buffer
+            direction = torch.sqrt(v, out=delta).add_(ADAM_EPS)
+            direction = torch.div(m, direction, out=direction).pow_(2)
+        moves = (mean_sq, float(direction.mean()))
+    weight_sq = float((w.pow(2) if scratch is None else torch.pow(w, 2, out=scratch)).sum())
+    return (changed, w.numel(), delta_sq, weight_sq, *(moves or (None, None)))
 
 
 def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base,
