@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import os
+import sys
 
 import pytest
 import torch
 
 import ckptzip
-from ckptzip import sinks, writer
+from ckptzip import _native, sinks, writer
+from ckptzip.container import PRELUDE_SIZE
 
 
 def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypatch) -> None:
@@ -269,13 +273,6 @@ def test_file_sink_starts_the_writeback_of_its_data_as_it_goes(tmp_path, monkeyp
 
 
 def test_writeback_is_taken_by_a_file_and_declined_elsewhere(tmp_path) -> None:
-    import io
-    import os
-    import sys
-
-    from ckptzip import _native
-    from ckptzip.container import PRELUDE_SIZE
-
     with open(tmp_path / "f", "wb") as handle:
         handle.write(b"x" * 100_000)
         handle.flush()
