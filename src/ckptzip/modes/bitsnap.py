@@ -41,10 +41,12 @@ from .common import (
     coded,
     decode,
     delta_error,
+    device_gate,
     distance,
     error_record,
     finish,
     finished,
+    group_bytes,
     no_worse,
     role_of,
 )
@@ -159,21 +161,25 @@ _GroupStage = tuple[int, int, float, float, float | None, float | None]
 
 def _group_stage(values: GroupValues) -> _GroupStage | None:
     """A weight group's share of :func:`measure_stage` (None without a weight and its base).
-    On the host its weight-sized temporaries are two ``hostpath.empty`` buffers, written by
-    torch's own kernels (``out=`` and in place: the same values as the plain expressions, without
-    a fresh allocation, and its page faults, per step)."""
+    Its weight-sized temporaries are two, the update and a scratch buffer, written by torch's
+    own kernels (``out=`` and in place: the same values as the plain expressions). On the host
+    the scratch is a ``hostpath.empty`` buffer (no fresh allocation, and its page faults, per
+    step); on a device, the group holds two of its weight's bytes at the peak, not five."""
     if values.w is None or values.w_base is None:
         return None
     w, m, v = values.w, values.m, values.v
     delta = hostpath.subtract(w, values.w_base.to(w.device))  # one group's base at a time
-    scratch = hostpath.empty(w.shape, w.dtype) if native(w) else None
+    scratch = None
+    if delta.dtype == w.dtype and delta.shape == w.shape:
+        scratch = hostpath.empty(w.shape, w.dtype) if native(w) else torch.empty_like(w)
     squares = delta.pow(2) if scratch is None else torch.pow(delta, 2, out=scratch)
     changed, delta_sq = hostpath.count_nonzero(delta), float(squares.sum())
     moves = None
     if m is not None and v is not None:
         mean_sq = float(squares.mean())
         if scratch is None or not (m.shape == v.shape == delta.shape
-                                   and m.dtype == v.dtype == delta.dtype and native(m, v)):
+                                   and m.dtype == v.dtype == delta.dtype
+                                   and m.device == v.device == delta.device):
             direction = (m / (v.sqrt() + ADAM_EPS)).pow(2)
         else:  # m / (sqrt(v) + eps), squared: the same steps, in the delta's buffer
             direction = torch.sqrt(v, out=delta).add_(ADAM_EPS)
@@ -187,11 +193,17 @@ def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base,
                   threads: int = 1) -> Stage:
     """The training stage: how much changed, how big the update is, and the LR phase. The groups
     are measured on ``threads`` threads (each sum on one of torch's: the same figures on any
-    count) and summed in their order."""
+    count) and summed in their order; on a device, under the planning's gate (those measured at
+    once hold a share of the state's memory, as when they are planned)."""
     changed = total = 0
     delta_sq = weight_sq = 0.0
     delta_rms, direction_rms = [], []
-    for found in ordered_map(_group_stage, groups, threads, torch_ops=True):
+    members = [values.group for values in groups]
+    sizes = [group_bytes(leaves, group) for group in members]
+    found_stages = ordered_map(lambda position: _group_stage(groups[position]),
+                               range(len(groups)), threads, torch_ops=True,
+                               gate=device_gate(leaves, members, sizes))
+    for found in found_stages:
         if found is None:
             continue
         group_changed, group_total, group_delta_sq, group_weight_sq, mean_sq, direction_sq = found

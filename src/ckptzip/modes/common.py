@@ -316,7 +316,7 @@ class JointPolicy(LosslessPolicy):
             del finite
         else:
             looked, members = [None] * len(candidates), candidates
-        sizes = [_group_bytes(leaves, group) for group in members]
+        sizes = [group_bytes(leaves, group) for group in members]
         first = PROVISIONAL_LEAVES - len(members) * LEAVES_PER_GROUP
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
@@ -368,7 +368,7 @@ class JointPolicy(LosslessPolicy):
 
         # a plan is kept until the file is written whichever order the groups finish in; then
         # numbered in the state's order
-        gate = _device_gate(leaves, members, sizes)
+        gate = device_gate(leaves, members, sizes)
         planned: dict[int, _Planned] = {}
         total = sum(sizes)
         for position, result in _by_task(plan, sizes, threads, gate,
@@ -474,8 +474,8 @@ class JointPolicy(LosslessPolicy):
 
         # the small groups together, as their plans; on a device, the unchanged check copies
         # each weight's base there: a share at a time
-        sizes = [_group_bytes(leaves, g) for g in candidates]
-        looked = dict(_by_task(look, sizes, threads, _device_gate(leaves, candidates, sizes)))
+        sizes = [group_bytes(leaves, g) for g in candidates]
+        looked = dict(_by_task(look, sizes, threads, device_gate(leaves, candidates, sizes)))
         finite = []
         for position, group in enumerate(candidates):
             values, kept = looked.pop(position)
@@ -599,12 +599,12 @@ def plan_tasks(sizes: list[int], threads: int) -> list[list[int]]:
     return [*large, small]
 
 
-def _group_bytes(leaves: list[Leaf], group: Group) -> int:
+def group_bytes(leaves: list[Leaf], group: Group) -> int:
     """The bytes of a group's tensors, as its leaves hold them."""
     return sum(leaves[i].nbytes for i in group.members())
 
 
-def _device_gate(leaves: list[Leaf], groups: list[Group],
+def device_gate(leaves: list[Leaf], groups: list[Group],
                  sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
     """For groups on a device (torch's ops, not the native passes), a gate over their positions
     (weighing ``sizes``) that lets those running at once hold at most :data:`DEVICE_PLAN_SHARE`
