@@ -47,6 +47,14 @@
 #                                               keyframes, then the 106M setup's looser adaptive
 #                                               points, adaptive-step-x2.5 and
 #                                               adaptive-step-x3-w2.5
+#   bash benchmarks/gpu_check.sh loosest OUT [DEADLINE]
+#                                               the lease after session 30, as looser's (timeout_s
+#                                               590, then again at once on the warm machine): the
+#                                               square state's device memory beside the keyframes
+#                                               (BitSnap's survey under the gate since 3e4fb65),
+#                                               then the 106M setup's BitSnap default (bitsnap-d1)
+#                                               and the loosest adaptive point,
+#                                               adaptive-step-x5-w2.5
 #   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
 #                                               the square state, then the 1 GB state, 1 round
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
@@ -235,6 +243,13 @@ looser)
     [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
     arms_then_tests "$deadline" lossless,adaptive-step-x2.5,adaptive-step-x3-w2.5
     ;;
+loosest)
+    deadline=${3:-570}
+    nvidia-smi -L
+    build
+    [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
+    arms_then_tests "$deadline" lossless,bitsnap-d1,adaptive-step-x5-w2.5
+    ;;
 speed)
     nvidia-smi -L
     build
@@ -250,7 +265,7 @@ verify)
     profile adaptive
     ;;
 *)
-    echo "usage: $0 check|verify|next|matched|looser|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|next|matched|looser|loosest|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac
