@@ -355,15 +355,17 @@ def test_small_groups_are_one_task_started_after_the_large_ones() -> None:
     assert plan_tasks([], 2) == []
 
 
-def test_bitsnap_surveys_a_devices_groups_under_the_planning_gate(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a device (torch's ops: ``torch_ops_only`` stands in for one) BitSnap's survey of the
-    stage measures its groups under the planning's gate, so that four equal groups are measured
-    one at a time, each one's temporaries on the device's memory alone (an H100 saw 1.42x the
-    square state in extra memory with all four at once); on the host they run side by side.
-    The file is the same either way."""
+@pytest.mark.parametrize("mode", ["adaptive", "excp", "bitsnap"])
+def test_a_devices_groups_are_surveyed_and_planned_one_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """On a device (torch's ops: ``torch_ops_only`` stands in for one) every phase that works on
+    a group's tensors, BitSnap's survey of the stage and each mode's plans, runs under the
+    planning's gate: four equal groups, each more than the gate's share, go one at a time, each
+    one's temporaries on the device's memory alone. (The survey once ran them all at once: an
+    H100 saw BitSnap at 1.42x the square state in extra memory.) On the host they run side by
+    side, and the files decode the same either way."""
     from ckptzip.hostpath import torch_ops_only
-    from ckptzip.modes import bitsnap
+    from ckptzip.modes import adaptive, bitsnap, excp
 
     def state(shift: float) -> dict[str, Any]:
         torch.manual_seed(0)
@@ -374,33 +376,39 @@ def test_bitsnap_surveys_a_devices_groups_under_the_planning_gate(
             {"params": [0, 1, 2, 3], "lr": 1e-3, "betas": (0.9, 0.999)}]}}
 
     ckptzip.save(state(0.0), tmp_path / "k.ckz")
-    running: list[int] = []
-    most = [0]
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
     lock = threading.Lock()
-    group_stage = bitsnap._group_stage
 
-    def counted(values: Any) -> Any:
-        with lock:
-            running.append(1)
-            most[0] = max(most[0], len(running))
-        time.sleep(0.05)
-        try:
-            return group_stage(values)
-        finally:
+    def counted(phase: str, function: Any) -> Any:
+        def run(*args: Any) -> Any:
             with lock:
-                running.pop()
+                running[phase] = running.get(phase, 0) + 1
+                most[phase] = max(most.get(phase, 0), running[phase])
+            time.sleep(0.05)
+            try:
+                return function(*args)
+            finally:
+                with lock:
+                    running[phase] -= 1
+        return run
 
-    monkeypatch.setattr(bitsnap, "_group_stage", counted)
-    stored = []
+    policy = {"adaptive": adaptive.AdaptivePolicy, "excp": excp.ExcpPolicy,
+              "bitsnap": bitsnap.BitsnapPolicy}[mode]
+    monkeypatch.setattr(policy, "plan_group", counted("plan", policy.plan_group))
+    monkeypatch.setattr(bitsnap, "_group_stage", counted("survey", bitsnap._group_stage))
+    phases = ["plan", "survey"] if mode == "bitsnap" else ["plan"]
+    loaded = []
     for device_path in (False, True):
-        most[0] = 0
-        path = tmp_path / f"b{int(device_path)}.ckz"
+        most.clear()
+        path = tmp_path / f"{mode}{int(device_path)}.ckz"
         with torch_ops_only() if device_path else contextlib.nullcontext():
-            ckptzip.save(state(1e-3), path, mode="bitsnap", base=tmp_path / "k.ckz", threads=4)
-        stored.append(ckptzip.load(path))
-        assert most[0] == (1 if device_path else 4), (device_path, most[0])
-    for name, tensor in stored[0]["model"].items():
-        assert torch.equal(tensor, stored[1]["model"][name]), name
+            ckptzip.save(state(1e-3), path, mode=mode, base=tmp_path / "k.ckz", threads=4)
+        loaded.append(ckptzip.load(path))
+        expected = 1 if device_path else 4
+        assert [most.get(phase) for phase in phases] == [expected] * len(phases), (device_path, most)
+    for name, tensor in loaded[0]["model"].items():
+        assert torch.equal(tensor, loaded[1]["model"][name]), name
 
 
 def test_a_task_of_groups_holds_a_device_gate_for_its_largest_group() -> None:
