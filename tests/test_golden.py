@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,23 @@ def test_earlier_writers_files_differ_from_todays_only_in_their_coding() -> None
             ckptzip.open(here / "v1.0-lossless.ckz") as then:
         assert [(leaf.shape, leaf.dtype) for leaf in now.leaves] == \
             [(leaf.shape, leaf.dtype) for leaf in then.leaves]
+
+
+def test_the_header_level_moved_only_the_stored_header() -> None:
+    """Session 30 deflates the header at level 6, not 9: the same JSON and the same data
+    section, stored in a few more bytes."""
+    from ckptzip.container import PRELUDE_SIZE, load_header
+
+    def parts(blob: bytes) -> tuple[bytes, bytes, int]:
+        flags, length = struct.unpack_from("<IQ", blob, 12)
+        stored = blob[PRELUDE_SIZE : PRELUDE_SIZE + length]
+        return load_header(stored, flags, "<golden>"), blob[PRELUDE_SIZE + length :], len(stored)
+
+    here = GOLDEN[0].parent
+    level9 = parts((here / "v1.0-lossless-small-rans.ckz").read_bytes())
+    level6 = parts((here / "v1.0-lossless-header6.ckz").read_bytes())
+    assert level6[:2] == level9[:2]
+    assert level6[2] >= level9[2]
 
 
 LOSSY_GOLDEN = sorted((Path(__file__).parent / "golden" / "lossy").glob("v1.0-*[!e].ckz"))

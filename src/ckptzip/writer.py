@@ -16,6 +16,7 @@ import numpy as np
 
 from .chain import Base
 from .container import (
+    HEADER_DEFLATE_LEVEL,
     PRELUDE_SIZE,
     add_base,
     base_entry,
@@ -176,8 +177,8 @@ def _header_estimate(
     base_location: str | None, encoded: dict[int, LeafPlan],
 ) -> Callable[[], int]:
     """A function that says about how many bytes the header will take as stored, with a margin,
-    before its chunk tables are known: the header deflated (level 6, a little larger than the
-    writer's 9) with plausible tables in their place.
+    before its chunk tables are known: the header deflated (at the writer's level,
+    ``container.HEADER_DEFLATE_LEVEL``) with plausible tables in their place.
 
     Chunk lengths are drawn between half and all of each chunk's raw size and the checksums at
     random (they are incompressible in the real table too), each tensor gets the widest of its
@@ -228,7 +229,7 @@ def _header_estimate(
             offset += sum(entry[0] for entry in plan.table)
         text = draft_header(header, draft, offset, candidates, None if base is None else base.id,
                             base_location, base is not None)
-        stored = min(len(zlib.compress(text, 6)), len(text))
+        stored = min(len(zlib.compress(text, HEADER_DEFLATE_LEVEL)), len(text))
         return stored + stored // 20 + 8 * len(leaves) + 256
 
     return estimate

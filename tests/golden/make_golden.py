@@ -6,8 +6,11 @@
 - `v1.0-lossless-plain-header.ckz`: the same header and data section, the header stored as plain
   JSON (flags 0) and padded with spaces to 4095 bytes, the room the file writer reserved for it
   before headers were deflated: the form every file had then.
-- `v1.0-lossless-small-rans.ckz`: `golden_state()` as the writer codes it since session 23, where
+- `v1.0-lossless-small-rans.ckz`: `golden_state()` as the writer coded it from session 23, where
   rANS segments of fewer than 4096 symbols take the four-stream layout (docs/STREAMS.md).
+- `v1.0-lossless-header6.ckz`: the same as the writer stores it since session 30, its header
+  deflated at zlib's level 6 (`container.HEADER_DEFLATE_LEVEL`) instead of 9; the header's JSON
+  and the data section are those of the file before.
 
 Each file is committed; tests/test_golden.py checks that this ckptzip reads every one of them back
 to exactly `golden_state()`, and that this script still writes the current writer's files byte for
@@ -76,8 +79,10 @@ def plain_header(blob: bytes, size: int = PLAIN_HEADER_BYTES) -> bytes:
 
 
 #: Golden files of format version 1 that an earlier writer wrote (session 22 and before: every
-#: rANS segment RANS32), kept byte for byte as committed; this script no longer writes them.
-EARLIER_WRITERS = ("v1.0-lossless.ckz", "v1.0-lossless-plain-header.ckz")
+#: rANS segment RANS32; sessions 23-29: the header deflated at level 9), kept byte for byte as
+#: committed; this script no longer writes them.
+EARLIER_WRITERS = ("v1.0-lossless.ckz", "v1.0-lossless-plain-header.ckz",
+                   "v1.0-lossless-small-rans.ckz")
 
 
 def golden_files() -> dict[str, bytes]:
@@ -85,7 +90,7 @@ def golden_files() -> dict[str, bytes]:
     import ckptzip
 
     blob = ckptzip.dumps(golden_state(), metadata={"golden": "v1.0"}, threads=1)
-    return {"v1.0-lossless-small-rans.ckz": blob}
+    return {"v1.0-lossless-header6.ckz": blob}
 
 
 def main(argv: list[str]) -> None:
