@@ -643,6 +643,51 @@ def test_kth_magnitude_is_torchs_kthvalue_and_median(n: int, seed: int, distinct
     assert torch.equal(hostpath.median_magnitude(values), values.abs().median())
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3000), st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 5, 3000]))
+def test_a_devices_selection_is_torchs_kthvalue_without_a_sort(n: int, seed: int,
+                                                               distinct: int) -> None:
+    """Off the native path (``torch_ops_only`` stands in for a device) the k-th magnitude and
+    the median are a radix selection by torch's ops: the same values as torch's ``kthvalue``
+    and ``median`` (ties, signed zeros, infinities, subnormals, one value), to the bit, without
+    calling either (CUDA's median sorts the whole tensor, its kthvalue runs on one block); a
+    NaN still goes to torch's."""
+    from ckptzip import hostpath
+
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(n, generator=generator) * 10.0 ** torch.randint(
+        -6, 3, (n,), generator=generator).float()
+    values = values[torch.randint(0, min(distinct, n), (n,), generator=generator)]
+    values[torch.rand(n, generator=generator) < 0.2] = -0.0
+    if n > 3:
+        values[0], values[1], values[2] = float("inf"), float("-inf"), 1e-42  # a subnormal
+    ranks = {0, n - 1, n // 2, int(torch.randint(0, n, (1,), generator=generator))}
+    expected = {k: values.abs().kthvalue(k + 1).values for k in ranks}
+    median = values.abs().median()
+    called: list[str] = []
+
+    def counted(name: str) -> object:
+        original = getattr(torch.Tensor, name)
+
+        def call(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+            called.append(name)
+            return original(self, *args, **kwargs)
+        return call
+
+    with pytest.MonkeyPatch.context() as patch, hostpath.torch_ops_only():
+        for name in ("median", "kthvalue", "sort"):
+            patch.setattr(torch.Tensor, name, counted(name))
+        for k in ranks:
+            found = hostpath.kth_magnitude(values.reshape(1, -1), k)
+            assert found.dtype == torch.float32 and found.dim() == 0
+            assert torch.equal(found, expected[k]), (k, found, expected[k])
+        assert torch.equal(hostpath.median_magnitude(values), median)
+        assert called == []
+        values[n // 2] = float("nan")
+        assert bool(torch.isnan(hostpath.median_magnitude(values)))
+        assert called == ["median"]
+
+
 def test_kth_magnitude_leaves_a_nan_to_torch_and_refuses_a_bad_rank() -> None:
     from ckptzip import hostpath
 

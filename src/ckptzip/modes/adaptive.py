@@ -444,11 +444,16 @@ class AdaptivePolicy(JointPolicy):
         if rounded is None:
             return {}
         values, codes, quantizer, rounding, stages = rounded
+        # the residual is rounded and not read again: let go of it (a weight's bytes) before
+        # the weight's decoding below, where a group's peak lies on a device
+        rank = 0 if factored is None else factored.rank
+        pair = None if factored is None else (factored.u, factored.v)
+        del rounded, residual, factored
         lowrank = None
-        if factored is not None:
+        if pair is not None:
             factors = LowRank(first, first + 1)
-            lowrank = (factors, {factors.u: factored.u.decoded, factors.v: factored.v.decoded})
-            for j, which, factor in ((factors.u, "u", factored.u), (factors.v, "v", factored.v)):
+            lowrank = (factors, {factors.u: pair[0].decoded, factors.v: pair[1].decoded})
+            for j, which, factor in ((factors.u, "u", pair[0]), (factors.v, "v", pair[1])):
                 added = Leaf(f"{leaf.name}:lowrank.{which}", (*leaf.path, f":lowrank.{which}"),
                              from_name("float32"), tuple(factor.decoded.shape), factor.decoded)
                 plans[j] = finish(added, factor.pruned, factor.quantizer, codes=factor.codes)
@@ -464,7 +469,7 @@ class AdaptivePolicy(JointPolicy):
         plans[index].extra["error"].update(
             quantizer="dithered" if rounding.dithered else "stochastic",
             step=float(f"{rounding.step:.4g}"),
-            rank=0 if factored is None else factored.rank)
+            rank=rank)
         return plans
 
     def _rounded(self, leaf: Leaf, array: torch.Tensor, scale_sq: float, budget: float, seed: int,
@@ -523,6 +528,7 @@ class AdaptivePolicy(JointPolicy):
             error_sq = distance(rebuilt, array) ** 2
             original_sq = magnitude(array) ** 2
             projection = (magnitude(rebuilt) ** 2 + original_sq - error_sq) / 2
+            del rebuilt  # finish decodes the codes again: on a device the group's peak is there
             least_squares = math.sqrt(error_sq / max(scale_sq, 1e-300))
             if projection > 0:
                 quantizer.scale_table(original_sq / projection)
