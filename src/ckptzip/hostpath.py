@@ -134,9 +134,10 @@ def _selected(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
     bits = magnitudes.contiguous().view(torch.int32)
     prefix, rank = 0, k
     for number, (shift, width) in enumerate(_SELECT_ROUNDS):
+        # the elements outside the prefix go to an extra bin past the digits
+        outside = torch.bitwise_right_shift(bits, shift + width) != prefix if number else None
         digits = torch.bitwise_right_shift(bits, shift)
-        if number:  # the elements outside the prefix go to an extra bin past the digits
-            outside = torch.bitwise_right_shift(digits, width) != prefix
+        if outside is not None:
             digits.bitwise_and_((1 << width) - 1).masked_fill_(outside, 1 << width)
             del outside
         counts = torch.bincount(digits, minlength=(1 << width) + 1)[: 1 << width]

@@ -605,7 +605,7 @@ def group_bytes(leaves: list[Leaf], group: Group) -> int:
 
 
 def device_gate(leaves: list[Leaf], groups: list[Group],
-                 sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
+                sizes: list[int]) -> tuple[ByteGate, Callable[[int], int]] | None:
     """For groups on a device (torch's ops, not the native passes), a gate over their positions
     (weighing ``sizes``) that lets those running at once hold at most :data:`DEVICE_PLAN_SHARE`
     of the groups' bytes (or the largest alone): a group's transforms take a few times its bytes
