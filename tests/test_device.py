@@ -67,7 +67,8 @@ def test_device_paths_peak_memory_counted_to_the_op(tmp_path: Path) -> None:
     """The lossy modes' torch ops (a GPU's path) on lossy_speed.py's square state of side 2048,
     their peak counted after every op (``benchmarks/probes/device_memory.py --exact``), stay
     within what session 30 left: adaptive 1.20x the state (session 26: 1.23x; 1.72x before
-    its in-place passes), ExCP and BitSnap under 1.0x. Issue 25 asks a GPU for 1.2x; this
+    its in-place passes), ExCP 0.76x and BitSnap 0.75x (0.83x before its sparse coding took
+    the kept values and positions a piece at a time). Issue 25 asks a GPU for 1.2x; this
     catches a change that brings back a whole-tensor temporary (a weight is 0.08x here)."""
     import ctypes
     import re
@@ -83,7 +84,7 @@ def test_device_paths_peak_memory_counted_to_the_op(tmp_path: Path) -> None:
              if len(row) == 7 and row[0] in ("adaptive", "excp", "bitsnap")}
     assert peaks.keys() == {"adaptive", "excp", "bitsnap"}, done.stdout
     assert peaks["adaptive"] <= 1.25, done.stdout
-    assert peaks["excp"] <= 1.0 and peaks["bitsnap"] <= 1.0, done.stdout
+    assert peaks["excp"] <= 0.85 and peaks["bitsnap"] <= 0.85, done.stdout
 
 
 def test_prepared_state_refuses_a_second_base(tmp_path: Path) -> None:

@@ -89,10 +89,14 @@ class Sparse(TensorToTensor):
             _native.sparse_pack(array, self.scale_exp, out.numpy())
             return out
         kept = flat != 0
-        values = flat[kept].double()
-        self.count = values.numel()
-        self.scale_exp = half_scale_exponent(float(values.abs().max()) if self.count else 0.0)
-        halves = (values * 2.0**-self.scale_exp).half()
+        self.count = int(torch.count_nonzero(kept))
+        self.scale_exp = half_scale_exponent(float(flat.abs().max()) if self.count else 0.0)
+        # the kept values as halves, a piece at a time (in float64 they were twice the tensor's
+        # bytes at once, where a BitSnap group peaks on a device): the same values
+        scale = 2.0**-self.scale_exp
+        halves = torch.cat([(piece[piece != 0].double() * scale).half()
+                            for piece in flat.split(hostpath.TORCH_PIECE)]
+                           or [flat.new_empty(0, dtype=torch.float16)])
         if self.layout == "bitmask":
             padded = torch.zeros(-(-flat.numel() // 8) * 8, dtype=torch.uint8, device=flat.device)
             padded[: flat.numel()] = kept.to(torch.uint8)
@@ -121,7 +125,7 @@ class Sparse(TensorToTensor):
             kept = ((where.reshape(-1, 1) & weights) != 0).reshape(-1)
             if bool(kept[self.numel:].any()) or int(torch.count_nonzero(kept)) != self.count:
                 raise ValueError(f"sparse: the bitmask does not mark exactly {self.count} elements")
-            positions = kept[: self.numel].nonzero().reshape(-1)
+            positions = None  # found a piece at a time, below
         else:
             gaps = _unplanes(where, 4, torch.int32).long()
             if bool((gaps < 0).any()):
@@ -133,5 +137,14 @@ class Sparse(TensorToTensor):
         compute = torch.float64 if self.dtype.itemsize == 8 else torch.float32
         values = _unplanes(data, 2, torch.float16).to(compute) * 2.0**self.scale_exp
         out = torch.zeros(self.numel, dtype=compute, device=tensor.device)
-        out[positions] = values
+        if positions is not None:
+            out[positions] = values
+        else:
+            # the marked positions a piece at a time: as int64 they are eight times the mask's
+            # bytes, and on a device the weight's decoding is where a BitSnap group peaks
+            taken = 0
+            for start in range(0, self.numel, hostpath.TORCH_PIECE):
+                marked = kept[start:start + hostpath.TORCH_PIECE].nonzero().reshape(-1)
+                out[start:start + hostpath.TORCH_PIECE][marked] = values[taken:taken + marked.numel()]
+                taken += marked.numel()
         return out.reshape(self.shape).to(self.dtype.torch_dtype)

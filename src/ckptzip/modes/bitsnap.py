@@ -140,6 +140,7 @@ class BitsnapPolicy(JointPolicy):
         stages: tuple[TensorToTensor, ...] = (residual, sparse)
         context = TransformContext(leaf.name, w_base)
         array = sparse.encode(delta.reshape(leaf.shape), context)
+        del delta  # stored: on a device the decoding below is the group's peak
         decoded = decode(stages, array, context)
         bound = no_worse(leaf.dtype.itemsize) * distance(leaf.tensor, w_base)
         extra: dict[str, Any] = {
