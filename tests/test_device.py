@@ -23,10 +23,14 @@ from ckptzip.tree import flatten
 from tests.test_manager import assert_same
 
 
-def training_states(steps: int, device: str = "cpu") -> list[dict[str, Any]]:
-    """A small MLP's full state after each of ``steps`` rounds of 3 AdamW steps."""
+def training_states(steps: int, device: str = "cpu", *,
+                    layers: int = 0) -> list[dict[str, Any]]:
+    """A small MLP's full state after each of ``steps`` rounds of 3 AdamW steps (``layers``:
+    that many 64 x 64 linear layers instead, for a state of many tensors)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
+    model = (torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(layers)]) if layers
+             else torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                      torch.nn.Linear(128, 32)))
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     states = []

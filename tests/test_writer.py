@@ -67,17 +67,9 @@ def test_lossy_header_room_covers_its_records_and_codebooks(tmp_path, monkeypatc
     monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
     moves: list[int] = []
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(96, 96) for _ in range(12)])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    states = []
-    for _ in range(2):
-        for _ in range(3):
-            optimizer.zero_grad()
-            model(torch.randn(8, 96)).square().mean().backward()
-            optimizer.step()
-        states.append(ckptzip.loads(ckptzip.dumps({"model": model.state_dict(),
-                                                   "optimizer": optimizer.state_dict()})))
+    from tests.test_device import training_states
+
+    states = training_states(2, layers=12)
     ckptzip.save(states[0], tmp_path / "k.ckz")
     path = tmp_path / f"{mode}.ckz"
     ckptzip.save(states[1], path, mode=mode, base=tmp_path / "k.ckz", resumed=True)

@@ -94,8 +94,8 @@ class Sparse(TensorToTensor):
         # the kept values as halves, a piece at a time (in float64 they were twice the tensor's
         # bytes at once, where a BitSnap group peaks on a device): the same values
         scale = 2.0**-self.scale_exp
-        halves = torch.cat([(piece[piece != 0].double() * scale).half()
-                            for piece in flat.split(hostpath.TORCH_PIECE)]
+        halves = torch.cat([(piece[marked].double() * scale).half() for piece, marked
+                            in zip(flat.split(hostpath.TORCH_PIECE), kept.split(hostpath.TORCH_PIECE))]
                            or [flat.new_empty(0, dtype=torch.float16)])
         if self.layout == "bitmask":
             padded = torch.zeros(-(-flat.numel() // 8) * 8, dtype=torch.uint8, device=flat.device)
