@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -74,6 +75,9 @@ class SeaweedS3:
         self.log_path = self.data_dir / "weed.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.ports: dict[str, int] = {}
+        # weed's glog files go to $TMPDIR and its S3 socket where -s3.localSocket says: a short
+        # folder of its own (a socket's path has at most 107 bytes), removed when it stops
+        self.scratch_dir: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -119,13 +123,14 @@ class SeaweedS3:
             binary, "server", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=1024",
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.electionTimeout=1s",
-            "-volume.preStopSeconds=0",
+            "-volume.preStopSeconds=0", f"-s3.localSocket={self._scratch()}/s3.sock",
             *(f"-{service}.port={self.ports[service]}" for service in SERVICES),
             *(f"-{service}.port.grpc={self.ports[service + '.grpc']}" for service in SERVICES),
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 (the server writes it until stopped)
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=self.data_dir,
+                                        env={**os.environ, "TMPDIR": self._scratch()},
                                         start_new_session=True)
         log.close()
         deadline = time.monotonic() + START_SECONDS
@@ -163,6 +168,7 @@ class SeaweedS3:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.process = None
+        self._remove_scratch()
 
     def stop(self) -> None:
         if self.process is None:
@@ -174,6 +180,22 @@ class SeaweedS3:
             except subprocess.TimeoutExpired:  # it shuts down slowly: the data is not needed
                 self.kill()
         self.process = None
+        self._remove_scratch()
+
+    def _scratch(self) -> str:
+        if self.scratch_dir is None:
+            self.scratch_dir = tempfile.mkdtemp(prefix="weed-")
+        return self.scratch_dir
+
+    def _remove_scratch(self) -> None:
+        if self.scratch_dir is not None:
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
+            self.scratch_dir = None
+        # the gRPC servers' sockets have a fixed folder, /tmp, and weed leaves them behind
+        for service in SERVICES:
+            port = self.ports.get(f"{service}.grpc")
+            with contextlib.suppress(OSError):
+                os.unlink(f"/tmp/seaweedfs-{service}-grpc-{port}.sock")
 
     def read_only(self, bucket: str, read_only: bool = True) -> None:
         """Make a bucket read-only, or writable again, as an operator would with ``weed shell``'s

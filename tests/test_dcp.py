@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -107,9 +108,11 @@ def test_file_from_another_save(tmp_path: Path) -> None:
 def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                "--standalone", str(WORKER), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **(env or {})}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
-                          cwd=WORKER.parent.parent)
+    with tempfile.TemporaryDirectory(prefix="torchrun-") as scratch:  # torchelastic_* folders
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TMPDIR": scratch,
+               **(env or {})}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
+                              cwd=WORKER.parent.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
