@@ -1,10 +1,10 @@
 """A DeepSpeed engine checkpointed with ckptzip: ``CkptzipCheckpointEngine`` writes
 ``engine.save_checkpoint``'s files (DeepSpeed's names, ``mp_rank_00_model_states.pt`` and the
-rest) as ckptzip containers. Trains a tiny GPT with ZeRO stage 0 on CPU in one process, saves
-half way, resumes a fresh engine from the checkpoint, and checks that it matches the uninterrupted
-run; prints the files' sizes.
+rest) as ckptzip containers. Trains a tiny GPT with ZeRO stage 2 (``--zero-stage``: 0 to 3) and
+bf16 (``--fp32``: without) on CPU in one process, saves half way, resumes a fresh engine from the
+checkpoint, and checks that it matches the uninterrupted run; prints the files' sizes.
 
-    DS_BUILD_OPS=0 pip install deepspeed    # not among ckptzip's extras
+    DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed    # not among ckptzip's extras
     python examples/deepspeed_engine.py --steps 6
 
 Without DeepSpeed installed it says so and exits with status 0.
@@ -35,7 +35,7 @@ def one_process_group() -> None:
         os.environ.setdefault(key, value)
 
 
-def engine() -> Any:
+def engine(zero_stage: int, bf16: bool) -> Any:
     import deepspeed
 
     from ckptzip.integrations.deepspeed import CkptzipCheckpointEngine
@@ -43,7 +43,9 @@ def engine() -> Any:
     torch.manual_seed(0)
     model = GPT(GPTConfig.tiny())
     config = {"train_batch_size": 8,
-              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+              "zero_optimization": {"stage": zero_stage}, "zero_allow_untested_optimizer": True,
+              "bf16": {"enabled": bf16}}
     ds_engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                          config=config)
     ds_engine.checkpoint_engine = CkptzipCheckpointEngine()  # or ckptzip...deepspeed.attach(engine)
@@ -62,6 +64,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=None, help="checkpoint directory (default: a temporary one)")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--zero-stage", type=int, choices=range(4), default=2,
+                        help="ZeRO stage (default 2: optimizer states and gradients partitioned)")
+    parser.add_argument("--fp32", action="store_true", help="train in fp32, not bf16")
     args = parser.parse_args()
     try:
         import deepspeed  # noqa: F401
@@ -72,7 +77,7 @@ def main() -> int:
     directory = args.dir or tempfile.mkdtemp(prefix="ckptzip-deepspeed-")
     half = args.steps // 2
 
-    first = engine()
+    first = engine(args.zero_stage, not args.fp32)
     train(first, range(half))
     first.save_checkpoint(directory)
     train(first, range(half, args.steps))
@@ -81,7 +86,7 @@ def main() -> int:
             path = os.path.join(root, name)
             print(f"{os.path.relpath(path, directory)}: {os.path.getsize(path):,} bytes")
 
-    resumed = engine()
+    resumed = engine(args.zero_stage, not args.fp32)
     resumed.load_checkpoint(directory)
     train(resumed, range(half, args.steps))
     pairs = zip(first.module.state_dict().values(), resumed.module.state_dict().values())

@@ -105,15 +105,18 @@ def test_file_from_another_save(tmp_path: Path) -> None:
         dcp.load(empty_like(sample_state()), storage_reader=CompressedReader(tmp_path / "a"))
 
 
-def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None) -> None:
+def torchrun(nproc: int, *args: str, env: dict[str, str] | None = None,
+             worker: Path = WORKER) -> str:
+    """Run ``worker`` (the DCP worker by default) on ``nproc`` ranks; its output."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--standalone", str(WORKER), *args]
+               "--standalone", str(worker), *args]
     with tempfile.TemporaryDirectory(prefix="torchrun-") as scratch:  # torchelastic_* folders
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "TMPDIR": scratch,
                **(env or {})}
         done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
                               cwd=WORKER.parent.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done.stdout
 
 
 @pytest.fixture(scope="module")

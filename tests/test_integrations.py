@@ -4,10 +4,9 @@ framework is not installed: ``pip install -e ".[examples]"``)."""
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -164,49 +163,66 @@ def test_lightning_removal_asked_while_the_save_runs_is_carried_out_after(
 
 
 # -- DeepSpeed -------------------------------------------------------------------------------
-DEEPSPEED_SCRIPT = """
-import os, sys, torch, deepspeed
-from ckptzip.integrations.deepspeed import attach
-directory = sys.argv[1]
-
-def engine():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(8, 4)
-    config = {"train_batch_size": 2,
-              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}}}
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-    attach(engine)
-    return engine
-
-first = engine()
-for _ in range(3):
-    first.backward(first(torch.randn(2, 8)).sum())
-    first.step()
-first.save_checkpoint(directory)
-second = engine()
-second.load_checkpoint(directory)
-assert torch.equal(first.module.weight, second.module.weight)
-assert second.global_steps == 3
-assert (second.optimizer.state_dict()["state"][0]["exp_avg"]
-        == first.optimizer.state_dict()["state"][0]["exp_avg"]).all()
-print("ok")
-"""
-
-
-def test_deepspeed_engine_saves_and_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("stage", "dtype"), [(0, "fp32"), (1, "fp32"), (2, "bf16"), (3, "bf16")])
+def test_deepspeed_zero_saves_loads_and_resumes_on_two_ranks(tmp_path: Path, stage: int,
+                                                             dtype: str) -> None:
     pytest.importorskip("deepspeed")
-    with socket.socket() as probe:  # a free port for DeepSpeed's one-process group
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
-           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DEEPSPEED_SCRIPT), str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
-    with ckptzip.open(tmp_path / "global_step3" / "mp_rank_00_model_states.pt") as checkpoint:
-        assert "module.weight" in checkpoint
+    from .test_dcp import torchrun
+
+    output = torchrun(2, str(tmp_path), str(stage), dtype,
+                      worker=Path(__file__).with_name("deepspeed_worker.py"))
+    assert sorted(re.findall(r"ok (\d)", output)) == ["0", "1"]  # the ranks' lines may interleave
+    files = sorted((tmp_path / "global_step5").iterdir())
+    # stage 0 writes the whole model and optimizer once; ZeRO, each rank's partition of the
+    # optimizer (and under stage 3 of the model)
+    assert len(files) == (1 if stage == 0 else 3 if stage < 3 else 4), files
+    for path in files:
+        with ckptzip.open(path) as checkpoint:  # every file is a ckptzip container
+            assert checkpoint.leaves
+    if stage:  # ckptzip.load alone gives DeepSpeed's objects as tagged dicts of their attributes
+        from ckptzip.integrations.deepspeed import OBJECT_TAG
+
+        optimizer = ckptzip.load(next(p for p in files if "optim_states" in p.name))
+        scaler = optimizer["optimizer_state_dict"]["loss_scaler"]
+        assert scaler[OBJECT_TAG].endswith(".LossScaler") and scaler["attributes"]["cur_scale"] == 1.0
+
+
+def test_deepspeed_objects_round_trip_and_nothing_else_is_built(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    from ckptzip.integrations.deepspeed import OBJECT_TAG, CkptzipCheckpointEngine, from_plain
+
+    scaler = DynamicLossScaler(init_scale=2.0**12, scale_window=100, min_scale=1.0,
+                               delayed_shift=2, consecutive_hysteresis=False, dtype=torch.bfloat16)
+    scaler.cur_iter = 7
+    state = {"optimizer_state_dict": {
+        "loss_scaler": scaler, "zero_stage": ZeroStageEnum.gradients,
+        "param_slice_mappings": [{"w": fragment_address(numel=6, start=0)}],
+        "exp_avg": torch.arange(6.0)}}
+    engine = CkptzipCheckpointEngine()
+    engine.save(state, str(tmp_path / "optim.pt"))
+    assert state["optimizer_state_dict"]["loss_scaler"] is scaler  # the caller's state as it was
+    loaded = engine.load(str(tmp_path / "optim.pt"))["optimizer_state_dict"]
+    assert type(loaded["loss_scaler"]) is DynamicLossScaler and vars(loaded["loss_scaler"]) == vars(scaler)
+    assert loaded["zero_stage"] is ZeroStageEnum.gradients
+    assert loaded["param_slice_mappings"] == [{"w": fragment_address(numel=6, start=0)}]
+    assert torch.equal(loaded["exp_avg"], torch.arange(6.0))
+
+    # a file cannot name another class, nor a value the enum does not have
+    for tagged, match in [({OBJECT_TAG: "os.system", "attributes": {}}, "does not rebuild"),
+                          ({OBJECT_TAG: "builtins.dict", "attributes": {}}, "does not rebuild"),
+                          ({OBJECT_TAG: "deepspeed.runtime.zero.config.ZeroStageEnum", "value": 9},
+                           "not a value"),
+                          ({OBJECT_TAG: "deepspeed.utils.tensor_fragment.fragment_address",
+                            "attributes": [1, 2]}, "damaged")]:
+        with pytest.raises(ckptzip.FormatError, match=match) as raised:
+            from_plain({"optimizer_state_dict": {"x": [tagged]}})
+        assert "optimizer_state_dict.x[0]" in str(raised.value)
+    with pytest.raises(ckptzip.UnsupportedError, match=r"optimizer_state_dict\.odd"):
+        engine.save({"optimizer_state_dict": {"odd": {1, 2}}}, str(tmp_path / "odd.pt"))
 
 
 def test_deepspeed_engine_methods_directly(tmp_path: Path) -> None:

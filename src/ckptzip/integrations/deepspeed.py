@@ -10,17 +10,24 @@ containers (the names, ``mp_rank_00_model_states.pt`` and so on, stay DeepSpeed'
     engine.save_checkpoint("ckpt")
     engine.load_checkpoint("ckpt")
 
-DeepSpeed's states hold only tensors, numbers, strings and containers for ZeRO stage 0 with a
-torch optimizer; where a state holds another object (a loss-scaler object under fp16, a set),
-saving raises :class:`ckptzip.UnsupportedError` naming its key.
+ZeRO's optimizer states (stages 1 to 3) hold three kinds of DeepSpeed object beside their tensors:
+the loss scaler (``LossScaler``, ``DynamicLossScaler``), each parameter's slice of the flat
+partition (``fragment_address``) and the stage (``ZeroStageEnum``). The engine stores each as a
+plain dict (an object's attributes, an enum's value) tagged with its class's name, and rebuilds it
+on load from :data:`OBJECT_CLASSES` only: a file cannot make the load construct anything else (it
+raises :class:`ckptzip.FormatError` naming the key), and no code of the file runs. Any other
+object (a set, a class of the user's) raises :class:`ckptzip.UnsupportedError` naming its key
+when saved.
 """
 
 from __future__ import annotations
 
+import enum
+from collections import OrderedDict
 from typing import Any
 
 from ..api import load, save
-from ..errors import DependencyError
+from ..errors import DependencyError, FormatError
 
 try:
     from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngine
@@ -28,6 +35,96 @@ except ImportError:
     raise DependencyError(
         "ckptzip's DeepSpeed integration needs deepspeed: DS_BUILD_OPS=0 pip install deepspeed"
     ) from None
+
+
+#: The key that marks a dict as a DeepSpeed object's attributes; its value names the class.
+OBJECT_TAG = "__ckptzip_deepspeed_object__"
+
+
+def _known_classes() -> dict[str, type]:
+    classes: list[type] = []
+    try:
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+
+        classes += [LossScaler, DynamicLossScaler]
+    except ImportError:  # another DeepSpeed's layout: its states will name what they hold
+        pass
+    try:
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        classes.append(fragment_address)
+    except ImportError:
+        pass
+    try:
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+
+        classes.append(ZeroStageEnum)
+    except ImportError:
+        pass
+    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in classes}
+
+
+#: The DeepSpeed classes a state may hold, by qualified name: the ones a load rebuilds.
+OBJECT_CLASSES: dict[str, type] = _known_classes()
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` with every DeepSpeed object of :data:`OBJECT_CLASSES` in it (at any depth of
+    dicts, lists and tuples) replaced by a dict tagged with its class's name (its attributes, or
+    an enum's value); the containers are new, the caller's state is not changed, tensors are not
+    copied."""
+    kind = type(value)
+    if kind in (dict, OrderedDict):
+        return kind((key, to_plain(item)) for key, item in value.items())
+    if kind in (list, tuple):
+        return kind(to_plain(item) for item in value)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if OBJECT_CLASSES.get(name) is kind:
+        if isinstance(value, enum.Enum):
+            return {OBJECT_TAG: name, "value": value.value}
+        return {OBJECT_TAG: name, "attributes": to_plain(dict(vars(value)))}
+    return value
+
+
+def from_plain(value: Any, path: str = "") -> Any:
+    """The inverse of :func:`to_plain`: each tagged dict becomes its object again (an enum by its
+    value; another object built without calling its ``__init__``, its attributes set as stored),
+    for the classes of :data:`OBJECT_CLASSES` only."""
+    kind = type(value)
+    if kind in (dict, OrderedDict):
+        if OBJECT_TAG in value:
+            return _rebuild(value, path)
+        return kind((key, from_plain(item, f"{path}.{key}" if path else str(key)))
+                    for key, item in value.items())
+    if kind in (list, tuple):
+        return kind(from_plain(item, f"{path}[{index}]") for index, item in enumerate(value))
+    return value
+
+
+def _rebuild(tagged: dict[str, Any], path: str) -> Any:
+    name = tagged[OBJECT_TAG]
+    cls = OBJECT_CLASSES.get(name) if isinstance(name, str) else None
+    field = "value" if cls is not None and issubclass(cls, enum.Enum) else "attributes"
+    where = path or "the state"
+    if cls is None:
+        raise FormatError(
+            f"{where}: a DeepSpeed object of class {name!r:.100}, which ckptzip does not rebuild "
+            f"under this DeepSpeed (it rebuilds {', '.join(sorted(OBJECT_CLASSES))}); load the file "
+            "where the DeepSpeed version that saved it is installed")
+    attributes = tagged.get("attributes")
+    if set(tagged) != {OBJECT_TAG, field} or (field == "attributes" and not (
+            type(attributes) is dict and all(type(key) is str for key in attributes))):
+        raise FormatError(f"{where}: a damaged DeepSpeed {name} (keys {sorted(map(str, tagged))!r:.100});"
+                          " the file was not written by ckptzip's DeepSpeed engine")
+    if field == "value":
+        try:
+            return cls(tagged["value"])
+        except (ValueError, TypeError):
+            raise FormatError(f"{where}: {tagged['value']!r:.50} is not a value of DeepSpeed's "
+                              f"{name}; load the file with the DeepSpeed version that saved it") from None
+    rebuilt: Any = object.__new__(cls)
+    rebuilt.__dict__.update(from_plain(attributes, path))
+    return rebuilt
 
 
 class CkptzipCheckpointEngine(CheckpointEngine):
@@ -48,13 +145,13 @@ class CkptzipCheckpointEngine(CheckpointEngine):
         """Nothing to prepare: files appear complete or not at all."""
 
     def save(self, state_dict: Any, path: str) -> None:
-        save(state_dict, path, mode=self.mode, threads=self.threads, **self.mode_options)
+        save(to_plain(state_dict), path, mode=self.mode, threads=self.threads, **self.mode_options)
 
     def load(self, path: str, map_location: Any = None) -> Any:
         """Read a file; a callable ``map_location`` (DeepSpeed passes ``lambda s, loc: s``) means
         "where it was saved", which for a .ckz is the CPU."""
         location = "cpu" if map_location is None or callable(map_location) else map_location
-        return load(path, map_location=location, threads=self.threads)
+        return from_plain(load(path, map_location=location, threads=self.threads))
 
     def commit(self, info: Any) -> bool:
         return True

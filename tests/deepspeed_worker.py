@@ -1,0 +1,79 @@
+"""One rank of the DeepSpeed tests, launched by tests/test_integrations.py with torchrun (gloo, CPU).
+
+``DIR STAGE DTYPE``: a DeepSpeed engine (ZeRO stage 0 to 3; ``fp32`` or ``bf16``) with ckptzip's
+checkpoint engine trains 3 steps, saves, trains 2 more and saves again. A second engine, built
+afresh, loads the latest checkpoint; then both take the same next step, and their weights must
+agree bit for bit: the master weights, Adam's moments, the loss scaler and the step count came
+back, not only the model. Every rank prints ``ok RANK`` at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import deepspeed
+import torch
+import torch.distributed as dist
+
+from ckptzip.integrations.deepspeed import attach
+
+
+def make_engine(stage: int, dtype: str) -> deepspeed.DeepSpeedEngine:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    config: dict[str, object] = {
+        "train_batch_size": 2 * dist.get_world_size(),
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}},
+        "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+        "gradient_clipping": 1.0,
+    }
+    if dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    attach(engine)
+    return engine
+
+
+def train(engine: deepspeed.DeepSpeedEngine, steps: int, seed: int) -> None:
+    data = torch.Generator().manual_seed(seed * 100 + dist.get_rank())
+    for _ in range(steps):
+        inputs = torch.randn(2, 32, generator=data).to(next(engine.module.parameters()).dtype)
+        engine.backward(engine(inputs).float().pow(2).mean())
+        engine.step()
+
+
+@contextlib.contextmanager
+def gathered(engine: deepspeed.DeepSpeedEngine, stage: int) -> Iterator[list[torch.Tensor]]:
+    """The model's weights, whole (ZeRO stage 3 partitions them: gathered for the comparison)."""
+    parameters = list(engine.module.parameters())
+    context = (deepspeed.zero.GatheredParameters(parameters) if stage == 3
+               else contextlib.nullcontext())
+    with context:
+        yield [p.detach().clone() for p in parameters]
+
+
+def main() -> None:
+    directory, stage, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    deepspeed.init_distributed(dist_backend="gloo")
+    first = make_engine(stage, dtype)
+    train(first, 3, seed=1)
+    first.save_checkpoint(directory)
+    train(first, 2, seed=2)
+    first.save_checkpoint(directory)
+    second = make_engine(stage, dtype)
+    path, _ = second.load_checkpoint(directory)
+    assert path is not None and second.global_steps == 5, (path, second.global_steps)
+    with gathered(first, stage) as a, gathered(second, stage) as b:
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), "loaded weights differ"
+    train(first, 1, seed=3)
+    train(second, 1, seed=3)
+    with gathered(first, stage) as a, gathered(second, stage) as b:
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), "the step after the load differs"
+    print(f"ok {dist.get_rank()}", flush=True)
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    main()
