@@ -4,7 +4,9 @@
 checkpoint engine trains 3 steps, saves, trains 2 more and saves again. A second engine, built
 afresh, loads the latest checkpoint; then both take the same next step, and their weights must
 agree bit for bit: the master weights, Adam's moments, the loss scaler and the step count came
-back, not only the model. Every rank prints ``ok RANK`` at the end.
+back, not only the model. Rank 0 keeps the loaded weights in ``DIR/reference.pt`` (torch.save),
+for the test's check of DeepSpeed's ``zero_to_fp32`` on the exported folder. Every rank prints
+``ok RANK`` at the end.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def main() -> None:
     assert path is not None and second.global_steps == 5, (path, second.global_steps)
     with gathered(first, stage) as a, gathered(second, stage) as b:
         assert all(torch.equal(x, y) for x, y in zip(a, b)), "loaded weights differ"
+        if dist.get_rank() == 0:
+            names = [name for name, _ in second.module.named_parameters()]
+            torch.save(dict(zip(names, b)), f"{directory}/reference.pt")
     train(first, 1, seed=3)
     train(second, 1, seed=3)
     with gathered(first, stage) as a, gathered(second, stage) as b:

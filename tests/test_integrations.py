@@ -179,12 +179,25 @@ def test_deepspeed_zero_saves_loads_and_resumes_on_two_ranks(tmp_path: Path, sta
     for path in files:
         with ckptzip.open(path) as checkpoint:  # every file is a ckptzip container
             assert checkpoint.leaves
-    if stage:  # ckptzip.load alone gives DeepSpeed's objects as tagged dicts of their attributes
-        from ckptzip.integrations.deepspeed import OBJECT_TAG
+    if not stage:
+        return
+    from ckptzip.integrations.deepspeed import OBJECT_TAG, main
 
-        optimizer = ckptzip.load(next(p for p in files if "optim_states" in p.name))
-        scaler = optimizer["optimizer_state_dict"]["loss_scaler"]
-        assert scaler[OBJECT_TAG].endswith(".LossScaler") and scaler["attributes"]["cur_scale"] == 1.0
+    # ckptzip.load alone gives DeepSpeed's objects as tagged dicts of their attributes
+    optimizer = ckptzip.load(next(p for p in files if "optim_states" in p.name))
+    scaler = optimizer["optimizer_state_dict"]["loss_scaler"]
+    assert scaler[OBJECT_TAG].endswith(".LossScaler") and scaler["attributes"]["cur_scale"] == 1.0
+
+    # exported as DeepSpeed writes it, the folder is what DeepSpeed's zero_to_fp32 reads
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    assert main([str(tmp_path), str(tmp_path / "torch")]) == 0
+    assert (tmp_path / "torch" / "latest").read_text() == "global_step5"
+    consolidated = get_fp32_state_dict_from_zero_checkpoint(str(tmp_path / "torch"))
+    reference = torch.load(tmp_path / "reference.pt")
+    assert consolidated.keys() == reference.keys()
+    for name, weight in reference.items():  # bf16 weights: the fp32 master weights rounded
+        assert torch.equal(consolidated[name].to(weight.dtype), weight), name
 
 
 def test_deepspeed_objects_round_trip_and_nothing_else_is_built(tmp_path: Path) -> None:

@@ -18,16 +18,28 @@ on load from :data:`OBJECT_CLASSES` only: a file cannot make the load construct 
 raises :class:`ckptzip.FormatError` naming the key), and no code of the file runs. Any other
 object (a set, a class of the user's) raises :class:`ckptzip.UnsupportedError` naming its key
 when saved.
+
+DeepSpeed's own tools (``zero_to_fp32.py``, which it writes beside the checkpoints) read them with
+``torch.load``. :func:`export_torch` (``python -m ckptzip.integrations.deepspeed CKPT_DIR OUT_DIR``)
+writes a copy of the folder as DeepSpeed would have, for those tools.
 """
 
 from __future__ import annotations
 
+import argparse
 import enum
+import os
+import shutil
+import sys
 from collections import OrderedDict
 from typing import Any
 
+import torch
+
 from ..api import load, save
-from ..errors import DependencyError, FormatError
+from ..container import MAGIC
+from ..errors import DependencyError, Error, FormatError
+from ..storage import atomic_write
 
 try:
     from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngine
@@ -162,3 +174,57 @@ def attach(engine: Any, **options: Any) -> CkptzipCheckpointEngine:
     checkpoint_engine = CkptzipCheckpointEngine(**options)
     engine.checkpoint_engine = checkpoint_engine
     return checkpoint_engine
+
+
+def export_torch(checkpoint_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
+                 threads: int | None = None) -> list[str]:
+    """Write ``checkpoint_dir`` (what ``engine.save_checkpoint`` wrote through ckptzip) to
+    ``out_dir`` as DeepSpeed writes it: each ckptzip container decoded, its DeepSpeed objects
+    rebuilt and saved with ``torch.save`` under its own name, every other file (``latest``,
+    ``zero_to_fp32.py``) copied, so that DeepSpeed's tools read ``out_dir``. Each file is written
+    atomically; returns the paths of the files it decoded, relative to ``out_dir``."""
+    source, target = os.fspath(checkpoint_dir), os.fspath(out_dir)
+    if not os.path.isdir(source):
+        raise Error(f"{source}: not a directory; give the folder engine.save_checkpoint wrote")
+    if os.path.realpath(source) == os.path.realpath(target):
+        raise Error(f"{target}: the export would overwrite the checkpoints; choose another folder")
+    decoded = []
+    for root, _, names in sorted(os.walk(source)):
+        relative = os.path.relpath(root, source)
+        os.makedirs(os.path.join(target, relative), exist_ok=True)
+        for name in sorted(names):
+            path, copy = os.path.join(root, name), os.path.join(target, relative, name)
+            with open(path, "rb") as handle:
+                is_container = handle.read(len(MAGIC)) == MAGIC
+            if not is_container:
+                shutil.copy2(path, copy)
+                continue
+            state = from_plain(load(path, threads=threads))
+            with atomic_write(copy) as out:
+                torch.save(state, out)
+            decoded.append(os.path.normpath(os.path.join(relative, name)))
+    return decoded
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ckptzip.integrations.deepspeed",
+        description="Write a DeepSpeed checkpoint folder saved through ckptzip as DeepSpeed writes "
+                    "it (torch.save files), for DeepSpeed's own tools such as zero_to_fp32.py.",
+        epilog="example: python -m ckptzip.integrations.deepspeed ckpt ckpt-torch && "
+               "python ckpt-torch/zero_to_fp32.py ckpt-torch model.bin")
+    parser.add_argument("checkpoint_dir", help="the folder engine.save_checkpoint wrote")
+    parser.add_argument("out_dir", help="where the copy goes (created; files in it are replaced)")
+    parser.add_argument("-T", "--threads", type=int, default=None, help="decoding threads")
+    args = parser.parse_args(argv)
+    try:
+        decoded = export_torch(args.checkpoint_dir, args.out_dir, threads=args.threads)
+    except Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(decoded)} ckptzip files written as torch.save files to {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
