@@ -7,11 +7,16 @@ agree bit for bit: the master weights, Adam's moments, the loss scaler and the s
 back, not only the model. Rank 0 keeps the loaded weights in ``DIR/reference.pt`` (torch.save),
 for the test's check of DeepSpeed's ``zero_to_fp32`` on the exported folder. Every rank prints
 ``ok RANK`` at the end.
+
+``hf DIR``: Hugging Face's Trainer (``CkptzipTrainer``) under DeepSpeed (ZeRO stage 2, bf16)
+trains 6 steps with a checkpoint every 2; then a new Trainer resumes from ``checkpoint-4`` and
+must end with the same weights. Prints each checkpoint's DeepSpeed files, then ``ok RANK``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 
@@ -56,7 +61,49 @@ def gathered(engine: deepspeed.DeepSpeedEngine, stage: int) -> Iterator[list[tor
         yield [p.detach().clone() for p in parameters]
 
 
+def hf_trainer(directory: str) -> object:
+    import transformers
+
+    from ckptzip.integrations.hf import CkptzipTrainer
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    generator = torch.Generator().manual_seed(1)
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (32, 16), generator=generator)]
+    deepspeed_config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                        "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2},
+                        "bf16": {"enabled": True}, "zero_allow_untested_optimizer": True}
+    args = transformers.TrainingArguments(
+        directory, max_steps=6, per_device_train_batch_size=4, save_steps=2, use_cpu=True,
+        bf16=True, deepspeed=deepspeed_config, report_to=[], disable_tqdm=True, seed=3)
+    return CkptzipTrainer(model=model, args=args, train_dataset=data)
+
+
+def hf(directory: str) -> None:
+    from ckptzip.container import MAGIC
+
+    full = hf_trainer(directory)
+    full.train()  # type: ignore[attr-defined]
+    for step in (2, 4, 6):
+        folder = f"{directory}/checkpoint-{step}/global_step{step}"
+        for name in sorted(os.listdir(folder)):
+            with open(f"{folder}/{name}", "rb") as handle:
+                assert handle.read(len(MAGIC)) == MAGIC, f"{folder}/{name} is not a ckptzip file"
+            print(f"checkpoint-{step}/global_step{step}/{name}")
+    resumed = hf_trainer(directory)
+    resumed.train(resume_from_checkpoint=f"{directory}/checkpoint-4")  # type: ignore[attr-defined]
+    assert resumed.state.global_step == 6  # type: ignore[attr-defined]
+    a, b = full.model.state_dict(), resumed.model.state_dict()  # type: ignore[attr-defined]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed run differs"
+    print(f"ok {dist.get_rank()}", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1] == "hf":
+        hf(sys.argv[2])
+        return
     directory, stage, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     deepspeed.init_distributed(dist_backend="gloo")
     first = make_engine(stage, dtype)

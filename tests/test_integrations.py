@@ -200,6 +200,16 @@ def test_deepspeed_zero_saves_loads_and_resumes_on_two_ranks(tmp_path: Path, sta
         assert torch.equal(consolidated[name].to(weight.dtype), weight), name
 
 
+def test_hf_trainer_under_deepspeed_writes_the_engine_files_through_ckptzip(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("transformers")
+    from .test_dcp import torchrun
+
+    output = torchrun(1, "hf", str(tmp_path), worker=Path(__file__).with_name("deepspeed_worker.py"))
+    assert re.findall(r"ok (\d)", output) == ["0"]
+    assert "checkpoint-4/global_step4/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" in output
+
+
 def test_deepspeed_objects_round_trip_and_nothing_else_is_built(tmp_path: Path) -> None:
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
@@ -236,6 +246,11 @@ def test_deepspeed_objects_round_trip_and_nothing_else_is_built(tmp_path: Path) 
         assert "optimizer_state_dict.x[0]" in str(raised.value)
     with pytest.raises(ckptzip.UnsupportedError, match=r"optimizer_state_dict\.odd"):
         engine.save({"optimizer_state_dict": {"odd": {1, 2}}}, str(tmp_path / "odd.pt"))
+
+    # a file of DeepSpeed's own engine (a run that took ckptzip on midway) is read as DeepSpeed reads it
+    torch.save({"module": {"w": torch.ones(2)}, "loss_scaler": scaler}, tmp_path / "plain.pt")
+    plain = engine.load(str(tmp_path / "plain.pt"), map_location=lambda storage, loc: storage)
+    assert vars(plain["loss_scaler"]) == vars(scaler) and torch.equal(plain["module"]["w"], torch.ones(2))
 
 
 def test_deepspeed_engine_methods_directly(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ from ..storage import atomic_write
 
 try:
     from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngine
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 except ImportError:
     raise DependencyError(
         "ckptzip's DeepSpeed integration needs deepspeed: DS_BUILD_OPS=0 pip install deepspeed"
@@ -161,7 +162,13 @@ class CkptzipCheckpointEngine(CheckpointEngine):
 
     def load(self, path: str, map_location: Any = None) -> Any:
         """Read a file; a callable ``map_location`` (DeepSpeed passes ``lambda s, loc: s``) means
-        "where it was saved", which for a .ckz is the CPU."""
+        "where it was saved", which for a .ckz is the CPU. A file that is not a ckptzip container
+        (written before the run took ckptzip on) is read by DeepSpeed's own torch engine, as it
+        would have been without ckptzip."""
+        with open(path, "rb") as handle:
+            is_container = handle.read(len(MAGIC)) == MAGIC
+        if not is_container:
+            return TorchCheckpointEngine().load(path, map_location=map_location)
         location = "cpu" if map_location is None or callable(map_location) else map_location
         return from_plain(load(path, map_location=location, threads=self.threads))
 

@@ -15,8 +15,11 @@ are ``.ckz``, and that resume with ``trainer.train(resume_from_checkpoint=...)``
 ``model.safetensors``, ``optimizer.pt``, ``scheduler.pt`` and ``rng_state.pth``; the config,
 tokenizer and ``trainer_state.json`` stay as they are. Every checkpoint is standalone (no delta),
 so the Trainer's rotation by ``save_total_limit`` may delete any of them. ``trainer.save_model()``
-outside checkpoints still writes plain safetensors for ``from_pretrained``. Under DeepSpeed, FSDP,
-XLA or SageMaker the Trainer's own files are written unchanged.
+outside checkpoints still writes plain safetensors for ``from_pretrained``. Under DeepSpeed the
+engine's files (``global_stepN/``: its model and ZeRO optimizer states) go through ckptzip's
+DeepSpeed checkpoint engine (:mod:`ckptzip.integrations.deepspeed`), attached once the Trainer has
+built the engine, before it resumes; the Trainer's other files there stay as it writes them. Under
+FSDP, XLA or SageMaker the Trainer's own files are written unchanged.
 """
 
 from __future__ import annotations
@@ -75,8 +78,28 @@ class CkptzipTrainerMixin(_TrainerBase):
         world = self.args.world_size
         return "rng_state" if world <= 1 else f"rng_state_{self.args.process_index}"
 
+    def _ckptzip_attach_deepspeed(self) -> None:
+        """Under DeepSpeed, make the engine's checkpoint engine ckptzip's, once the engine exists
+        (accelerate's wrapper holds it); nothing elsewhere or before."""
+        wrapped = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        if not self.is_deepspeed_enabled or wrapped is None:
+            return
+        from .deepspeed import CkptzipCheckpointEngine, attach
+
+        if not isinstance(wrapped.engine.checkpoint_engine, CkptzipCheckpointEngine):
+            attach(wrapped.engine, mode=self.ckptzip_mode, threads=self.ckptzip_threads,
+                   **self.ckptzip_options)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """The Trainer's own, then under DeepSpeed the attach: the Trainer builds the scheduler
+        after ``accelerator.prepare`` made the engine and before it loads a checkpoint."""
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        self._ckptzip_attach_deepspeed()
+        return scheduler
+
     # -- saving ---------------------------------------------------------------------------
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        self._ckptzip_attach_deepspeed()  # should a Trainer version build the scheduler otherwise
         self._ckptzip_in_checkpoint = self._ckptzip_applies()
         try:
             super()._save_checkpoint(model, trial)
