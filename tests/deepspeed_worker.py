@@ -82,15 +82,14 @@ def hf_trainer(directory: str) -> object:
 
 
 def hf(directory: str) -> None:
-    from ckptzip.container import MAGIC
+    from ckptzip.integrations.deepspeed import is_ckptzip_file
 
     full = hf_trainer(directory)
     full.train()  # type: ignore[attr-defined]
     for step in (2, 4, 6):
         folder = f"{directory}/checkpoint-{step}/global_step{step}"
         for name in sorted(os.listdir(folder)):
-            with open(f"{folder}/{name}", "rb") as handle:
-                assert handle.read(len(MAGIC)) == MAGIC, f"{folder}/{name} is not a ckptzip file"
+            assert is_ckptzip_file(f"{folder}/{name}"), f"{folder}/{name} is not a ckptzip file"
             print(f"checkpoint-{step}/global_step{step}/{name}")
     resumed = hf_trainer(directory)
     resumed.train(resume_from_checkpoint=f"{directory}/checkpoint-4")  # type: ignore[attr-defined]

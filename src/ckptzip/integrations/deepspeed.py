@@ -140,6 +140,12 @@ def _rebuild(tagged: dict[str, Any], path: str) -> Any:
     return rebuilt
 
 
+def is_ckptzip_file(path: str) -> bool:
+    """Whether the local file ``path`` starts as a ckptzip container does."""
+    with open(path, "rb") as handle:
+        return handle.read(len(MAGIC)) == MAGIC
+
+
 class CkptzipCheckpointEngine(CheckpointEngine):
     """DeepSpeed's checkpoint engine interface over :func:`ckptzip.save`/:func:`ckptzip.load`.
     Each file is written atomically, so ``commit`` has nothing left to do."""
@@ -165,9 +171,7 @@ class CkptzipCheckpointEngine(CheckpointEngine):
         "where it was saved", which for a .ckz is the CPU. A file that is not a ckptzip container
         (written before the run took ckptzip on) is read by DeepSpeed's own torch engine, as it
         would have been without ckptzip."""
-        with open(path, "rb") as handle:
-            is_container = handle.read(len(MAGIC)) == MAGIC
-        if not is_container:
+        if not is_ckptzip_file(path):
             return TorchCheckpointEngine().load(path, map_location=map_location)
         location = "cpu" if map_location is None or callable(map_location) else map_location
         return from_plain(load(path, map_location=location, threads=self.threads))
@@ -201,9 +205,7 @@ def export_torch(checkpoint_dir: str | os.PathLike[str], out_dir: str | os.PathL
         os.makedirs(os.path.join(target, relative), exist_ok=True)
         for name in sorted(names):
             path, copy = os.path.join(root, name), os.path.join(target, relative, name)
-            with open(path, "rb") as handle:
-                is_container = handle.read(len(MAGIC)) == MAGIC
-            if not is_container:
+            if not is_ckptzip_file(path):
                 shutil.copy2(path, copy)
                 continue
             state = from_plain(load(path, threads=threads))
