@@ -11,6 +11,10 @@ for the test's check of DeepSpeed's ``zero_to_fp32`` on the exported folder. Eve
 ``hf DIR``: Hugging Face's Trainer (``CkptzipTrainer``) under DeepSpeed (ZeRO stage 2, bf16)
 trains 6 steps with a checkpoint every 2; then a new Trainer resumes from ``checkpoint-4`` and
 must end with the same weights. Prints each checkpoint's DeepSpeed files, then ``ok RANK``.
+
+``accelerate DIR``: Accelerate under DeepSpeed (ZeRO stage 2, bf16) with ckptzip's hooks
+registered trains 3 steps, ``save_state``, trains 2 more, ``load_state`` and trains the same 2
+again: the weights must come out the same. Prints the engine's files, then ``ok RANK``.
 """
 
 from __future__ import annotations
@@ -99,9 +103,47 @@ def hf(directory: str) -> None:
     print(f"ok {dist.get_rank()}", flush=True)
 
 
+def accelerate_loop(directory: str) -> None:
+    import accelerate
+    from accelerate.utils import DeepSpeedPlugin
+
+    from ckptzip.integrations.accelerate import register
+    from ckptzip.integrations.deepspeed import is_ckptzip_file
+
+    plugin = DeepSpeedPlugin(zero_stage=2)
+    plugin.deepspeed_config.update(zero_allow_untested_optimizer=True,
+                                   train_micro_batch_size_per_gpu=2)
+    accelerator = accelerate.Accelerator(deepspeed_plugin=plugin, mixed_precision="bf16")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    register(accelerator)
+
+    def steps(count: int, seed: int) -> None:
+        data = torch.Generator().manual_seed(seed)
+        for _ in range(count):
+            inputs = torch.randn(2, 32, generator=data).to(torch.bfloat16)
+            accelerator.backward(model(inputs).float().pow(2).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+
+    steps(3, seed=1)
+    accelerator.save_state(directory)
+    steps(2, seed=2)
+    after = [p.detach().clone() for p in model.parameters()]
+    accelerator.load_state(directory)
+    steps(2, seed=2)
+    assert all(torch.equal(a, p) for a, p in zip(after, model.parameters())), "load_state differs"
+    for name in sorted(os.listdir(f"{directory}/pytorch_model")):
+        assert is_ckptzip_file(f"{directory}/pytorch_model/{name}"), name
+        print(f"pytorch_model/{name}")
+    print(f"ok {dist.get_rank()}", flush=True)
+
+
 def main() -> None:
-    if sys.argv[1] == "hf":
-        hf(sys.argv[2])
+    if sys.argv[1] in ("hf", "accelerate"):
+        (hf if sys.argv[1] == "hf" else accelerate_loop)(sys.argv[2])
         return
     directory, stage, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     deepspeed.init_distributed(dist_backend="gloo")

@@ -210,6 +210,17 @@ def test_hf_trainer_under_deepspeed_writes_the_engine_files_through_ckptzip(tmp_
     assert "checkpoint-4/global_step4/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" in output
 
 
+def test_accelerate_under_deepspeed_writes_the_engine_files_through_ckptzip(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("accelerate")
+    from .test_dcp import torchrun
+
+    output = torchrun(1, "accelerate", str(tmp_path),
+                      worker=Path(__file__).with_name("deepspeed_worker.py"))
+    assert re.findall(r"ok (\d)", output) == ["0"]
+    assert "pytorch_model/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" in output
+
+
 def test_deepspeed_objects_round_trip_and_nothing_else_is_built(tmp_path: Path) -> None:
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler

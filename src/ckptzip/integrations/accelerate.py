@@ -15,6 +15,10 @@ It uses Accelerate's documented pre-hooks, which cover model weights only: the o
 scheduler, sampler and RNG files are still written by Accelerate with ``torch.save``. To compress
 the whole training state, save ``accelerator.get_state_dict(model)`` and ``optimizer.state_dict()``
 with :class:`ckptzip.CheckpointManager` (``examples/accelerate_loop.py`` shows both).
+
+Under DeepSpeed, Accelerate has the engine write the model and its optimizer states
+(``pytorch_model/``: ZeRO's partitions, the bulk of the bytes); ``register`` makes the engine's
+checkpoint engine ckptzip's (:mod:`ckptzip.integrations.deepspeed`), so those are ckptzip files.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ def register(
             model.load_state_dict(load(os.path.join(input_dir, model_file(index)), threads=threads))
         models.clear()
 
+    deepspeed = getattr(accelerator, "deepspeed_engine_wrapped", None)
+    if deepspeed is not None:  # the engine writes the model and optimizer files itself
+        from .deepspeed import attach
+
+        attach(deepspeed.engine, mode=mode, threads=threads, **mode_options)
     return (
         accelerator.register_save_state_pre_hook(save_weights),
         accelerator.register_load_state_pre_hook(load_weights),
