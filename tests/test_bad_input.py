@@ -208,6 +208,32 @@ def test_unsupported_values_name_their_key_path() -> None:
         ckptzip.dumps({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)})
 
 
+class Wrapper(torch.Tensor):
+    """A tensor subclass whose data is not a storage of its own (as torchao's and DTensor are)."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Wrapper:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # type: ignore[attr-defined,no-any-return]
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        raise NotImplementedError(func)
+
+
+class Tagged(torch.Tensor):
+    """A subclass over a plain storage: stored as a plain tensor."""
+
+
+def test_tensor_subclasses_are_stored_when_they_are_one_storage_and_refused_otherwise() -> None:
+    with pytest.raises(ckptzip.UnsupportedError, match=r"^model\.w: a tensor of subclass .*Wrapper"):
+        ckptzip.dumps({"model": {"w": Wrapper(torch.ones(3))}})
+    back = ckptzip.loads(ckptzip.dumps({"t": torch.arange(3.0).as_subclass(Tagged)}))
+    assert type(back["t"]) is torch.Tensor and torch.equal(back["t"], torch.arange(3.0))
+
+
 def test_unknown_mode_and_bad_threads() -> None:
     with pytest.raises(ckptzip.ConfigError, match="lossless"):
         ckptzip.dumps({}, mode="zip")

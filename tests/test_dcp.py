@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,3 +175,33 @@ def test_lossy_mode_per_rank_against_its_previous_shard(tmp_path: Path) -> None:
     # to the update) up to sampling noise
     from ckptzip.modes.adaptive import DEFAULT_BUDGET
     assert 0 < error < 1.2 * DEFAULT_BUDGET["weight"]
+
+
+DTENSOR_SCRIPT = """
+import os, sys, tempfile, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+import ckptzip
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+model = torch.nn.Linear(8, 4)
+fully_shard(model)
+for save in (lambda state: ckptzip.save(state, os.path.join(tempfile.mkdtemp(), "a.ckz")),
+             lambda state: ckptzip.CheckpointManager(tempfile.mkdtemp()).save(1, state)):
+    try:
+        save({"model": model.state_dict()})
+    except ckptzip.UnsupportedError as error:
+        print(error)
+dist.destroy_process_group()
+"""
+
+
+def test_a_dtensor_state_is_refused_with_the_way_out() -> None:
+    """ckptzip.save stores whole tensors: an FSDP2 shard must not be stored as if it were one."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run([sys.executable, "-c", DTENSOR_SCRIPT, str(port)], capture_output=True,
+                          text=True, timeout=120)
+    lines = [line for line in done.stdout.splitlines() if "DTensor" in line]
+    assert done.returncode == 0 and len(lines) == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert all(line.startswith("model.weight: a DTensor") and "CompressedWriter" in line
+               for line in lines)

@@ -177,6 +177,22 @@ class _Flattener:
             )
         if value.device.type == "meta":
             raise UnsupportedError(f"{where}: a meta tensor has no data to store; materialize it")
+        kind = type(value)
+        if kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed"):
+            raise UnsupportedError(
+                f"{where}: a DTensor, this rank's shard of a distributed tensor (FSDP2, tensor "
+                "parallelism); ckptzip.save stores whole tensors. Save a sharded state with "
+                "torch.distributed.checkpoint and ckptzip.dcp.CompressedWriter (docs/DCP.md), or "
+                "gather it first: torch.distributed.checkpoint.state_dict.get_state_dict(model, "
+                "optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))")
+        if kind not in (torch.Tensor, torch.nn.Parameter):
+            try:  # a subclass whose data is a storage of its own is stored as a plain tensor
+                value.detach().untyped_storage().data_ptr()
+            except Exception:  # its own dispatch may raise anything
+                raise UnsupportedError(
+                    f"{where}: a tensor of subclass {kind.__module__}.{kind.__qualname__}, "
+                    "whose data is not one storage, cannot be stored; convert it to a plain "
+                    "tensor first") from None
         dtypes.from_torch(value.dtype, where)
         node: dict[str, Any] = {"t": "tensor"}
         if isinstance(value, torch.nn.Parameter):
