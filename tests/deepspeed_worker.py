@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import deepspeed
 import torch
@@ -65,40 +66,29 @@ def gathered(engine: deepspeed.DeepSpeedEngine, stage: int) -> Iterator[list[tor
         yield [p.detach().clone() for p in parameters]
 
 
-def hf_trainer(directory: str) -> object:
-    import transformers
+def hf_trainer(directory: str) -> Any:
+    from tiny_trainer import tiny_gpt_trainer  # beside this script, which torchrun runs as __main__
 
-    from ckptzip.integrations.hf import CkptzipTrainer
-
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16,
-                                     bos_token_id=0, eos_token_id=0)
-    model = transformers.GPT2LMHeadModel(config)
-    generator = torch.Generator().manual_seed(1)
-    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (32, 16), generator=generator)]
     deepspeed_config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
                         "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2},
                         "bf16": {"enabled": True}, "zero_allow_untested_optimizer": True}
-    args = transformers.TrainingArguments(
-        directory, max_steps=6, per_device_train_batch_size=4, save_steps=2, use_cpu=True,
-        bf16=True, deepspeed=deepspeed_config, report_to=[], disable_tqdm=True, seed=3)
-    return CkptzipTrainer(model=model, args=args, train_dataset=data)
+    return tiny_gpt_trainer(directory, max_steps=6, bf16=True, deepspeed=deepspeed_config)
 
 
 def hf(directory: str) -> None:
     from ckptzip.integrations.deepspeed import is_ckptzip_file
 
     full = hf_trainer(directory)
-    full.train()  # type: ignore[attr-defined]
+    full.train()
     for step in (2, 4, 6):
         folder = f"{directory}/checkpoint-{step}/global_step{step}"
         for name in sorted(os.listdir(folder)):
             assert is_ckptzip_file(f"{folder}/{name}"), f"{folder}/{name} is not a ckptzip file"
             print(f"checkpoint-{step}/global_step{step}/{name}")
     resumed = hf_trainer(directory)
-    resumed.train(resume_from_checkpoint=f"{directory}/checkpoint-4")  # type: ignore[attr-defined]
-    assert resumed.state.global_step == 6  # type: ignore[attr-defined]
-    a, b = full.model.state_dict(), resumed.model.state_dict()  # type: ignore[attr-defined]
+    resumed.train(resume_from_checkpoint=f"{directory}/checkpoint-4")
+    assert resumed.state.global_step == 6
+    a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed run differs"
     print(f"ok {dist.get_rank()}", flush=True)
 

@@ -15,6 +15,8 @@ import torch
 
 import ckptzip
 
+from .tiny_trainer import tiny_gpt_trainer
+
 
 def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -22,20 +24,8 @@ def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
 
 # -- Hugging Face transformers ---------------------------------------------------------------
 def hf_trainer(output_dir: Path, max_steps: int) -> Any:
-    transformers = pytest.importorskip("transformers")
-    from ckptzip.integrations.hf import CkptzipTrainer
-
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16,
-                                     bos_token_id=0, eos_token_id=0)
-    model = transformers.GPT2LMHeadModel(config)
-    generator = torch.Generator().manual_seed(1)
-    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (32, 16), generator=generator)]
-    args = transformers.TrainingArguments(
-        str(output_dir), max_steps=max_steps, per_device_train_batch_size=4, save_steps=2,
-        save_total_limit=2, use_cpu=True, report_to=[], disable_tqdm=True, seed=3,
-    )
-    return CkptzipTrainer(model=model, args=args, train_dataset=data)
+    pytest.importorskip("transformers")
+    return tiny_gpt_trainer(str(output_dir), max_steps=max_steps, save_total_limit=2)
 
 
 def test_hf_trainer_checkpoints_are_ckz_rotate_and_resume(tmp_path: Path) -> None:
