@@ -271,3 +271,36 @@ def test_import_ckptzip_needs_no_framework() -> None:
     frameworks = "{'transformers', 'lightning', 'accelerate', 'deepspeed'}"
     code = f"import sys, ckptzip; assert not {frameworks} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("framework", ["hf", "accelerate", "lightning", "deepspeed"])
+def test_a_lossy_mode_is_refused_where_every_file_is_standalone(tmp_path: Path, framework: str) -> None:
+    """Without a base a lossy mode writes lossless keyframes: asking for one there is a mistake
+    to name at once, not a ratio to discover later."""
+    if framework == "hf":
+        pytest.importorskip("transformers")
+
+        def make(mode: str) -> Any:
+            return tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": mode}, max_steps=1)
+    elif framework == "accelerate":
+        accelerate = pytest.importorskip("accelerate")
+        from ckptzip.integrations.accelerate import register
+
+        def make(mode: str) -> Any:
+            return register(accelerate.Accelerator(cpu=True), mode=mode)
+    elif framework == "lightning":
+        pytest.importorskip("lightning")
+        from ckptzip.integrations.lightning import CkptzipCheckpointIO
+
+        def make(mode: str) -> Any:
+            return CkptzipCheckpointIO(mode=mode)
+    else:
+        pytest.importorskip("deepspeed")
+        from ckptzip.integrations.deepspeed import CkptzipCheckpointEngine
+
+        def make(mode: str) -> Any:
+            return CkptzipCheckpointEngine(mode=mode)
+    for mode in ("adaptive", "excp", "bitsnap"):
+        with pytest.raises(ckptzip.ConfigError, match=f"mode='{mode}'.*CheckpointManager"):
+            make(mode)
+    assert make("lossless") is not None

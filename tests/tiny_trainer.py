@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 
-def tiny_gpt_trainer(directory: str, **arguments: Any) -> Any:
-    """A ``CkptzipTrainer`` saving every 2 steps into ``directory``; ``arguments`` go to
-    ``TrainingArguments`` (``max_steps`` among them)."""
+def tiny_gpt_trainer(directory: str, ckptzip: dict[str, Any] | None = None, **arguments: Any) -> Any:
+    """A ``CkptzipTrainer`` saving every 2 steps into ``directory``; ``ckptzip`` holds its own
+    arguments (``ckptzip_mode``, ...), ``arguments`` go to ``TrainingArguments`` (``max_steps``
+    among them)."""
     import transformers
 
     from ckptzip.integrations.hf import CkptzipTrainer
@@ -25,4 +26,4 @@ def tiny_gpt_trainer(directory: str, **arguments: Any) -> Any:
     args = transformers.TrainingArguments(
         directory, per_device_train_batch_size=4, save_steps=2, use_cpu=True, report_to=[],
         disable_tqdm=True, seed=3, **arguments)
-    return CkptzipTrainer(model=model, args=args, train_dataset=data)
+    return CkptzipTrainer(model=model, args=args, train_dataset=data, **(ckptzip or {}))

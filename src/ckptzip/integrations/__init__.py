@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ..errors import DependencyError
+from ..errors import ConfigError, DependencyError
 
 
 def require(module: str, package: str) -> ModuleType:
@@ -26,3 +26,19 @@ def require(module: str, package: str) -> ModuleType:
             f"ckptzip's {package} integration needs {package}: pip install {package} "
             f"(or pip install 'ckptzip[examples]')"
         ) from None
+
+
+def standalone_mode(mode: str, integration: str) -> str:
+    """``mode``, where it does what it says for files written standalone (no base: the framework
+    names, rotates and deletes them on its own): lossless only. A lossy mode codes deltas against
+    a base, and without one every file would be a lossless keyframe, none of its gain: that is
+    refused here, at the start, rather than found in the ratios later."""
+    if mode != "lossless":
+        raise ConfigError(
+            f"{integration} writes each checkpoint file standalone (the framework may delete any "
+            f"of them), and mode={mode!r} codes deltas against a base checkpoint: every file would "
+            "be a lossless keyframe, none of the mode's gain. Use mode='lossless' here; for lossy "
+            "deltas save the training state with ckptzip.CheckpointManager, or with "
+            "torch.distributed.checkpoint and ckptzip.dcp.CompressedWriter(base=...) "
+            "(docs/INTEGRATIONS.md)")
+    return mode

@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 from ..api import load, save
+from . import standalone_mode
 
 
 def model_file(index: int) -> str:
@@ -38,7 +39,9 @@ def register(
     accelerator: Any, *, mode: str = "lossless", threads: int | None = None, **mode_options: Any
 ) -> tuple[Any, Any]:
     """Register the save and load hooks on ``accelerator``; returns their handles (``.remove()``
-    undoes it). ``mode``, ``threads`` and ``mode_options`` go to :func:`ckptzip.save`."""
+    undoes it). ``mode``, ``threads`` and ``mode_options`` go to :func:`ckptzip.save`; the files
+    are standalone, so ``mode`` is lossless (:func:`~ckptzip.integrations.standalone_mode`)."""
+    standalone_mode(mode, "Accelerate's save_state")
 
     def save_weights(models: list[Any], weights: list[dict[str, Any]], output_dir: str) -> None:
         writer = (

@@ -40,6 +40,7 @@ from ..api import load, save
 from ..container import MAGIC
 from ..errors import DependencyError, Error, FormatError
 from ..storage import atomic_write
+from . import standalone_mode
 
 try:
     from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngine
@@ -156,7 +157,7 @@ class CkptzipCheckpointEngine(CheckpointEngine):
     ) -> None:
         super().__init__(config_params)
         self.name = "CkptzipCheckpointEngine"
-        self.mode = mode
+        self.mode = standalone_mode(mode, "DeepSpeed's checkpoint engine")
         self.threads = threads
         self.mode_options = mode_options
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..api import load, save
-from . import require
+from . import require, standalone_mode
 
 MODEL_FILE = "model.ckz"
 OPTIMIZER_FILE = "optimizer.ckz"
@@ -57,8 +57,8 @@ class CkptzipTrainerMixin(_TrainerBase):
         ckptzip_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.ckptzip_mode = standalone_mode(ckptzip_mode, "Hugging Face's Trainer")
         super().__init__(*args, **kwargs)
-        self.ckptzip_mode = ckptzip_mode
         self.ckptzip_threads = ckptzip_threads
         self.ckptzip_options = dict(ckptzip_options or {})
         self._ckptzip_in_checkpoint = False

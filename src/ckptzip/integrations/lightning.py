@@ -28,6 +28,7 @@ from typing import Any
 
 from ..api import load, save
 from ..errors import DependencyError
+from . import standalone_mode
 
 try:
     from lightning.fabric.utilities.cloud_io import get_filesystem
@@ -42,7 +43,7 @@ class CkptzipCheckpointIO(CheckpointIO):
 
     def __init__(self, *, mode: str = "lossless", threads: int | None = None, **mode_options: Any) -> None:
         super().__init__()
-        self.mode = mode
+        self.mode = standalone_mode(mode, "Lightning's CheckpointIO")
         self.threads = threads
         self.mode_options = mode_options
         # Under AsyncCheckpointIO a save runs in the background while ModelCheckpoint may
