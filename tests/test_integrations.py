@@ -44,6 +44,73 @@ def test_hf_trainer_checkpoints_are_ckz_rotate_and_resume(tmp_path: Path) -> Non
     assert same_weights(full.model.state_dict(), latest.model.state_dict())
 
 
+def base_of(path: Path) -> str | None:
+    with ckptzip.open(path) as checkpoint:
+        ref = checkpoint.header.base
+    return None if ref is None else ref.path
+
+
+def test_hf_trainer_deltas_resume_bit_for_bit_and_rotation_keeps_their_chains(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    options = {"ckptzip_keyframe_every": 3}  # lossless deltas: 2 keyframe, 4 -> 2, 6 -> 4, 8 keyframe, ...
+    full = tiny_gpt_trainer(str(tmp_path), options, max_steps=12, save_total_limit=2)
+    full.train()
+    # the newest two, and checkpoint-8, the keyframe checkpoint-12's chain needs
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10", "checkpoint-12", "checkpoint-8"]
+    files = set(os.listdir(tmp_path / "checkpoint-10"))
+    assert {"state.ckz", "scheduler.ckz", "rng_state.ckz"} <= files
+    assert not files & {"model.ckz", "optimizer.ckz", "model.safetensors", "optimizer.pt"}
+    assert [base_of(tmp_path / f"checkpoint-{n}" / "state.ckz") for n in (8, 10, 12)] == [
+        None, "../checkpoint-8/state.ckz", "../checkpoint-10/state.ckz"]
+    resumed = tiny_gpt_trainer(str(tmp_path), options, max_steps=12, save_total_limit=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-8"))
+    assert same_weights(full.model.state_dict(), resumed.model.state_dict())
+
+
+def test_hf_trainer_lossy_mode_writes_deltas_marked_resumed_after_a_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("transformers")
+    import ckptzip.integrations.hf as hf
+
+    saves: list[tuple[str, str, bool]] = []
+
+    def recording_save(state: Any, path: str, **options: Any) -> Any:
+        if Path(path).name == "state.ckz":
+            saves.append((Path(path).parent.name, options["mode"], options["resumed"]))
+        return ckptzip.save(state, path, **options)
+
+    monkeypatch.setattr(hf, "save", recording_save)
+    full = tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": "adaptive"}, max_steps=6)
+    full.train()
+    sizes = {n: os.path.getsize(tmp_path / f"checkpoint-{n}" / "state.ckz") for n in (2, 4, 6)}
+    assert base_of(tmp_path / "checkpoint-2" / "state.ckz") is None
+    assert base_of(tmp_path / "checkpoint-6" / "state.ckz") == "../checkpoint-4/state.ckz"
+    assert sizes[4] * 3 < sizes[2] and sizes[6] * 3 < sizes[2]  # lossy deltas against a keyframe
+    # resumed from checkpoint-4 as decoded: its first delta says so, the next does not
+    saves.clear()
+    resumed = tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": "adaptive"}, max_steps=8)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert saves == [("checkpoint-6", "adaptive", True), ("checkpoint-8", "adaptive", False)]
+    decoded = ckptzip.load(tmp_path / "checkpoint-8" / "state.ckz")
+    assert decoded.keys() == {"model", "optimizer"} and resumed.state.global_step == 8
+
+
+def test_hf_trainer_refuses_a_lossy_mode_where_it_writes_no_file_itself(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from ckptzip.integrations.hf import CkptzipTrainerMixin
+
+    class Sharded(CkptzipTrainerMixin, transformers.Trainer):  # as under DeepSpeed, FSDP, XLA
+        def _ckptzip_applies(self) -> bool:
+            return False
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16,
+                                                                 vocab_size=64, n_positions=16))
+    args = transformers.TrainingArguments(str(tmp_path), use_cpu=True, report_to=[])
+    with pytest.raises(ckptzip.ConfigError, match="under DeepSpeed, FSDP"):
+        Sharded(model=model, args=args, ckptzip_mode="excp")
+    assert Sharded(model=model, args=args).ckptzip_mode == "lossless"
+
+
 # -- Accelerate ------------------------------------------------------------------------------
 def test_accelerate_hooks_write_and_read_model_ckz(tmp_path: Path) -> None:
     accelerate = pytest.importorskip("accelerate")
@@ -281,7 +348,8 @@ def test_a_lossy_mode_is_refused_where_every_file_is_standalone(tmp_path: Path, 
         pytest.importorskip("transformers")
 
         def make(mode: str) -> Any:
-            return tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": mode}, max_steps=1)
+            return tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": mode, "ckptzip_keyframe_every": 1},
+                                    max_steps=1)
     elif framework == "accelerate":
         accelerate = pytest.importorskip("accelerate")
         from ckptzip.integrations.accelerate import register

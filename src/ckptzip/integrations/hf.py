@@ -13,8 +13,14 @@ are ``.ckz``, and that resume with ``trainer.train(resume_from_checkpoint=...)``
 (``class MyTrainer(CkptzipTrainerMixin, Seq2SeqTrainer)``). In ``checkpoint-N/``, ``model.ckz``,
 ``optimizer.ckz``, ``scheduler.ckz`` and ``rng_state.ckz`` take the place of
 ``model.safetensors``, ``optimizer.pt``, ``scheduler.pt`` and ``rng_state.pth``; the config,
-tokenizer and ``trainer_state.json`` stay as they are. Every checkpoint is standalone (no delta),
-so the Trainer's rotation by ``save_total_limit`` may delete any of them. ``trainer.save_model()``
+tokenizer and ``trainer_state.json`` stay as they are. By default (lossless) every checkpoint is
+standalone, so the Trainer's rotation by ``save_total_limit`` may delete any of them.
+
+With deltas (``ckptzip_keyframe_every`` other than 1; a lossy ``ckptzip_mode`` needs them and
+makes them the default, a keyframe every 8) the weights and the optimizer state go together into
+``state.ckz``, coded against the previous checkpoint's, and the rotation keeps every checkpoint
+a kept one's chain needs (the newest and the best as the Trainer keeps them, then at most
+``save_total_limit``, beyond which only bases stay). ``trainer.save_model()``
 outside checkpoints still writes plain safetensors for ``from_pretrained``. Under DeepSpeed the
 engine's files (``global_stepN/``: its model and ZeRO optimizer states) go through ckptzip's
 DeepSpeed checkpoint engine (:mod:`ckptzip.integrations.deepspeed`), attached once the Trainer has
@@ -25,17 +31,28 @@ FSDP, XLA or SageMaker the Trainer's own files are written unchanged.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from typing import Any
 
 import torch
 
 from ..api import load, save
+from ..api import open as open_checkpoint
+from ..chain import resolve_relative, walk_chain
+from ..errors import ConfigError, Error
 from . import require, standalone_mode
 
 MODEL_FILE = "model.ckz"
 OPTIMIZER_FILE = "optimizer.ckz"
 SCHEDULER_FILE = "scheduler.ckz"
+#: With deltas: the weights and the optimizer state in one file (a lossy mode codes each weight
+#: with its Adam moments), coded against the previous checkpoint's.
+STATE_FILE = "state.ckz"
+#: The keyframe interval of a lossy mode's deltas when none is given (CheckpointManager's).
+LOSSY_KEYFRAME_EVERY = 8
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)$")
 
 #: The mixin's static base: the Trainer's attributes are dynamic to the type checker (they are
 #: there at run time, through the real Trainer class after the mixin in the MRO).
@@ -46,7 +63,10 @@ class CkptzipTrainerMixin(_TrainerBase):
     """Mix in before a ``transformers.Trainer`` class to compress its checkpoints.
 
     Extra keyword arguments: ``ckptzip_mode`` (default ``"lossless"``), ``ckptzip_threads`` and
-    ``ckptzip_options`` (a dict of the mode's options), passed to :func:`ckptzip.save`.
+    ``ckptzip_options`` (a dict of the mode's options), passed to :func:`ckptzip.save`;
+    ``ckptzip_keyframe_every``: ``"auto"`` (the default: 1, standalone files, for lossless; 8 for
+    a lossy mode), 1 (standalone), K > 1 (deltas, a keyframe every K checkpoints) or None
+    (deltas only after the first).
     """
 
     def __init__(
@@ -55,13 +75,33 @@ class CkptzipTrainerMixin(_TrainerBase):
         ckptzip_mode: str = "lossless",
         ckptzip_threads: int | None = None,
         ckptzip_options: dict[str, Any] | None = None,
+        ckptzip_keyframe_every: int | str | None = "auto",
         **kwargs: Any,
     ) -> None:
-        self.ckptzip_mode = standalone_mode(ckptzip_mode, "Hugging Face's Trainer")
+        if ckptzip_keyframe_every == "auto":
+            ckptzip_keyframe_every = 1 if ckptzip_mode == "lossless" else LOSSY_KEYFRAME_EVERY
+        if ckptzip_keyframe_every is not None and (
+                type(ckptzip_keyframe_every) is not int or ckptzip_keyframe_every < 1):
+            raise ConfigError(f"ckptzip_keyframe_every must be 'auto', a positive int or None, not "
+                              f"{ckptzip_keyframe_every!r}")
+        if ckptzip_keyframe_every == 1:
+            standalone_mode(ckptzip_mode, "Hugging Face's Trainer with ckptzip_keyframe_every=1")
+        self.ckptzip_mode = ckptzip_mode
+        self.ckptzip_keyframe_every: int | None = ckptzip_keyframe_every
         super().__init__(*args, **kwargs)
+        if not self._ckptzip_applies():  # DeepSpeed's engine or the Trainer writes the files
+            standalone_mode(ckptzip_mode, "Hugging Face's Trainer under DeepSpeed, FSDP, XLA or "
+                            "SageMaker (the engine or the Trainer writes each file on its own)")
         self.ckptzip_threads = ckptzip_threads
         self.ckptzip_options = dict(ckptzip_options or {})
         self._ckptzip_in_checkpoint = False
+        self._ckptzip_weights: dict[str, Any] | None = None  # held for state.ckz
+        self._ckptzip_resumed_from: str | None = None  # the checkpoint folder training resumed from
+        self._ckptzip_loaded: tuple[str, Any] | None = None  # a decoded state.ckz, until both parts are read
+
+    @property
+    def _ckptzip_deltas(self) -> bool:
+        return self.ckptzip_keyframe_every != 1
 
     def _ckptzip_applies(self) -> bool:
         """True on the single-process and DDP paths, where the Trainer writes plain torch files."""
@@ -72,7 +112,27 @@ class CkptzipTrainerMixin(_TrainerBase):
         )
 
     def _ckptzip_save(self, state: Any, path: str) -> None:
-        save(state, path, mode=self.ckptzip_mode, threads=self.ckptzip_threads, **self.ckptzip_options)
+        """A standalone file: lossless where deltas carry the lossy mode (the scheduler, RNG)."""
+        mode = "lossless" if self._ckptzip_deltas else self.ckptzip_mode
+        options = {} if self._ckptzip_deltas else self.ckptzip_options
+        save(state, path, mode=mode, threads=self.ckptzip_threads, **options)
+
+    def _ckptzip_save_state(self, output_dir: str, optimizer: dict[str, Any] | None) -> None:
+        """``state.ckz``: the held weights (and the optimizer's state), against the newest earlier
+        checkpoint's ``state.ckz`` whose chain is whole; marked resumed where training went on
+        from that one as decoded."""
+        assert self._ckptzip_weights is not None
+        state: dict[str, Any] = {"model": self._ckptzip_weights}
+        if optimizer is not None:
+            state["optimizer"] = optimizer
+        self._ckptzip_weights = None
+        base = _previous_state(output_dir)
+        resumed = base is not None and self._ckptzip_resumed_from is not None and (
+            os.path.samefile(os.path.dirname(base), self._ckptzip_resumed_from))
+        save(state, os.path.join(output_dir, STATE_FILE), mode=self.ckptzip_mode, base=base,
+             keyframe_every=self.ckptzip_keyframe_every, resumed=resumed,
+             threads=self.ckptzip_threads, **self.ckptzip_options)
+        self._ckptzip_resumed_from = None  # later checkpoints descend from the true state
 
     def _rng_file(self) -> str:
         world = self.args.world_size
@@ -101,16 +161,61 @@ class CkptzipTrainerMixin(_TrainerBase):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         self._ckptzip_attach_deepspeed()  # should a Trainer version build the scheduler otherwise
         self._ckptzip_in_checkpoint = self._ckptzip_applies()
+        deltas = self._ckptzip_in_checkpoint and self._ckptzip_deltas
+        limit = self.args.save_total_limit
+        if deltas:  # the Trainer's rotation knows no chains: this one runs after the save
+            self.args.save_total_limit = None
         try:
             super()._save_checkpoint(model, trial)
+            folder = self._ckptzip_checkpoint_folder(trial)
+            if deltas and self._ckptzip_weights is not None and self.args.should_save:
+                self._ckptzip_save_state(folder, None)  # save_only_model: no optimizer state
+            if deltas and self.args.should_save:
+                self._ckptzip_rotate(os.path.dirname(folder), limit)
         finally:
             self._ckptzip_in_checkpoint = False
+            self._ckptzip_weights = None
+            self.args.save_total_limit = limit
+
+    def _ckptzip_checkpoint_folder(self, trial: Any) -> str:
+        return os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+
+    def _ckptzip_rotate(self, run_dir: str, limit: int | None) -> None:
+        """The Trainer's rotation (``save_total_limit``; the newest and the best checkpoints
+        kept), except that a checkpoint whose ``state.ckz`` a kept one's chain needs stays."""
+        if limit is None or limit <= 0:
+            return
+        utils = require("transformers.trainer_utils", "transformers")
+        best = self.state.best_model_checkpoint
+        folders = utils.sort_checkpoints(run_dir, best_model_checkpoint=best)  # oldest first
+        protected = {folders[-1]} if folders else set()
+        if best is not None:
+            protected.add(os.path.normpath(best))
+        keep = max(limit, len(protected))
+        doomed, kept = [], list(folders)
+        for folder in folders:
+            if len(kept) <= keep:
+                break
+            if folder not in protected:
+                doomed.append(folder)
+                kept.remove(folder)
+        needed = {os.path.normpath(os.path.dirname(path)) for folder in kept
+                  for path in _chain(os.path.join(folder, STATE_FILE))}
+        for folder in reversed(doomed):  # newest first: a crash midway leaves whole chains
+            if os.path.normpath(folder) not in needed:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         super()._save(output_dir, state_dict)
         directory = output_dir if output_dir is not None else self.args.output_dir
         weights = os.path.join(directory, "model.safetensors")
-        if self._ckptzip_in_checkpoint and self.args.should_save and os.path.isfile(weights):
+        if self._ckptzip_in_checkpoint and self._ckptzip_deltas:
+            # held for state.ckz, with the optimizer's state: the model's own state dict, whose
+            # order is the optimizer's (a lossy mode pairs each weight with its moments by it)
+            self._ckptzip_weights = self.accelerator.unwrap_model(self.model).state_dict()
+            if self.args.should_save and os.path.isfile(weights):
+                os.remove(weights)
+        elif self._ckptzip_in_checkpoint and self.args.should_save and os.path.isfile(weights):
             from safetensors.torch import load_file
 
             self._ckptzip_save(load_file(weights), os.path.join(directory, MODEL_FILE))
@@ -120,7 +225,10 @@ class CkptzipTrainerMixin(_TrainerBase):
         if not self._ckptzip_in_checkpoint:
             super()._save_optimizer_and_scheduler(output_dir)
         elif self.args.should_save:
-            self._ckptzip_save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_FILE))
+            if self._ckptzip_deltas:
+                self._ckptzip_save_state(output_dir, self.optimizer.state_dict())
+            else:
+                self._ckptzip_save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_FILE))
             self._ckptzip_save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_FILE))
 
     def _save_rng_state(self, output_dir: str) -> None:
@@ -133,22 +241,45 @@ class CkptzipTrainerMixin(_TrainerBase):
             os.remove(written)
 
     # -- resuming -------------------------------------------------------------------------
+    def _ckptzip_state(self, checkpoint: str) -> Any:
+        """``checkpoint``'s ``state.ckz`` decoded (once for both the weights and the optimizer)."""
+        path = os.path.join(checkpoint, STATE_FILE)
+        if self._ckptzip_loaded is None or self._ckptzip_loaded[0] != path:
+            self._ckptzip_loaded = (path, load(path, threads=self.ckptzip_threads))
+        return self._ckptzip_loaded[1]
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         path = os.path.join(resume_from_checkpoint, MODEL_FILE)
-        if not os.path.isfile(path):
+        if os.path.isfile(os.path.join(resume_from_checkpoint, STATE_FILE)):
+            weights = self._ckptzip_state(resume_from_checkpoint)["model"]
+        elif os.path.isfile(path):
+            weights = load(path)
+        else:
             super()._load_from_checkpoint(resume_from_checkpoint, model)
             return
         target = model if model is not None else self.model
-        self._issue_warnings_after_load(target.load_state_dict(load(path), strict=False))
+        self._issue_warnings_after_load(target.load_state_dict(weights, strict=False))
 
     def _load_best_model(self) -> None:
         best = self.state.best_model_checkpoint
-        if best is not None and os.path.isfile(os.path.join(best, MODEL_FILE)):
+        if best is not None and any(os.path.isfile(os.path.join(best, name))
+                                    for name in (MODEL_FILE, STATE_FILE)):
             self._load_from_checkpoint(best)
+            self._ckptzip_loaded = None
         else:
             super()._load_best_model()
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, STATE_FILE)):
+            state = self._ckptzip_state(checkpoint)
+            self._ckptzip_loaded = None
+            if "optimizer" not in state:
+                raise Error(f"{os.path.join(checkpoint, STATE_FILE)} holds no optimizer state (it was "
+                            "saved with save_only_model); resume from a checkpoint that has one")
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_FILE)))
+            self._ckptzip_resumed_from = checkpoint  # the next delta goes on from it as decoded
+            return
         if checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_FILE)):
             super()._load_optimizer_and_scheduler(checkpoint)
             return
@@ -164,6 +295,49 @@ class CkptzipTrainerMixin(_TrainerBase):
         with tempfile.TemporaryDirectory() as scratch:
             torch.save(load(path), os.path.join(scratch, self._rng_file() + ".pth"))
             super()._load_rng_state(scratch)
+
+
+def _base_of(path: str) -> str | None:
+    """The base file ``path``'s header names (None: a keyframe)."""
+    with open_checkpoint(path) as checkpoint:
+        ref = checkpoint.header.base
+    return None if ref is None or ref.path is None else os.path.normpath(resolve_relative(path, ref.path))
+
+
+def _chain(path: str) -> list[str]:
+    """``path`` and its base chain's files, nearest first, as far as they can be read."""
+    def base_of(current: str) -> str | None:
+        try:
+            return _base_of(current)
+        except (Error, OSError):
+            return None
+
+    return walk_chain(path, base_of) if os.path.isfile(path) else []
+
+
+def _previous_state(folder: str) -> str | None:
+    """The newest ``state.ckz`` of a checkpoint before ``folder`` (same run directory) whose
+    chain is whole (every file there and readable): the base of ``folder``'s; None for a
+    keyframe."""
+    match = CHECKPOINT_FOLDER.search(os.path.basename(os.path.normpath(folder)))
+    run_dir = os.path.dirname(os.path.normpath(folder))
+    if match is None or not os.path.isdir(run_dir):
+        return None
+    earlier = []
+    for name in os.listdir(run_dir):
+        found = CHECKPOINT_FOLDER.fullmatch(name)
+        if found is not None and int(found.group(1)) < int(match.group(1)):
+            earlier.append((int(found.group(1)), os.path.join(run_dir, name, STATE_FILE)))
+    for _, path in sorted(earlier, reverse=True):
+        if not os.path.isfile(path):
+            continue
+        try:
+            chain = walk_chain(path, _base_of)
+        except (Error, OSError):
+            continue  # unreadable, or a base of it gone: an older one may do
+        if all(os.path.isfile(p) for p in chain):
+            return path
+    return None
 
 
 def __getattr__(name: str) -> Any:
