@@ -16,7 +16,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 CASES = {
     "plain_loop.py": (None, ["--steps", "8", "--every", "2"]),
-    "hf_trainer.py": ("transformers", ["--steps", "6"]),
+    "hf_trainer.py": ("transformers", ["--steps", "6", "--mode", "adaptive"]),
     "lightning_fit.py": ("lightning", ["--steps", "6"]),
     "accelerate_loop.py": ("accelerate", ["--steps", "4"]),
     "deepspeed_engine.py": ("deepspeed", ["--steps", "4"]),
