@@ -67,6 +67,25 @@ def test_hf_trainer_deltas_resume_bit_for_bit_and_rotation_keeps_their_chains(tm
     assert same_weights(full.model.state_dict(), resumed.model.state_dict())
 
 
+def test_hf_trainer_resumed_from_an_older_checkpoint_drops_the_deltas_it_writes_over(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Resumed from checkpoint-4 of a run that went on to 10, the run saves checkpoint-6 anew;
+    the old 8 and 10 were deltas through the old 6 and would no longer load (and
+    resume_from_checkpoint=True would pick 10): they go, with a log line each, newest first."""
+    pytest.importorskip("transformers")
+    options = {"ckptzip_keyframe_every": None}  # deltas only: 2 <- 4 <- 6 <- 8 <- 10
+    tiny_gpt_trainer(str(tmp_path), options, max_steps=10).train()
+    assert base_of(tmp_path / "checkpoint-10" / "state.ckz") == "../checkpoint-8/state.ckz"
+    with caplog.at_level("WARNING", logger="ckptzip"):
+        tiny_gpt_trainer(str(tmp_path), options, max_steps=6).train(
+            resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    dropped = [r.getMessage() for r in caplog.records if "delta chain goes through" in r.getMessage()]
+    assert [m.split(":")[1].strip().rsplit("/", 1)[-1] for m in dropped] == ["checkpoint-10", "checkpoint-8"]
+    for step in (2, 4, 6):  # every checkpoint left loads
+        assert ckptzip.load(tmp_path / f"checkpoint-{step}" / "state.ckz").keys() == {"model", "optimizer"}
+
+
 def test_hf_trainer_lossy_mode_writes_deltas_marked_resumed_after_a_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers")

@@ -30,6 +30,7 @@ FSDP, XLA or SageMaker the Trainer's own files are written unchanged.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -52,7 +53,9 @@ SCHEDULER_FILE = "scheduler.ckz"
 STATE_FILE = "state.ckz"
 #: The keyframe interval of a lossy mode's deltas when none is given (CheckpointManager's).
 LOSSY_KEYFRAME_EVERY = 8
-CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)$")
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
+
+log = logging.getLogger("ckptzip")
 
 #: The mixin's static base: the Trainer's attributes are dynamic to the type checker (they are
 #: there at run time, through the real Trainer class after the mixin in the MRO).
@@ -126,6 +129,7 @@ class CkptzipTrainerMixin(_TrainerBase):
         if optimizer is not None:
             state["optimizer"] = optimizer
         self._ckptzip_weights = None
+        _drop_dependents(output_dir)
         base = _previous_state(output_dir)
         resumed = base is not None and self._ckptzip_resumed_from is not None and (
             os.path.samefile(os.path.dirname(base), self._ckptzip_resumed_from))
@@ -188,21 +192,21 @@ class CkptzipTrainerMixin(_TrainerBase):
         utils = require("transformers.trainer_utils", "transformers")
         best = self.state.best_model_checkpoint
         folders = utils.sort_checkpoints(run_dir, best_model_checkpoint=best)  # oldest first
-        protected = {folders[-1]} if folders else set()
+        protected = {os.path.abspath(folders[-1])} if folders else set()
         if best is not None:
-            protected.add(os.path.normpath(best))
+            protected.add(os.path.abspath(best))
         keep = max(limit, len(protected))
         doomed, kept = [], list(folders)
         for folder in folders:
             if len(kept) <= keep:
                 break
-            if folder not in protected:
+            if os.path.abspath(folder) not in protected:
                 doomed.append(folder)
                 kept.remove(folder)
-        needed = {os.path.normpath(os.path.dirname(path)) for folder in kept
+        needed = {os.path.abspath(os.path.dirname(path)) for folder in kept
                   for path in _chain(os.path.join(folder, STATE_FILE))}
         for folder in reversed(doomed):  # newest first: a crash midway leaves whole chains
-            if os.path.normpath(folder) not in needed:
+            if os.path.abspath(folder) not in needed:
                 shutil.rmtree(folder, ignore_errors=True)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
@@ -315,20 +319,44 @@ def _chain(path: str) -> list[str]:
     return walk_chain(path, base_of) if os.path.isfile(path) else []
 
 
+def _drop_dependents(folder: str) -> None:
+    """Before ``folder``'s ``state.ckz`` is written again (a run resumed from an earlier
+    checkpoint saves over the later ones it left), delete the later checkpoints whose chains go
+    through it: they would no longer load, and ``resume_from_checkpoint=True`` would pick the
+    newest of them. Newest first, so that a crash midway leaves whole chains."""
+    own = os.path.abspath(os.path.join(folder, STATE_FILE))
+    if not os.path.isfile(own):
+        return
+    for later in reversed(_checkpoints(os.path.dirname(os.path.dirname(own)), after=folder)):
+        if own in map(os.path.abspath, _chain(os.path.join(later, STATE_FILE))[1:]):
+            log.warning("ckptzip: deleting %s: its delta chain goes through %s, which this run "
+                        "writes anew", later, folder)
+            shutil.rmtree(later, ignore_errors=True)
+
+
+def _checkpoints(run_dir: str, *, before: str | None = None, after: str | None = None) -> list[str]:
+    """The ``checkpoint-N`` folders of ``run_dir``, by step, those before or after the step of
+    the folder named ``before`` or ``after`` only."""
+    def step(name: str | None, default: int) -> int:
+        found = None if name is None else CHECKPOINT_FOLDER.fullmatch(
+            os.path.basename(os.path.normpath(name)))
+        return default if found is None else int(found.group(1))
+
+    if not os.path.isdir(run_dir):
+        return []
+    low, high = step(after, -1), step(before, 1 << 62)
+    folders = sorted((step(name, -1), os.path.join(run_dir, name)) for name in os.listdir(run_dir))
+    return [path for number, path in folders if number >= 0 and low < number < high]
+
+
 def _previous_state(folder: str) -> str | None:
     """The newest ``state.ckz`` of a checkpoint before ``folder`` (same run directory) whose
     chain is whole (every file there and readable): the base of ``folder``'s; None for a
     keyframe."""
-    match = CHECKPOINT_FOLDER.search(os.path.basename(os.path.normpath(folder)))
-    run_dir = os.path.dirname(os.path.normpath(folder))
-    if match is None or not os.path.isdir(run_dir):
+    if CHECKPOINT_FOLDER.fullmatch(os.path.basename(os.path.normpath(folder))) is None:
         return None
-    earlier = []
-    for name in os.listdir(run_dir):
-        found = CHECKPOINT_FOLDER.fullmatch(name)
-        if found is not None and int(found.group(1)) < int(match.group(1)):
-            earlier.append((int(found.group(1)), os.path.join(run_dir, name, STATE_FILE)))
-    for _, path in sorted(earlier, reverse=True):
+    for earlier in reversed(_checkpoints(os.path.dirname(os.path.normpath(folder)), before=folder)):
+        path = os.path.join(earlier, STATE_FILE)
         if not os.path.isfile(path):
             continue
         try:
