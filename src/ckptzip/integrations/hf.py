@@ -132,7 +132,7 @@ class CkptzipTrainerMixin(_TrainerBase):
         _drop_dependents(output_dir)
         base = _previous_state(output_dir)
         resumed = base is not None and self._ckptzip_resumed_from is not None and (
-            os.path.samefile(os.path.dirname(base), self._ckptzip_resumed_from))
+            os.path.abspath(os.path.dirname(base)) == os.path.abspath(self._ckptzip_resumed_from))
         save(state, os.path.join(output_dir, STATE_FILE), mode=self.ckptzip_mode, base=base,
              keyframe_every=self.ckptzip_keyframe_every, resumed=resumed,
              threads=self.ckptzip_threads, **self.ckptzip_options)
