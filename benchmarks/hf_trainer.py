@@ -142,6 +142,11 @@ def decoded_weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+def is_delta(path: Path) -> bool:
+    with ckptzip.open(path) as checkpoint:
+        return checkpoint.header.base is not None
+
+
 def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[str, Any]:
     import transformers
 
@@ -160,13 +165,15 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
     sizes = [sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) for folder in folders]
     state_sizes = [sum((folder / n).stat().st_size for n in STATE_FILES if (folder / n).exists())
                    for folder in folders]
+    deltas = [(folder / "state.ckz").exists() and is_delta(folder / "state.ckz") for folder in folders]
     trained = evaluate(trainer.model, held_rows)
     decoded = make_model()
     missing, unexpected = decoded.load_state_dict(decoded_weights(folders[-1]), strict=False)
     assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
     raw = sum(p.numel() * 4 * 3 for p in trainer.model.parameters() if p.requires_grad)
     return {
-        "arm": name, "checkpoints": len(folders), "folder_bytes": sizes, "state_bytes": state_sizes,
+        "arm": name, "checkpoints": len(folders), "delta": deltas, "folder_bytes": sizes,
+        "state_bytes": state_sizes,
         "raw_state_bytes": raw, "save_seconds": trainer.save_seconds,
         "val_loss_trained": trained, "val_loss_decoded_last": evaluate(decoded, held_rows),
     }
@@ -194,19 +201,24 @@ def main() -> None:
              "", info_markdown(info), "",
              f"{args.steps} steps, a checkpoint every {args.every}; raw state = fp32 weights and "
              "Adam's two moments of the trained parameters.", "",
-             "| arm | first folder (bytes) | later folders, mean (bytes) | weights + optimizer files, "
-             "mean (bytes) | raw state / mean folder | save s, mean [min, max] | val loss: trained "
-             "/ decoded last checkpoint |",
+             "| arm | standalone folders: n, mean bytes | delta folders: n, mean bytes | raw state / "
+             "mean delta folder | raw state / mean folder | save s: standalone / deltas "
+             "[min, max] | val loss: trained / decoded last |",
              "|---|---:|---:|---:|---:|---|---|"]
     for r in results:
-        later = r["folder_bytes"][1:] or r["folder_bytes"]
-        seconds = r["save_seconds"]
+        whole = [b for b, d in zip(r["folder_bytes"], r["delta"]) if not d]
+        delta = [b for b, d in zip(r["folder_bytes"], r["delta"]) if d]
+        whole_s = [t for t, d in zip(r["save_seconds"], r["delta"]) if not d]
+        delta_s = [t for t, d in zip(r["save_seconds"], r["delta"]) if d]
+        raw = r["raw_state_bytes"]
         lines.append(
-            f"| {r['arm']} | {r['folder_bytes'][0]:,} | {statistics.mean(later):,.0f} | "
-            f"{statistics.mean(r['state_bytes']):,.0f} | "
-            f"{r['raw_state_bytes'] / statistics.mean(r['folder_bytes']):.1f}x | "
-            f"{statistics.mean(seconds):.3f} [{min(seconds):.3f}, {max(seconds):.3f}] | "
-            f"{r['val_loss_trained']:.4f} / {r['val_loss_decoded_last']:.4f} |")
+            f"| {r['arm']} | {len(whole)}, {statistics.mean(whole):,.0f} | "
+            + (f"{len(delta)}, {statistics.mean(delta):,.0f} | {raw / statistics.mean(delta):.1f}x | "
+               if delta else "-, - | - | ")
+            + f"{raw / statistics.mean(r['folder_bytes']):.1f}x | {statistics.mean(whole_s):.3f} / "
+            + (f"{statistics.mean(delta_s):.3f} [{min(delta_s):.3f}, {max(delta_s):.3f}]"
+               if delta_s else "-")
+            + f" | {r['val_loss_trained']:.4f} / {r['val_loss_decoded_last']:.4f} |")
     write_results("hf_trainer-quick" if args.quick else "hf_trainer", "\n".join(lines) + "\n",
                   {"info": info, "steps": args.steps, "every": args.every, "results": results},
                   args.out)

@@ -28,6 +28,8 @@ def test_hf_trainer_benchmark_quick(tmp_path: Path) -> None:
         assert r["val_loss_trained"] == results["hf"]["val_loss_trained"]  # the same training
     for arm in ("hf", "lossless", "lossless-deltas"):  # bit-exact checkpoints
         assert results[arm]["val_loss_decoded_last"] == results[arm]["val_loss_trained"]
+    assert results["lossless"]["delta"] == [False] * 4  # standalone; the others: deltas after a keyframe
+    assert results["lossless-deltas"]["delta"] == results["adaptive"]["delta"] == [False, True, True, True]
     adaptive = results["adaptive"]
     assert abs(adaptive["val_loss_decoded_last"] / adaptive["val_loss_trained"] - 1) < 0.01
     later = {arm: sum(r["state_bytes"][1:]) for arm, r in results.items()}
