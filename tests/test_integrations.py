@@ -86,6 +86,26 @@ def test_hf_trainer_resumed_from_an_older_checkpoint_drops_the_deltas_it_writes_
         assert ckptzip.load(tmp_path / f"checkpoint-{step}" / "state.ckz").keys() == {"model", "optimizer"}
 
 
+def test_hf_trainer_keeps_the_best_checkpoints_chain_at_the_end(tmp_path: Path) -> None:
+    """Under save_total_limit=1 the Trainer deletes every checkpoint but the best when training
+    ends; with deltas the best one's chain stays, and loads."""
+    pytest.importorskip("transformers")
+    held = [{"input_ids": x, "labels": x}
+            for x in torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(5))]
+    trainer = tiny_gpt_trainer(
+        str(tmp_path), {"ckptzip_mode": "adaptive", "eval_dataset": held}, max_steps=10,
+        save_total_limit=1, eval_strategy="steps", eval_steps=2, load_best_model_at_end=True,
+        metric_for_best_model="loss")
+    trainer.train()
+    best = Path(trainer.state.best_model_checkpoint)
+    chain = [best.name]
+    while (base := base_of(tmp_path / chain[-1] / "state.ckz")) is not None:
+        chain.append(Path(base).parent.name)
+    assert len(chain) > 1 and sorted(os.listdir(tmp_path)) == sorted(chain)  # nothing else
+    decoded = ckptzip.load(best / "state.ckz")["model"]
+    assert all(torch.equal(decoded[k], v) for k, v in trainer.model.state_dict().items())
+
+
 def test_hf_trainer_lossy_mode_writes_deltas_marked_resumed_after_a_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers")

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 
 
-def tiny_gpt_trainer(directory: str, ckptzip: dict[str, Any] | None = None, **arguments: Any) -> Any:
-    """A ``CkptzipTrainer`` saving every 2 steps into ``directory``; ``ckptzip`` holds its own
-    arguments (``ckptzip_mode``, ...), ``arguments`` go to ``TrainingArguments`` (``max_steps``
-    among them)."""
+def tiny_gpt_trainer(directory: str, trainer_options: dict[str, Any] | None = None,
+                     **arguments: Any) -> Any:
+    """A ``CkptzipTrainer`` saving every 2 steps into ``directory``; ``trainer_options`` are the
+    trainer's own keyword arguments (``ckptzip_mode``, ``eval_dataset``, ...), ``arguments`` go
+    to ``TrainingArguments`` (``max_steps`` among them)."""
     import transformers
 
     from ckptzip.integrations.hf import CkptzipTrainer
@@ -26,4 +27,4 @@ def tiny_gpt_trainer(directory: str, ckptzip: dict[str, Any] | None = None, **ar
     args = transformers.TrainingArguments(
         directory, per_device_train_batch_size=4, save_steps=2, use_cpu=True, report_to=[],
         disable_tqdm=True, seed=3, **arguments)
-    return CkptzipTrainer(model=model, args=args, train_dataset=data, **(ckptzip or {}))
+    return CkptzipTrainer(model=model, args=args, train_dataset=data, **(trainer_options or {}))

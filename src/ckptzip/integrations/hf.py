@@ -181,6 +181,26 @@ class CkptzipTrainerMixin(_TrainerBase):
             self._ckptzip_weights = None
             self.args.save_total_limit = limit
 
+    def _finalize_training(self, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's, except with deltas its last clean-up (under ``save_total_limit=1``
+        every checkpoint but the best is deleted) keeps the best one's chain too."""
+        limit = self.args.save_total_limit
+        deltas = self._ckptzip_deltas and self._ckptzip_applies() and limit == 1
+        if deltas:
+            self.args.save_total_limit = None
+        try:
+            result = super()._finalize_training(trial, *args, **kwargs)
+        finally:
+            self.args.save_total_limit = limit
+        best = self.state.best_model_checkpoint
+        if deltas and best is not None and self.args.should_save:
+            needed = {os.path.abspath(best)} | {os.path.abspath(os.path.dirname(path))
+                                                for path in _chain(os.path.join(best, STATE_FILE))}
+            for folder in reversed(_checkpoints(self._get_output_dir(trial=trial))):
+                if os.path.abspath(folder) not in needed:  # newest first, as the rotation
+                    shutil.rmtree(folder, ignore_errors=True)
+        return result
+
     def _ckptzip_checkpoint_folder(self, trial: Any) -> str:
         return os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
 
