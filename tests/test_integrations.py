@@ -86,6 +86,13 @@ def test_hf_trainer_resumed_from_an_older_checkpoint_drops_the_deltas_it_writes_
         assert ckptzip.load(tmp_path / f"checkpoint-{step}" / "state.ckz").keys() == {"model", "optimizer"}
 
 
+def test_hf_trainer_deltas_refuse_a_hub_upload_of_the_last_folder_alone(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    hub = {"push_to_hub": True, "hub_model_id": "nobody/nothing", "max_steps": 1}
+    with pytest.raises(ckptzip.ConfigError, match="all_checkpoints"):  # before any upload is tried
+        tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": "adaptive"}, hub_strategy="checkpoint", **hub)
+
+
 def test_hf_trainer_keeps_the_best_checkpoints_chain_at_the_end(tmp_path: Path) -> None:
     """Under save_total_limit=1 the Trainer deletes every checkpoint but the best when training
     ends; with deltas the best one's chain stays, and loads."""

@@ -89,12 +89,22 @@ class CkptzipTrainerMixin(_TrainerBase):
                               f"{ckptzip_keyframe_every!r}")
         if ckptzip_keyframe_every == 1:
             standalone_mode(ckptzip_mode, "Hugging Face's Trainer with ckptzip_keyframe_every=1")
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        strategy = getattr(training_args, "hub_strategy", None)
+        if (ckptzip_keyframe_every != 1 and getattr(training_args, "push_to_hub", False)
+                and str(getattr(strategy, "value", strategy)) == "checkpoint"):  # before any upload
+            raise ConfigError(
+                "hub_strategy='checkpoint' uploads the newest checkpoint folder alone (as "
+                "last-checkpoint), and with ckptzip's deltas its state.ckz needs the folders before "
+                "it: use hub_strategy='all_checkpoints', or ckptzip_keyframe_every=1 (lossless, "
+                "standalone checkpoints)")
         self.ckptzip_mode = ckptzip_mode
         self.ckptzip_keyframe_every: int | None = ckptzip_keyframe_every
         super().__init__(*args, **kwargs)
         if not self._ckptzip_applies():  # DeepSpeed's engine or the Trainer writes the files
             standalone_mode(ckptzip_mode, "Hugging Face's Trainer under DeepSpeed, FSDP, XLA or "
                             "SageMaker (the engine or the Trainer writes each file on its own)")
+
         self.ckptzip_threads = ckptzip_threads
         self.ckptzip_options = dict(ckptzip_options or {})
         self._ckptzip_in_checkpoint = False
