@@ -624,3 +624,25 @@ def test_bitsnap_measures_its_stage_on_the_pool_and_the_same_on_any_count(
         torch.set_num_threads(torch_threads)
     assert stages[0] == stages[1] == stages[2] and stages[0].rel_update > 0
     assert stored[0] == stored[1] == stored[2]
+
+
+def test_rank_threads_share_the_node_among_its_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers that run in every rank at once (DCP's, DeepSpeed's engine) default to the node's
+    cores over torchrun's LOCAL_WORLD_SIZE, never fewer than one."""
+    from ckptzip import parallel
+    from ckptzip.dcp import CompressedWriter
+
+    monkeypatch.setattr(parallel, "cpu_count", lambda: 96)
+    for local, expected in (("8", 12), ("1", 96), ("200", 1), ("junk", 96), (None, 96)):
+        if local is None:
+            monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        else:
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+        assert parallel.rank_threads() == expected
+        assert CompressedWriter("unused").threads == expected
+    try:
+        from ckptzip.integrations.deepspeed import CkptzipCheckpointEngine
+    except ckptzip.DependencyError:
+        return
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert CkptzipCheckpointEngine().threads == 12 and CkptzipCheckpointEngine(threads=3).threads == 3

@@ -49,7 +49,7 @@ from .api import save
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
 from .modes import policy_for
 from .objstore import StorageOptions
-from .parallel import cpu_count, resolve_threads
+from .parallel import rank_threads, resolve_threads
 from .reader import CheckpointFile
 from .storage import exists, is_url
 from .tree import flat_items, flat_tree, leaf_index, unflatten
@@ -81,16 +81,6 @@ def item_key(index: MetadataIndex) -> str:
     if index.offset is None:
         return index.fqn
     return f"{index.fqn}@{','.join(str(o) for o in index.offset)}"
-
-
-def default_threads() -> int:
-    """Cores per rank: every core this process may use, shared among the ranks of its node
-    (torchrun's ``LOCAL_WORLD_SIZE``)."""
-    try:
-        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        local_ranks = 1
-    return max(1, cpu_count() // local_ranks)
 
 
 def _committed(directory: str, rank: int | None, storage_options: StorageOptions = None) -> bool:
@@ -152,7 +142,7 @@ class CompressedWriter(FileSystemWriter):
         self.storage_options = storage_options
         _on_store(self, path, storage_options)
         self.mode = mode
-        self.threads = default_threads() if threads is None else resolve_threads(threads)
+        self.threads = rank_threads() if threads is None else resolve_threads(threads)
         self.base = None if base is None else os.fspath(base)
         self.keyframe_every = keyframe_every
         self.is_coordinator = False
@@ -247,7 +237,7 @@ class CompressedReader(FileSystemReader):
         super().__init__(path)
         self.storage_options = storage_options
         _on_store(self, path, storage_options)
-        self.threads = default_threads() if threads is None else resolve_threads(threads)
+        self.threads = rank_threads() if threads is None else resolve_threads(threads)
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:

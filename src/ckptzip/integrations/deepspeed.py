@@ -39,6 +39,7 @@ import torch
 from ..api import load, save
 from ..container import MAGIC
 from ..errors import DependencyError, Error, FormatError
+from ..parallel import rank_threads
 from ..storage import atomic_write
 from . import standalone_mode
 
@@ -149,7 +150,9 @@ def is_ckptzip_file(path: str) -> bool:
 
 class CkptzipCheckpointEngine(CheckpointEngine):
     """DeepSpeed's checkpoint engine interface over :func:`ckptzip.save`/:func:`ckptzip.load`.
-    Each file is written atomically, so ``commit`` has nothing left to do."""
+    Each file is written atomically, so ``commit`` has nothing left to do. ``threads``: per rank;
+    None shares the cores of the node among its ranks (torchrun's ``LOCAL_WORLD_SIZE``), as every
+    rank saves its partition at once."""
 
     def __init__(
         self, config_params: Any = None, *, mode: str = "lossless", threads: int | None = None,
@@ -158,7 +161,8 @@ class CkptzipCheckpointEngine(CheckpointEngine):
         super().__init__(config_params)
         self.name = "CkptzipCheckpointEngine"
         self.mode = standalone_mode(mode, "DeepSpeed's checkpoint engine")
-        self.threads = threads
+        # every rank saves its partition at once: by default they share the node's cores
+        self.threads = rank_threads() if threads is None else threads
         self.mode_options = mode_options
 
     def create(self, info: Any) -> None:
