@@ -204,11 +204,9 @@ class CkptzipTrainerMixin(_TrainerBase):
             self.args.save_total_limit = limit
         best = self.state.best_model_checkpoint
         if deltas and best is not None and self.args.should_save:
-            needed = {os.path.abspath(best)} | {os.path.abspath(os.path.dirname(path))
-                                                for path in _chain(os.path.join(best, STATE_FILE))}
-            for folder in reversed(_checkpoints(self._get_output_dir(trial=trial))):
-                if os.path.abspath(folder) not in needed:  # newest first, as the rotation
-                    shutil.rmtree(folder, ignore_errors=True)
+            others = [folder for folder in _checkpoints(self._get_output_dir(trial=trial))
+                      if os.path.abspath(folder) != os.path.abspath(best)]
+            _delete_unneeded(others, kept=[best])
         return result
 
     def _ckptzip_checkpoint_folder(self, trial: Any) -> str:
@@ -233,11 +231,7 @@ class CkptzipTrainerMixin(_TrainerBase):
             if os.path.abspath(folder) not in protected:
                 doomed.append(folder)
                 kept.remove(folder)
-        needed = {os.path.abspath(os.path.dirname(path)) for folder in kept
-                  for path in _chain(os.path.join(folder, STATE_FILE))}
-        for folder in reversed(doomed):  # newest first: a crash midway leaves whole chains
-            if os.path.abspath(folder) not in needed:
-                shutil.rmtree(folder, ignore_errors=True)
+        _delete_unneeded(doomed, kept)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         super()._save(output_dir, state_dict)
@@ -347,6 +341,17 @@ def _chain(path: str) -> list[str]:
             return None
 
     return walk_chain(path, base_of) if os.path.isfile(path) else []
+
+
+def _delete_unneeded(doomed: list[str], kept: list[str]) -> None:
+    """Delete the ``doomed`` checkpoint folders (oldest first in the list), except those the
+    chain of a ``kept`` one's ``state.ckz`` needs; newest first, so that a crash midway leaves
+    whole chains."""
+    needed = {os.path.abspath(os.path.dirname(path)) for folder in kept
+              for path in _chain(os.path.join(folder, STATE_FILE))}
+    for folder in reversed(doomed):
+        if os.path.abspath(folder) not in needed:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _drop_dependents(folder: str) -> None:
