@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import importlib
 import os
 import shutil
 import sys
@@ -56,26 +57,22 @@ except ImportError:
 OBJECT_TAG = "__ckptzip_deepspeed_object__"
 
 
+#: Where the DeepSpeed classes its states hold are defined, and their names.
+OBJECT_SOURCES = (
+    ("deepspeed.runtime.fp16.loss_scaler", ("LossScaler", "DynamicLossScaler")),
+    ("deepspeed.utils.tensor_fragment", ("fragment_address",)),
+    ("deepspeed.runtime.zero.config", ("ZeroStageEnum",)),
+)
+
+
 def _known_classes() -> dict[str, type]:
     classes: list[type] = []
-    try:
-        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-
-        classes += [LossScaler, DynamicLossScaler]
-    except ImportError:  # another DeepSpeed's layout: its states will name what they hold
-        pass
-    try:
-        from deepspeed.utils.tensor_fragment import fragment_address
-
-        classes.append(fragment_address)
-    except ImportError:
-        pass
-    try:
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-
-        classes.append(ZeroStageEnum)
-    except ImportError:
-        pass
+    for module_name, names in OBJECT_SOURCES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # another DeepSpeed's layout: its states will name what they hold
+            continue
+        classes += [getattr(module, name) for name in names if hasattr(module, name)]
     return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in classes}
 
 
