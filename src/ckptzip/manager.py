@@ -15,6 +15,7 @@ other's bases. A URL (``s3://bucket/run3``) is a bucket prefix, held with a leas
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import re
 import threading
@@ -25,18 +26,21 @@ from typing import Any
 import torch
 
 from .api import load, save
-from .chain import resolve_relative, walk_chain
+from .chain import Base, resolve_relative, walk_chain
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
+from .held import HeldCheckpoint, available_memory, hold_loaded, hold_written, open_held_base
 from .modes import policy_for
 from .objstore import StorageOptions
 from .planning import Prepared, prepare
-from .reader import CheckpointFile, open_base
+from .reader import CheckpointFile
 from .snapshot import DeviceSnapshot, device_snapshot, snapshot
 from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers of this module
 from .storage import is_url, open_directory
 from .tree import Leaf, flatten
 from .writer import SaveReport
+
+log = logging.getLogger("ckptzip")
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
 #: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
@@ -84,6 +88,13 @@ class CheckpointManager:
     losslessly, logged, and counted in :attr:`guard_rewrites`. It runs where the write runs (in
     the background for async saves), on a state training no longer touches: ``fn`` must not use
     the live model (load the state into a copy).
+
+    ``cache_decoded``: hold the newest checkpoint as decoded in host memory (one state's raw
+    bytes, :mod:`ckptzip.held`), so that the next delta takes its base from there instead of
+    decoding the base's chain file by file (a save at chain depth ``d`` otherwise decodes ``d``
+    files first). The files written are the same bytes either way. ``None`` (the default) holds
+    it while the state is at most a quarter of the host memory available then, ``True`` always,
+    ``False`` never.
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class CheckpointManager:
         max_gap: float = 0.005,
         storage_options: StorageOptions = None,
         lease_seconds: float | None = None,
+        cache_decoded: bool | None = None,
         **mode_options: Any,
     ) -> None:
         if guard is not None and mode == "lossless":
@@ -111,6 +123,11 @@ class CheckpointManager:
             raise ConfigError(f"max_pending must be a positive int, not {max_pending!r}")
         if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
             raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
+        if cache_decoded is not None and not isinstance(cache_decoded, bool):
+            raise ConfigError(f"cache_decoded must be True, False or None, not {cache_decoded!r}")
+        self.cache_decoded = cache_decoded
+        #: The newest checkpoint this manager wrote or restored, as decoded (see cache_decoded).
+        self._held: HeldCheckpoint | None = None
         # a bad mode or option fails here, not in the background
         self._policy = policy_for(mode, **mode_options)
         self.storage_options = storage_options
@@ -156,7 +173,7 @@ class CheckpointManager:
         self._slots.acquire()  # back-pressure: wait while max_pending saves are under way
         if not self.async_save:
             try:
-                self._write(step, state, resumed_from)
+                self._write(step, state, resumed_from, snapshot=False)
             finally:
                 self._slots.release()
             return
@@ -198,6 +215,9 @@ class CheckpointManager:
             state = load(path, map_location=map_location, threads=self.threads,
                          storage_options=self.storage_options)
             self._restored = step
+            if self._holds(sum(leaf.nbytes for leaf in flatten(state)[1])):
+                # the next delta is coded against this step as decoded: take it from here
+                self._held = hold_loaded(path, state, storage_options=self.storage_options)
             return state
         finally:
             with self._headers_lock:
@@ -306,8 +326,7 @@ class CheckpointManager:
         """Run the lossy transforms where the tensors are, then copy to the host only what will
         be stored (codes and untransformed leaves): less to copy and to hold than the state."""
         path = self._base_for(step)
-        base = (open_base(path, threads=self.threads, storage_options=self.storage_options)
-                if path is not None else None)
+        base = self._open_base(path, self._held)
         try:
             prepared = prepare(state, mode=self.mode, base=base,
                                keyframe_every=self.keyframe_every, mode_options=self.mode_options,
@@ -317,14 +336,53 @@ class CheckpointManager:
             if base is not None:
                 base.close()
             raise
-        if base is not None and prepared.base is None:  # a keyframe after all
+        if isinstance(base, Base) and prepared.base is None:  # a keyframe after all
             base.close()
         return host
 
-    def _write(self, step: int, state: Any, resumed_from: int | None = None) -> SaveReport:
+    def _open_base(self, path: str | None, held: HeldCheckpoint | None) -> Base | None:
+        """The base at ``path`` for a save, its decoded tensors taken from ``held`` where that is
+        the same checkpoint (see cache_decoded)."""
+        if path is None:
+            return None
+        return open_held_base(path, held if held is not None and held.location == path else None,
+                              threads=self.threads, storage_options=self.storage_options)
+
+    def _hold(self, path: str, state: Any, held: HeldCheckpoint | None, *, snapshot: bool) -> None:
+        """Hold what the checkpoint just written at ``path`` decodes to, for the next delta
+        (``held``, the one before, is consumed), where cache_decoded says to. ``state``: what
+        was saved (a snapshot when ``snapshot``, else the caller's state, whose exactly stored
+        tensors are then copied; a prepared state's transformed tensors are decoded)."""
+        if isinstance(state, Prepared):  # a transformed leaf's tensor holds its codes
+            size = sum(leaf.nbytes for leaf in state.leaves)
+            leaves = [leaf for i, leaf in enumerate(state.leaves) if i not in state.encoded]
+        else:
+            leaves = flatten(state)[1]
+            size = sum(leaf.nbytes for leaf in leaves)
+        if self._holds(size):
+            self._held = hold_written(path, {leaf.name: leaf for leaf in leaves}, held,
+                                      copy=not snapshot, threads=self.threads,
+                                      storage_options=self.storage_options)
+
+    def _holds(self, size: int) -> bool:
+        """Whether to hold a checkpoint of a state of ``size`` raw bytes as decoded."""
+        if self.cache_decoded is not None:
+            return self.cache_decoded
+        available = available_memory()
+        if available is not None and size > available // 4:
+            log.info("%s: not holding the newest checkpoint as decoded: the state (%d MB) is over "
+                     "a quarter of the host memory available (%d MB); each delta decodes its base "
+                     "chain instead (cache_decoded=True holds it anyway)",
+                     self.directory, size >> 20, available >> 20)
+            return False
+        return True
+
+    def _write(self, step: int, state: Any, resumed_from: int | None = None, *,
+               snapshot: bool = True) -> SaveReport:
         """Compress ``state`` as ``step`` against the newest earlier restorable step (unless it is
         prepared, and so planned against its base already), then prune. ``resumed_from``: the
-        step the state was trained from as decoded (-1: its base, whichever), or None."""
+        step the state was trained from as decoded (-1: its base, whichever), or None.
+        ``snapshot``: ``state`` is the manager's own copy (else the caller's)."""
         true_state = None  # what the guard scores the checkpoint against
         if isinstance(state, DeviceSnapshot):
             with state.background():
@@ -337,25 +395,29 @@ class CheckpointManager:
         self._home.check()  # a lost lease: another manager may be writing the prefix now
         path = self._path(step)
         base = self._base_for(step)
+        held, self._held = self._held, None  # consumed here: a failure leaves nothing held
+        if self.cache_decoded is False:
+            held = None
         if isinstance(state, Prepared):
             report = save(state, path, threads=self.threads, metadata={"step": step},
                           storage_options=self.storage_options)
         else:
             true_state = state
             report = save(
-                state, path, mode=self.mode, base=base,
+                state, path, mode=self.mode, base=self._open_base(base, held),
                 threads=self.threads, metadata={"step": step}, keyframe_every=self.keyframe_every,
                 resumed=self._resumed(base, resumed_from), storage_options=self.storage_options,
                 **self.mode_options,
             )
         if self.guard is not None and true_state is not None:
-            report = self._guard(step, path, base, true_state, report)
+            report = self._guard(step, path, base, held, true_state, report)
+        self._hold(path, state, held, snapshot=snapshot)
         if self.keep_last is not None:
             self._prune(self.keep_last)
         return report
 
-    def _guard(self, step: int, path: str, base: str | None, true_state: Any,
-               report: SaveReport) -> SaveReport:
+    def _guard(self, step: int, path: str, base: str | None, held: HeldCheckpoint | None,
+               true_state: Any, report: SaveReport) -> SaveReport:
         """Score a lossy checkpoint as decoded against ``true_state``; rewrite it losslessly
         (against the same base) when the guard says so. Keyframes are lossless: not scored."""
         assert self.guard is not None
@@ -367,12 +429,18 @@ class CheckpointManager:
         rewritten: list[SaveReport] = []
 
         def rewrite() -> None:
-            rewritten.append(save(true_state, path, mode="lossless", base=base, threads=self.threads,
+            rewritten.append(save(true_state, path, mode="lossless",
+                                  base=self._open_base(base, held), threads=self.threads,
                                   metadata={"step": step, "guard": "rewritten lossless"},
                                   storage_options=options))
 
-        self.guard.check(step, true_state, load(path, threads=self.threads, storage_options=options),
-                         rewrite)
+        decoded_base = self._open_base(base, held)
+        try:
+            decoded = load(path, threads=self.threads, base=decoded_base, storage_options=options)
+        finally:
+            if decoded_base is not None:
+                decoded_base.close()
+        self.guard.check(step, true_state, decoded, rewrite)
         return rewritten[-1] if rewritten else report
 
     def _write_in_background(self, step: int, state: Any, resumed_from: int | None) -> SaveReport:
