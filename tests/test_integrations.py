@@ -141,6 +141,47 @@ def test_hf_trainer_lossy_mode_writes_deltas_marked_resumed_after_a_resume(
     assert decoded.keys() == {"model", "optimizer"} and resumed.state.global_step == 8
 
 
+def test_hf_trainer_holds_the_newest_state_decoded_and_writes_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the newest state.ckz held as decoded (after a save, and after a resume), a delta's
+    save reads no earlier checkpoint's file; every file is the same bytes as without it."""
+    pytest.importorskip("transformers")
+    import ckptzip.integrations.hf as hf
+    from ckptzip.reader import CheckpointFile
+
+    saving: list[str] = []
+    reads: list[tuple[str, str]] = []
+    read_leaves = CheckpointFile.read_leaves
+
+    def recording_save(state: Any, path: str, **options: Any) -> Any:
+        saving[:] = [str(Path(path).parent.name)] if Path(path).name == "state.ckz" else []
+        return ckptzip.save(state, path, **options)
+
+    def recording_read(file: CheckpointFile, *args: Any, **kwargs: Any) -> Any:
+        if saving and Path(file.name).name == "state.ckz":
+            reads.append((saving[0], Path(file.name).parent.name))
+        return read_leaves(file, *args, **kwargs)
+
+    monkeypatch.setattr(hf, "save", recording_save)
+    monkeypatch.setattr(CheckpointFile, "read_leaves", recording_read)
+    files = {}
+    for cache in (False, True):
+        reads.clear()
+        options = {"ckptzip_mode": "adaptive", "ckptzip_keyframe_every": None,
+                   "ckptzip_cache_decoded": cache}
+        directory = tmp_path / str(cache)
+        tiny_gpt_trainer(str(directory), options, max_steps=8).train()
+        resumed = tiny_gpt_trainer(str(directory / "resumed"), options, max_steps=8)
+        resumed.args.output_dir = str(directory)
+        saving.clear()
+        resumed.train(resume_from_checkpoint=str(directory / "checkpoint-4"))
+        others = [(saved, read) for saved, read in reads if saved != read]
+        assert (others == []) == cache, others  # without it, each delta decodes its chain
+        files[cache] = {n: (directory / f"checkpoint-{n}" / "state.ckz").read_bytes()
+                        for n in (2, 4, 6, 8)}
+    assert files[True] == files[False]
+
+
 def test_hf_trainer_refuses_a_lossy_mode_where_it_writes_no_file_itself(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from ckptzip.integrations.hf import CkptzipTrainerMixin

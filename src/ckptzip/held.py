@@ -14,6 +14,7 @@ bytes held between saves.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from .objstore import StorageOptions
 from .reader import CheckpointFile, open_base
 from .storage import PathLike
 from .tree import Leaf, flatten, tensor_bytes
+
+log = logging.getLogger("ckptzip")
 
 
 @dataclass
@@ -117,6 +120,22 @@ def _exact_bytes(leaf: LeafInfo, given: Leaf) -> np.ndarray | None:
         if _native.crc32c(data[start:start + chunk.raw_length]) != chunk.raw_crc:
             return None
     return data
+
+
+def worth_holding(size: int, setting: bool | None, where: str) -> bool:
+    """Whether to hold a checkpoint of a state of ``size`` raw bytes as decoded: ``setting``
+    True or False says; None (the default) holds it while it is at most a quarter of the host
+    memory available now, and logs why not otherwise (``where``: whose checkpoints)."""
+    if setting is not None:
+        return setting
+    available = available_memory()
+    if available is not None and size > available // 4:
+        log.info("%s: not holding the newest checkpoint as decoded: the state (%d MB) is over a "
+                 "quarter of the host memory available (%d MB); each delta decodes its base "
+                 "chain instead (cache_decoded=True holds it anyway)",
+                 where, size >> 20, available >> 20)
+        return False
+    return True
 
 
 def available_memory() -> int | None:

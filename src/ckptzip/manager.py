@@ -15,7 +15,6 @@ other's bases. A URL (``s3://bucket/run3``) is a bucket prefix, held with a leas
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import os
 import re
 import threading
@@ -29,7 +28,7 @@ from .api import load, save
 from .chain import Base, resolve_relative, walk_chain
 from .errors import ConfigError, Error
 from .guard import FidelityGuard, GuardEvent, GuardFunction
-from .held import HeldCheckpoint, available_memory, hold_loaded, hold_written, open_held_base
+from .held import HeldCheckpoint, hold_loaded, hold_written, open_held_base, worth_holding
 from .modes import policy_for
 from .objstore import StorageOptions
 from .planning import Prepared, prepare
@@ -39,8 +38,6 @@ from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers
 from .storage import is_url, open_directory
 from .tree import Leaf, flatten
 from .writer import SaveReport
-
-log = logging.getLogger("ckptzip")
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
 #: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
@@ -366,16 +363,7 @@ class CheckpointManager:
 
     def _holds(self, size: int) -> bool:
         """Whether to hold a checkpoint of a state of ``size`` raw bytes as decoded."""
-        if self.cache_decoded is not None:
-            return self.cache_decoded
-        available = available_memory()
-        if available is not None and size > available // 4:
-            log.info("%s: not holding the newest checkpoint as decoded: the state (%d MB) is over "
-                     "a quarter of the host memory available (%d MB); each delta decodes its base "
-                     "chain instead (cache_decoded=True holds it anyway)",
-                     self.directory, size >> 20, available >> 20)
-            return False
-        return True
+        return worth_holding(size, self.cache_decoded, self.directory)
 
     def _write(self, step: int, state: Any, resumed_from: int | None = None, *,
                snapshot: bool = True) -> SaveReport:

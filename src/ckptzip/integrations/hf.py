@@ -43,6 +43,8 @@ from ..api import load, save
 from ..api import open as open_checkpoint
 from ..chain import resolve_relative, walk_chain
 from ..errors import ConfigError, Error
+from ..held import HeldCheckpoint, hold_loaded, hold_written, open_held_base, worth_holding
+from ..tree import flatten
 from . import require, standalone_mode
 
 MODEL_FILE = "model.ckz"
@@ -69,7 +71,10 @@ class CkptzipTrainerMixin(_TrainerBase):
     ``ckptzip_options`` (a dict of the mode's options), passed to :func:`ckptzip.save`;
     ``ckptzip_keyframe_every``: ``"auto"`` (the default: 1, standalone files, for lossless; 8 for
     a lossy mode), 1 (standalone), K > 1 (deltas, a keyframe every K checkpoints) or None
-    (deltas only after the first).
+    (deltas only after the first); ``ckptzip_cache_decoded``: with deltas, hold the newest
+    ``state.ckz`` as decoded in host memory so the next one needs no decode of its chain
+    (:class:`ckptzip.CheckpointManager`'s ``cache_decoded``: None, the default, while the state
+    is at most a quarter of the memory available).
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class CkptzipTrainerMixin(_TrainerBase):
         ckptzip_threads: int | None = None,
         ckptzip_options: dict[str, Any] | None = None,
         ckptzip_keyframe_every: int | str | None = "auto",
+        ckptzip_cache_decoded: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if ckptzip_keyframe_every == "auto":
@@ -98,6 +104,10 @@ class CkptzipTrainerMixin(_TrainerBase):
                 "last-checkpoint), and with ckptzip's deltas its state.ckz needs the folders before "
                 "it: use hub_strategy='all_checkpoints', or ckptzip_keyframe_every=1 (lossless, "
                 "standalone checkpoints)")
+        if ckptzip_cache_decoded is not None and not isinstance(ckptzip_cache_decoded, bool):
+            raise ConfigError(f"ckptzip_cache_decoded must be True, False or None, not "
+                              f"{ckptzip_cache_decoded!r}")
+        self.ckptzip_cache_decoded = ckptzip_cache_decoded
         self.ckptzip_mode = ckptzip_mode
         self.ckptzip_keyframe_every: int | None = ckptzip_keyframe_every
         super().__init__(*args, **kwargs)
@@ -111,6 +121,7 @@ class CkptzipTrainerMixin(_TrainerBase):
         self._ckptzip_weights: dict[str, Any] | None = None  # held for state.ckz
         self._ckptzip_resumed_from: str | None = None  # the checkpoint folder training resumed from
         self._ckptzip_loaded: tuple[str, Any] | None = None  # a decoded state.ckz, until both parts are read
+        self._ckptzip_held: HeldCheckpoint | None = None  # the newest state.ckz as decoded
 
     @property
     def _ckptzip_deltas(self) -> bool:
@@ -143,10 +154,20 @@ class CkptzipTrainerMixin(_TrainerBase):
         base = _previous_state(output_dir)
         resumed = base is not None and self._ckptzip_resumed_from is not None and (
             os.path.abspath(os.path.dirname(base)) == os.path.abspath(self._ckptzip_resumed_from))
-        save(state, os.path.join(output_dir, STATE_FILE), mode=self.ckptzip_mode, base=base,
+        held, self._ckptzip_held = self._ckptzip_held, None  # consumed: a failure holds nothing
+        opened = None
+        if held is not None and base is not None and os.path.abspath(base) == held.location:
+            opened = open_held_base(base, held, threads=self.ckptzip_threads)
+        path = os.path.abspath(os.path.join(output_dir, STATE_FILE))
+        save(state, path, mode=self.ckptzip_mode, base=base if opened is None else opened,
              keyframe_every=self.ckptzip_keyframe_every, resumed=resumed,
              threads=self.ckptzip_threads, **self.ckptzip_options)
         self._ckptzip_resumed_from = None  # later checkpoints descend from the true state
+        leaves = flatten(state)[1]
+        if worth_holding(sum(leaf.nbytes for leaf in leaves), self.ckptzip_cache_decoded,
+                         self.args.output_dir):
+            self._ckptzip_held = hold_written(path, {leaf.name: leaf for leaf in leaves}, held,
+                                              copy=True, threads=self.ckptzip_threads)
 
     def _rng_file(self) -> str:
         world = self.args.world_size
@@ -307,6 +328,10 @@ class CkptzipTrainerMixin(_TrainerBase):
             self.optimizer.load_state_dict(state["optimizer"])
             self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_FILE)))
             self._ckptzip_resumed_from = checkpoint  # the next delta goes on from it as decoded
+            path = os.path.abspath(os.path.join(checkpoint, STATE_FILE))
+            if worth_holding(sum(leaf.nbytes for leaf in flatten(state)[1]),
+                             self.ckptzip_cache_decoded, self.args.output_dir):
+                self._ckptzip_held = hold_loaded(path, state)  # the next delta's base, decoded
             return
         if checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_FILE)):
             super()._load_optimizer_and_scheduler(checkpoint)

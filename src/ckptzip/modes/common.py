@@ -691,10 +691,10 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     data = leaf.host_bytes()
     if base.differs(leaf.name, data):  # the base file's chunk CRCs tell: nothing decoded
         return False
-    same = _native.bytes_equal(data, base.raw(leaf.name))  # one memcmp
-    if not same:
-        base.release(leaf.name)  # not needed again: the writer codes this tensor on its own
-    return same
+    # a tensor that differs keeps its base bytes: its group's plan reads them (a second moment's
+    # base under the ratio coding, a weight kept exact for its zeros' signs coded against it),
+    # and _free_planned_bases frees them once the group is planned
+    return _native.bytes_equal(data, base.raw(leaf.name))  # one memcmp
 
 
 def finish_decoded(
