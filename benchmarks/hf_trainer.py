@@ -12,7 +12,10 @@ same batches (``transformers.Trainer``'s seed); what differs is how its checkpoi
 - ``lossless``: ``CkptzipTrainer``, each checkpoint standalone (its default);
 - ``lossless-deltas``: ``ckptzip_keyframe_every=8``, bit-exact deltas against the previous
   checkpoint;
-- ``adaptive``: ``ckptzip_mode="adaptive"`` (deltas, a keyframe every 8).
+- ``adaptive``: ``ckptzip_mode="adaptive"`` (deltas, a keyframe every 8);
+- ``lossless-deltas-unheld``, ``adaptive-unheld``: the same with ``ckptzip_cache_decoded=False``,
+  so each delta decodes its base's chain instead of taking the newest checkpoint as decoded from
+  memory (the files are the same bytes; only the save's time differs).
 
 Per arm: the bytes of each checkpoint folder (the first, a keyframe; the mean of the others), the
 full training state's raw bytes (fp32 weights and Adam's two moments) over the mean folder, the
@@ -45,6 +48,8 @@ ARMS = {
     "lossless": {},
     "lossless-deltas": {"ckptzip_keyframe_every": 8},
     "adaptive": {"ckptzip_mode": "adaptive"},
+    "lossless-deltas-unheld": {"ckptzip_keyframe_every": 8, "ckptzip_cache_decoded": False},
+    "adaptive-unheld": {"ckptzip_mode": "adaptive", "ckptzip_cache_decoded": False},
 }
 STATE_FILES = ("state.ckz", "model.ckz", "model.safetensors", "optimizer.ckz", "optimizer.pt")
 

@@ -22,7 +22,12 @@ def test_hf_trainer_benchmark_quick(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     results = {r["arm"]: r for r in json.loads((tmp_path / "hf_trainer-quick.json").read_text())["results"]}
-    assert list(results) == ["hf", "lossless", "lossless-deltas", "adaptive"]
+    assert list(results) == ["hf", "lossless", "lossless-deltas", "adaptive",
+                             "lossless-deltas-unheld", "adaptive-unheld"]
+    for arm in ("lossless-deltas", "adaptive"):  # held as decoded or not: the same files
+        unheld = results[f"{arm}-unheld"]
+        assert unheld["state_bytes"] == results[arm]["state_bytes"]
+        assert unheld["val_loss_decoded_last"] == results[arm]["val_loss_decoded_last"]
     for r in results.values():
         assert r["checkpoints"] == 4 and len(r["save_seconds"]) == 4
         assert r["val_loss_trained"] == results["hf"]["val_loss_trained"]  # the same training
@@ -32,6 +37,6 @@ def test_hf_trainer_benchmark_quick(tmp_path: Path) -> None:
     assert results["lossless-deltas"]["delta"] == results["adaptive"]["delta"] == [False, True, True, True]
     adaptive = results["adaptive"]
     assert abs(adaptive["val_loss_decoded_last"] / adaptive["val_loss_trained"] - 1) < 0.01
-    later = {arm: sum(r["state_bytes"][1:]) for arm, r in results.items()}
+    later = {arm: sum(r["state_bytes"][1:]) for arm, r in results.items() if "unheld" not in arm}
     assert later["adaptive"] < later["lossless-deltas"] < later["lossless"] < later["hf"]
     assert "| adaptive |" in (tmp_path / "hf_trainer-quick.md").read_text()
