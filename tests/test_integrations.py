@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,86 @@ def test_lightning_plugin_saves_prunes_and_resumes(tmp_path: Path, use_async: bo
         assert checkpoint.load()["global_step"] == 4
     resumed = lightning_fit(tmp_path / "again", 6, use_async=use_async, ckpt_path=str(tmp_path / names[0]))
     assert same_weights(full.state_dict(), resumed.state_dict())
+
+
+def lightning_deltas_fit(root: Path, max_steps: int, mode: str, *,
+                         ckpt_path: str | None = None) -> Any:
+    """A 64-wide MLP (lossy modes code tensors of 16 elements and more) fitted with
+    CkptzipCheckpoint every 2 steps into ``root``, resumed from ``ckpt_path``."""
+    lightning = pytest.importorskip("lightning")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ckptzip.integrations.lightning import CkptzipCheckpoint, CkptzipCheckpointIO
+
+    class Regression(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                           torch.nn.Linear(64, 1))
+
+        def training_step(self, batch: Any, index: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 64), torch.randn(32, 1))  # 4 steps an epoch
+    callback = CkptzipCheckpoint(root, every_n_train_steps=2, mode=mode, async_save=True)
+    trainer = lightning.Trainer(
+        max_steps=max_steps, default_root_dir=root, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu", enable_checkpointing=False,
+        plugins=[CkptzipCheckpointIO()], callbacks=[callback])
+    module = Regression()
+    trainer.fit(module, DataLoader(data, batch_size=8), ckpt_path=ckpt_path)
+    assert callback.manager is None  # closed at teardown
+    return module
+
+
+@pytest.mark.parametrize("mode", ["lossless", "adaptive"])
+def test_lightning_callback_writes_deltas_and_resumes(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CkptzipCheckpoint: a chain of deltas in a CheckpointManager directory, resumed through
+    the plugin (bit for bit, lossless), the first delta after a resume saved as resumed."""
+    pytest.importorskip("lightning")
+    from ckptzip.integrations.lightning import CkptzipCheckpoint
+    from ckptzip.manager import CheckpointManager
+
+    resumed_flags: list[tuple[int, bool | None]] = []
+    real_save = CheckpointManager.save
+
+    def recording_save(manager: Any, step: int, state: Any, **options: Any) -> None:
+        resumed_flags.append((step, options.get("resumed")))
+        real_save(manager, step, state, **options)
+
+    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    assert CkptzipCheckpoint.latest(tmp_path / "run") is None
+    full = lightning_deltas_fit(tmp_path / "run", 8, mode)
+    names = sorted(p.name for p in (tmp_path / "run").glob("step-*.ckz"))
+    assert names == [f"step-{n:08d}.ckz" for n in (2, 4, 6, 8)]
+    for name, depth in zip(names, range(4)):
+        with ckptzip.open(tmp_path / "run" / name) as checkpoint:
+            assert checkpoint.chain_depth == depth and checkpoint.mode == mode
+            if depth:
+                assert checkpoint.load()["global_step"] == 2 * (depth + 1)
+    latest = CkptzipCheckpoint.latest(tmp_path / "run")
+    assert latest is not None and latest.endswith(names[-1])
+    resumed_flags.clear()
+    again = lightning_deltas_fit(tmp_path / "run", 8, mode,
+                                 ckpt_path=str(tmp_path / "run" / names[1]))  # step 4
+    assert resumed_flags == [(6, True), (8, None)]
+    if mode == "lossless":
+        assert same_weights(full.state_dict(), again.state_dict())
+    else:  # the deltas are lossy: a small way off (AdamW at lr 1e-3 moves a weight up to 4e-3
+        # in these 4 steps), not far
+        for key, value in full.state_dict().items():
+            assert (again.state_dict()[key] - value).abs().mean() < 4e-3, key
+    with pytest.raises(ckptzip.ConfigError, match="every_n_train_steps"):
+        CkptzipCheckpoint(tmp_path, every_n_train_steps=0)
+    sharded = types.SimpleNamespace(strategy=object(), is_global_zero=True)  # FSDP, DeepSpeed
+    with pytest.raises(ckptzip.ConfigError, match="CompressedWriter"):
+        CkptzipCheckpoint(tmp_path, every_n_train_steps=2).setup(sharded, None, "fit")
 
 
 def test_lightning_removal_asked_while_the_save_runs_is_carried_out_after(

@@ -479,3 +479,25 @@ def test_dcp_saved_by_two_ranks_loads_on_one_and_three(
         warnings.simplefilter("ignore")
         load(root, mlp)
     torchrun(3, "load", root, env=env)
+
+
+def test_the_chain_benchmark_quick(tmp_path: Path) -> None:
+    """benchmarks/object_store_chain.py on a small state: a held chain's deltas fetch less than
+    an unheld chain's, which fetches its base chain, and both upload the same bytes (the same
+    files)."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    script = REPO / "benchmarks" / "object_store_chain.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--width", "128", "--checkpoints", "3", "--repeat", "1",
+         "--threads", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saves = json.loads((tmp_path / "object_store_chain-quick.json").read_text())["saves"]
+    for mode in ("lossless", "adaptive"):
+        held, unheld = saves[mode][0], saves[f"{mode}-unheld"][0]
+        assert [s["up_mb"] for s in held] == [s["up_mb"] for s in unheld]
+        # depth 2: unheld decodes both earlier checkpoints; held reads headers (and, lossy, the
+        # delta it just wrote)
+        assert held[2]["down_mb"] < unheld[2]["down_mb"] / 2, (held, unheld)
+    assert saves["torch.save+s3fs"][0][2]["down_mb"] == 0

@@ -231,6 +231,10 @@ class CheckpointManager:
         """How many checkpoints the fidelity guard rewrote losslessly."""
         return 0 if self.guard is None else self.guard.rewrites
 
+    def path(self, step: int) -> str:
+        """Where ``step``'s file is, or would be (a path, or a URL on a bucket)."""
+        return self._path(step)
+
     def latest_step(self) -> int | None:
         """The newest step that is completely written and restorable, or None."""
         steps = self.steps()

@@ -38,7 +38,8 @@ def standalone_mode(mode: str, integration: str) -> str:
             f"{integration} writes each checkpoint file standalone (the framework may delete any "
             f"of them), and mode={mode!r} codes deltas against a base checkpoint: every file would "
             "be a lossless keyframe, none of the mode's gain. Use mode='lossless' here; for lossy "
-            "deltas save the training state with ckptzip.CheckpointManager, or with "
+            "deltas save the training state with ckptzip.CheckpointManager (under Lightning: its "
+            "callback ckptzip.integrations.lightning.CkptzipCheckpoint), or with "
             "torch.distributed.checkpoint and ckptzip.dcp.CompressedWriter(base=...) "
             "(docs/INTEGRATIONS.md)")
     return mode

@@ -11,7 +11,18 @@
 
 The files keep Lightning's names (``epoch=0-step=100.ckpt``) and hold the whole checkpoint: weights,
 optimizer and scheduler states, loops, callbacks and hyperparameters. They are standalone, so
-``ModelCheckpoint(save_top_k=...)`` may delete any of them. Read them with the plugin (the
+``ModelCheckpoint(save_top_k=...)`` may delete any of them.
+
+For deltas, lossy ones too, the callback :class:`CkptzipCheckpoint` takes ``ModelCheckpoint``'s
+place: it saves the same checkpoint into a :class:`ckptzip.CheckpointManager` directory
+(``step-00000100.ckz``, each a delta against the one before, in the background), which the plugin
+reads back::
+
+    trainer = Trainer(callbacks=[CkptzipCheckpoint("ckpt", every_n_train_steps=100,
+                                                   mode="adaptive", keep_last=3)],
+                      plugins=[CkptzipCheckpointIO()])
+    trainer.fit(model, ckpt_path=CkptzipCheckpoint.latest("ckpt"))   # None: from the start
+ Read them with the plugin (the
 Trainer's ``ckpt_path`` does) or :func:`ckptzip.load`, not ``torch.load``: a hyperparameter or
 callback state that is not a tensor, array, number, string, bytes, None, dict, list or tuple
 raises :class:`ckptzip.UnsupportedError` naming its key (``save_hyperparameters(ignore=[...])``
@@ -27,12 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from ..api import load, save
-from ..errors import DependencyError
+from ..errors import ConfigError, DependencyError
+from ..manager import STEP_FILE, CheckpointManager
 from . import standalone_mode
 
 try:
     from lightning.fabric.utilities.cloud_io import get_filesystem
+    from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.plugins.io import CheckpointIO
+    from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 except ImportError:
     raise DependencyError("ckptzip's Lightning integration needs lightning: pip install lightning") from None
 
@@ -90,3 +104,86 @@ class CkptzipCheckpointIO(CheckpointIO):
         fs = get_filesystem(path)
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+
+class CkptzipCheckpoint(Callback):
+    """Checkpoint a Lightning run every ``every_n_train_steps`` optimizer steps into a
+    :class:`ckptzip.CheckpointManager` at ``dirpath``: deltas against the previous checkpoint
+    (a keyframe every ``keyframe_every``), in ``mode`` (default ``"adaptive"``; ``"lossless"``
+    for bit-exact deltas), in the background, ``keep_last`` of them kept with their chains.
+    Other keyword arguments go to the manager (``guard``, ``threads``, ``storage_options``, a
+    mode's options, ...). Each file holds what Lightning's own checkpoint holds (``trainer
+    .save_checkpoint``'s dict), so ``trainer.fit(..., ckpt_path=<a step file>)`` resumes from it
+    through :class:`CkptzipCheckpointIO`; the first delta after such a resume is saved as
+    trained from its base as decoded (``resumed``, docs/LOSSY.md). Rank 0 writes; strategies
+    that shard the state (FSDP, DeepSpeed) are refused: use DCP with
+    :class:`ckptzip.dcp.CompressedWriter` there."""
+
+    def __init__(self, dirpath: str | os.PathLike[str], *, every_n_train_steps: int,
+                 mode: str = "adaptive", keyframe_every: int | None = 8,
+                 keep_last: int | None = None, **manager_options: Any) -> None:
+        super().__init__()
+        if type(every_n_train_steps) is not int or every_n_train_steps < 1:
+            raise ConfigError(f"every_n_train_steps must be a positive int, not "
+                              f"{every_n_train_steps!r}")
+        self.dirpath = os.fspath(dirpath)
+        self.every_n_train_steps = every_n_train_steps
+        self.options: dict[str, Any] = {"mode": mode, "keyframe_every": keyframe_every,
+                                        "keep_last": keep_last, **manager_options}
+        self.manager: CheckpointManager | None = None
+        self._last_step: int | None = None  # the step saved last: one save a step
+        self._resumed_from: str | None = None  # the step file this fit resumed from, until a save
+
+    @staticmethod
+    def latest(dirpath: str | os.PathLike[str], **manager_options: Any) -> str | None:
+        """The newest restorable step file in ``dirpath`` (None where there is none yet), for
+        ``trainer.fit(ckpt_path=...)``; unfinished files a crash left there are cleaned up."""
+        if not os.path.isdir(os.fspath(dirpath)):
+            return None
+        with CheckpointManager(dirpath, **manager_options) as manager:
+            step = manager.latest_step()
+            return None if step is None else manager.path(step)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy)):
+            raise ConfigError(
+                f"CkptzipCheckpoint saves the whole state from rank 0, and "
+                f"{type(trainer.strategy).__name__} shards it across ranks: checkpoint it with "
+                f"torch.distributed.checkpoint and ckptzip.dcp.CompressedWriter (docs/DCP.md)")
+        if trainer.is_global_zero and self.manager is None:
+            self.manager = CheckpointManager(self.dirpath, **self.options)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        path = trainer.ckpt_path
+        inside = path is not None and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
+            self.dirpath) and STEP_FILE.match(os.path.basename(path)) is not None
+        self._resumed_from = os.path.abspath(path) if inside else None
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == 0 or step % self.every_n_train_steps or step == self._last_step:
+            return
+        self._last_step = step
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if self.manager is None:  # not rank 0
+            return
+        resumed = None
+        if self._resumed_from is not None:
+            # trained from that checkpoint as decoded: say so where this delta is coded against it
+            earlier = [s for s in self.manager.steps() if s < step]
+            resumed = bool(earlier) and os.path.abspath(
+                self.manager.path(earlier[-1])) == self._resumed_from
+            self._resumed_from = None
+        self.manager.save(step, checkpoint, resumed=resumed)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.manager is not None:
+            self.manager.wait()  # a failed background save is raised here, not lost
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.manager is not None:
+            manager, self.manager = self.manager, None
+            manager.close()
