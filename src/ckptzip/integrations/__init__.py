@@ -2,11 +2,13 @@
 
 * :mod:`ckptzip.integrations.hf`: Hugging Face ``Trainer`` (``CkptzipTrainer``, ``CkptzipTrainerMixin``);
 * :mod:`ckptzip.integrations.accelerate`: ``Accelerator.save_state``/``load_state`` hooks;
-* :mod:`ckptzip.integrations.lightning`: a Lightning ``CheckpointIO`` plugin;
+* :mod:`ckptzip.integrations.lightning`: a Lightning ``CheckpointIO`` plugin, and a callback
+  that saves deltas (lossy too) into a :class:`ckptzip.CheckpointManager`;
 * :mod:`ckptzip.integrations.deepspeed`: a DeepSpeed ``CheckpointEngine``.
 
 Each imports its framework only when it is imported itself, so ``import ckptzip`` never needs one.
-None holds compression logic: they call :func:`ckptzip.save` and :func:`ckptzip.load`.
+None holds compression logic: they call :func:`ckptzip.save`, :func:`ckptzip.load` or the
+manager.
 """
 
 from __future__ import annotations
