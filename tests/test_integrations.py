@@ -351,6 +351,23 @@ def test_lightning_callback_writes_deltas_and_resumes(
         CkptzipCheckpoint(tmp_path, every_n_train_steps=2).setup(sharded, None, "fit")
 
 
+def test_lightning_callback_under_ddp_on_two_ranks(tmp_path: Path) -> None:
+    """Under DDP (2 ranks, gloo) rank 0 writes the chain (one manager holds the directory), and
+    a run resumed from step 4 ends bit for bit where the uninterrupted one did (lossless)."""
+    pytest.importorskip("lightning")
+    from .test_dcp import torchrun
+
+    output = torchrun(2, str(tmp_path), "lossless",
+                      worker=Path(__file__).with_name("lightning_ddp_worker.py"))
+    assert sorted(re.findall(r"ok (\d)", output)) == ["0", "1"]
+    assert sorted(p.name for p in (tmp_path / "run").glob("step-*.ckz")) == [
+        f"step-{n:08d}.ckz" for n in (2, 4, 6)]
+    with ckptzip.open(tmp_path / "run" / "step-00000006.ckz") as last:
+        assert last.chain_depth == 2 and last.load()["global_step"] == 6
+    full, again = (torch.load(tmp_path / f"{run}.pt") for run in ("full", "again"))
+    assert same_weights(full, again)
+
+
 def test_lightning_removal_asked_while_the_save_runs_is_carried_out_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
