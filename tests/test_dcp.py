@@ -12,6 +12,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -175,6 +176,50 @@ def test_lossy_mode_per_rank_against_its_previous_shard(tmp_path: Path) -> None:
     # to the update) up to sampling noise
     from ckptzip.modes.adaptive import DEFAULT_BUDGET
     assert 0 < error < 1.2 * DEFAULT_BUDGET["weight"]
+
+
+@pytest.mark.parametrize("mode", ["lossless", "adaptive"])
+def test_a_chain_holds_its_newest_rank_file_decoded(tmp_path: Path, mode: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each delta of a chain takes its base from the rank file held as decoded, reading no older
+    file, and writes the same bytes as without (cache_decoded=False)."""
+    from ckptzip import dcp as ckptzip_dcp
+    from ckptzip.reader import CheckpointFile
+
+    torch.manual_seed(0)
+    states = [{"w": torch.randn(256, 64), "v": torch.rand(256, 64), "ids": torch.arange(10)}]
+    for _ in range(3):
+        previous = states[-1]
+        states.append({"w": previous["w"] + 1e-3 * torch.randn(256, 64),
+                       "v": previous["v"] * 0.99, "ids": previous["ids"] + 1})
+    reads: list[tuple[str, str]] = []
+    read_leaves = CheckpointFile.read_leaves
+
+    def recording(file: CheckpointFile, *args: Any, **kwargs: Any) -> Any:
+        reads.append((saving[0], str(Path(file.name).parent.name)))
+        return read_leaves(file, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointFile, "read_leaves", recording)
+    saving = [""]
+    files = {}
+    for cache in (False, True):
+        ckptzip_dcp.forget_held()
+        reads.clear()
+        run = tmp_path / str(cache)
+        for step, state in enumerate(states):
+            saving[0] = f"step{step}"
+            dcp.save(state, storage_writer=CompressedWriter(
+                run / f"step{step}", mode=mode, base=run / f"step{step - 1}" if step else None,
+                cache_decoded=cache))
+        others = [(saved, read) for saved, read in reads if saved != read]
+        assert (others == []) == cache, others
+        files[cache] = [(run / f"step{step}" / "__0_0.ckz").read_bytes() for step in range(4)]
+        with ckptzip.open(run / "step3" / "__0_0.ckz") as last:
+            assert last.chain_depth == 3
+    assert files[True] == files[False]
+    ckptzip_dcp.forget_held()
+    with pytest.raises(ckptzip.ConfigError, match="cache_decoded"):
+        CompressedWriter(tmp_path / "x", cache_decoded="yes")  # type: ignore[arg-type]
 
 
 DTENSOR_SCRIPT = """

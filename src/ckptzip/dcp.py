@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,12 +48,13 @@ from torch.futures import Future
 
 from .api import save
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
+from .held import HeldCheckpoint, hold_written, open_held_base, worth_holding
 from .modes import policy_for
 from .objstore import StorageOptions
-from .parallel import rank_threads, resolve_threads
+from .parallel import local_ranks, rank_threads, resolve_threads
 from .reader import CheckpointFile
 from .storage import exists, is_url
-from .tree import flat_items, flat_tree, leaf_index, unflatten
+from .tree import flat_items, flat_tree, flatten, leaf_index, unflatten
 
 __all__ = ["CompressedReader", "CompressedWriter", "RankFile"]
 
@@ -110,13 +112,31 @@ def _on_store(storage: FileSystemWriter | FileSystemReader, path: str | os.PathL
         storage.path = storage.fs.init_path(os.fspath(path))
 
 
+#: The newest rank file this process wrote, as decoded, by the folder its checkpoints are in and
+#: its name (``ckpt``, ``__0_0.ckz``): the next save coded against that file takes its base's
+#: tensors from here instead of decoding its chain (ckptzip.held; CompressedWriter's
+#: ``cache_decoded``).
+_HELD: dict[tuple[str, str], HeldCheckpoint] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def forget_held() -> None:
+    """Free what this process holds of its newest DCP checkpoints as decoded (one rank file's
+    state per run folder): their next deltas decode their bases again."""
+    with _HELD_LOCK:
+        _HELD.clear()
+
+
 class CompressedWriter(FileSystemWriter):
     """A DCP ``StorageWriter`` that compresses each rank's items into one ``.ckz`` per rank.
 
     ``mode`` is a ckptzip mode (``"lossless"``: bit-exact). ``base`` names an earlier checkpoint
     directory written by this class: each rank then codes its tensors against its own file there
     (same rank, same shard key), and loading needs that directory kept where it is relative to
-    this one. ``keyframe_every`` bounds such chains as in :func:`ckptzip.save`. ``threads=None``
+    this one. ``keyframe_every`` bounds such chains as in :func:`ckptzip.save`. Each process
+    holds the newest file it wrote as decoded, so its next delta needs no decode of its chain
+    (``cache_decoded``: None, the default, while the node's ranks' states together are at most a
+    quarter of the memory available; True, always; False, never). ``threads=None``
     shares this machine's cores among the ranks of the node. Saving into a directory first
     withdraws its ``.metadata``, so a save that fails part-way never leaves a checkpoint that
     looks complete. ``path`` (and ``base``) may be URLs, opened with ``storage_options``.
@@ -133,8 +153,12 @@ class CompressedWriter(FileSystemWriter):
         overwrite: bool = True,
         cache_staged_state_dict: bool = False,
         storage_options: StorageOptions = None,
+        cache_decoded: bool | None = None,
     ) -> None:
         policy_for(mode)  # an unknown mode fails here, not on every rank mid-save
+        if cache_decoded is not None and not isinstance(cache_decoded, bool):
+            raise ConfigError(f"cache_decoded must be True, False or None, not {cache_decoded!r}")
+        self.cache_decoded = cache_decoded
         super().__init__(
             path, single_file_per_rank=True, sync_files=True, overwrite=overwrite,
             cache_staged_state_dict=cache_staged_state_dict,
@@ -185,10 +209,28 @@ class CompressedWriter(FileSystemWriter):
                 assert isinstance(data, torch.Tensor)
                 state[key] = data.detach()
             keys.append((item, key))
-        report = save(state, target, mode=self.mode, base=self._base_file(file_name),
+        run = (_normalized(os.path.dirname(_normalized(self.path))), file_name)
+        with _HELD_LOCK:
+            held = _HELD.pop(run, None)  # consumed: a failure holds nothing
+        base = self._base_file(file_name)
+        if base is not None and held is not None and self.cache_decoded is not False:
+            opened: Any = open_held_base(base, held, threads=self.threads,
+                                         storage_options=self.storage_options)
+        else:
+            opened = base
+        report = save(state, target, mode=self.mode, base=opened,
                       threads=self.threads, metadata={"dcp": {"rank": self.rank}},
                       keyframe_every=self.keyframe_every, storage_options=self.storage_options)
-        del state
+        leaves = flatten(state)[1]
+        # every rank of the node holds its own: their sum must fit
+        if worth_holding(sum(leaf.nbytes for leaf in leaves) * local_ranks(), self.cache_decoded,
+                         os.fspath(self.path)):
+            # copies: DCP may hand these tensors back to training (or reuse its staging buffers)
+            held = hold_written(target, {leaf.name: leaf for leaf in leaves}, held, copy=True,
+                                threads=self.threads, storage_options=self.storage_options)
+            with _HELD_LOCK:
+                _HELD[run] = held
+        del state, leaves
         # the state is a flat dict, so each item's key is its path's name
         where = RankFile(file_name, report.id)
         results = [

@@ -47,15 +47,19 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def local_ranks() -> int:
+    """How many ranks run on this node (torchrun's ``LOCAL_WORLD_SIZE``; 1 outside torchrun)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def rank_threads() -> int:
     """Cores per rank: every core this process may use, shared among the ranks of its node
-    (torchrun's ``LOCAL_WORLD_SIZE``), for writers that run in every rank at once (DCP's,
-    DeepSpeed's checkpoint engine)."""
-    try:
-        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        local_ranks = 1
-    return max(1, cpu_count() // local_ranks)
+    (:func:`local_ranks`), for writers that run in every rank at once (DCP's, DeepSpeed's
+    checkpoint engine)."""
+    return max(1, cpu_count() // local_ranks())
 
 
 def resolve_threads(threads: int | None) -> int:
