@@ -74,6 +74,8 @@ def write_chain(directory: Path, mode: str, states: list[dict[str, Any]], *, cac
             if reads is not None:
                 reads.current = step_file(step)
             manager.save(step, state)
+            if reads is not None:
+                manager.wait()  # a background save's reads are its own
         manager.wait()
         if reads is not None:
             reads.current = None
@@ -206,3 +208,21 @@ def test_held_only_where_memory_allows(states: list[dict[str, Any]], tmp_path: P
             leaf.nbytes for leaf in flatten(states[0])[1])
     with pytest.raises(ckptzip.ConfigError, match="cache_decoded"):
         CheckpointManager(tmp_path / "bad", cache_decoded="yes")  # type: ignore[arg-type]
+
+
+def test_the_device_path_holds_too(states: list[dict[str, Any]], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async lossy path for accelerator tensors (a device snapshot, the transforms run where
+    the tensors are, a prepared state written), run here on host tensors: its base comes from
+    the held checkpoint, its held checkpoint decodes the prepared file's transformed tensors,
+    and the files are the ones it writes unheld."""
+    monkeypatch.setattr(CheckpointManager, "_on_device", lambda self, leaves: self.mode != "lossless")
+    reads = Reads(monkeypatch)
+    plain = write_chain(tmp_path / "plain", "adaptive", states, cache=False, async_save=True,
+                        reads=reads)
+    assert reads.others()
+    reads.seen.clear()
+    held = write_chain(tmp_path / "held", "adaptive", states, cache=True, async_save=True,
+                       reads=reads)
+    assert reads.others() == []
+    assert held == plain
