@@ -207,6 +207,18 @@ class LeafInfo:
     def stored_bytes(self) -> int:
         return sum(c.length for c in self.chunks)
 
+    def holds_raw(self, data: Any) -> bool:
+        """Whether ``data`` (raw bytes, uint8) is what this leaf's chunks decode to, by their
+        CRC-32Cs: the size, and every chunk's raw CRC. For a leaf without whole-tensor
+        transforms, that is the tensor itself."""
+        if len(data) != self.array_nbytes:
+            return False
+        for k, chunk in enumerate(self.chunks):
+            start = k * self.chunk_bytes
+            if _native.crc32c(data[start:start + chunk.raw_length]) != chunk.raw_crc:
+                return False
+        return True
+
     @property
     def is_delta(self) -> bool:
         """Whether the tensor was coded against a base tensor (its reference may still be

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
 from .chain import Base
 from .container import LeafInfo
 from .errors import Error
@@ -113,13 +112,7 @@ def _exact_bytes(leaf: LeafInfo, given: Leaf) -> np.ndarray | None:
     if leaf.pipeline.transforms or given.dtype != leaf.dtype or given.shape != leaf.shape:
         return None
     data = given.host_bytes()
-    if data.size != leaf.nbytes:
-        return None
-    for k, chunk in enumerate(leaf.chunks):
-        start = k * leaf.chunk_bytes
-        if _native.crc32c(data[start:start + chunk.raw_length]) != chunk.raw_crc:
-            return None
-    return data
+    return data if leaf.holds_raw(data) else None
 
 
 def worth_holding(size: int, setting: bool | None, where: str) -> bool:

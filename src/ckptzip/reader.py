@@ -543,11 +543,7 @@ class FileBase(Base):
         if (leaf is None or name in self._cache or leaf.pipeline.transforms
                 or data.size != leaf.nbytes):
             return False
-        for k, chunk in enumerate(leaf.chunks):
-            start = k * leaf.chunk_bytes
-            if _native.crc32c(data[start:start + chunk.raw_length]) != chunk.raw_crc:
-                return True
-        return False
+        return not leaf.holds_raw(data)
 
     def prefetch(self, names: list[str]) -> None:
         # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
