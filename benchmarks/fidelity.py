@@ -50,13 +50,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import ckptzip
-from ckptzip.chain import Base
 from ckptzip.demo.gpt import GPTConfig
 from ckptzip.demo.train import TrainConfig
+from ckptzip.held import hold_loaded, open_held_base
 from ckptzip.modes.adaptive import (
     DEFAULT_BUDGET,
     RESTART_EXP_AVG_BUDGET,
@@ -65,8 +64,6 @@ from ckptzip.modes.adaptive import (
 )
 from ckptzip.modes.bitsnap import BitsnapPolicy
 from ckptzip.modes.excp import ExcpPolicy
-from ckptzip.reader import CheckpointFile, FileBase
-from ckptzip.tree import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT_DIR, info_markdown, machine_info, write_results
@@ -354,24 +351,6 @@ def setup_named(name: str, quick: bool, shape: dict[str, int] | None) -> Setup:
                    every=shape.get("every", setup.every), deltas=shape.get("deltas", setup.deltas))
 
 
-def raw_copies(state: Any) -> dict[str, np.ndarray]:
-    """The raw bytes of each tensor of a decoded state, by leaf name, copied (training changes
-    the optimizer's tensors in place, and ``load_state_dict`` may keep the decoded ones)."""
-    return {leaf.name: leaf.host_bytes().copy() for leaf in flatten(state)[1]}
-
-
-def decoded_base(path: Path, raw: dict[str, np.ndarray]) -> Base:
-    """The checkpoint at ``path`` as a delta's base, its tensors' bytes taken from what decoding
-    it gave (``raw``) rather than decoded again, through every delta under it, at each save and
-    load: the same bytes and header records (its file is opened), a chain of ``d`` deltas in
-    ``d`` decodes instead of ``d**2 / 2``."""
-    base = FileBase(CheckpointFile.open(path), owned=True)
-    for name, data in raw.items():
-        if base.tensor(name) is not None:
-            base.cache(name, data)
-    return base
-
-
 def trained_on(task: Task) -> str:
     """What the task's model trained on: the GPU's name, or "cpu"."""
     device = next(task.model.parameters()).device
@@ -430,12 +409,15 @@ def run_job(job: Job, work: Path, quick: bool,
     plan = {"prefix": setup.prefix, "every": setup.every, "deltas": setup.deltas,
             "options": json.loads(json.dumps(options, default=str))}
     progress = load_progress(record_path, plan)
+    # each checkpoint's base as decoded comes from holding what loading it gave (ckptzip.held,
+    # copies: training changes the optimizer's tensors in place), not from decoding it again
+    # through every delta under it: a chain of d deltas in d decodes instead of d**2 / 2
     decoded = ckptzip.load(key.path)
-    previous_bytes = raw_copies(decoded)
+    held = hold_loaded(str(key.path), decoded)
     previous = key.path
     for done in progress["chain"]:  # a stopped process's checkpoints, decoded as it did
-        decoded = ckptzip.load(done, base=decoded_base(previous, previous_bytes))
-        previous_bytes = raw_copies(decoded)
+        decoded = ckptzip.load(done, base=open_held_base(previous, held))
+        held = hold_loaded(str(done), decoded)
         previous = Path(done)
     if progress["chain"]:
         progress["resumes"] += 1
@@ -448,9 +430,9 @@ def run_job(job: Job, work: Path, quick: bool,
         progress["train_loss"] += task.train(setup.every)
         path = work / f"{job.setup}-s{job.seed}-{job.arm.name}-{d:02d}.ckz"
         report = ckptzip.save(task.state(), path, mode=job.arm.mode,
-                              base=decoded_base(previous, previous_bytes), resumed=True, **options)
-        decoded = ckptzip.load(path, base=decoded_base(previous, previous_bytes))
-        previous_bytes = raw_copies(decoded)
+                              base=open_held_base(previous, held), resumed=True, **options)
+        decoded = ckptzip.load(path, base=open_held_base(previous, held))
+        held = hold_loaded(str(path), decoded)
         progress["stored"].append(report.stored_bytes)
         progress["frozen_bytes"].append(leaf_bytes(path, frozen) if frozen else 0)
         progress["optimizer_bytes"].append(leaf_bytes(path, None))
