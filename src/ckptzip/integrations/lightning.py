@@ -137,7 +137,9 @@ class CkptzipCheckpoint(Callback):
     @staticmethod
     def latest(dirpath: str | os.PathLike[str], **manager_options: Any) -> str | None:
         """The newest restorable step file in ``dirpath`` (None where there is none yet), for
-        ``trainer.fit(ckpt_path=...)``; unfinished files a crash left there are cleaned up."""
+        ``trainer.fit(ckpt_path=...)``. It opens the directory as a manager for the moment
+        (its lock or lease; unfinished files a crash left are cleaned up): call it before the
+        fit, not while another trainer writes there."""
         if not os.path.isdir(os.fspath(dirpath)):
             return None
         with CheckpointManager(dirpath, **manager_options) as manager:
