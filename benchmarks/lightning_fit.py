@@ -114,6 +114,12 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
     files = sorted((p for p in directory.iterdir() if p.suffix in (".ckpt", ".ckz")),
                    key=lambda p: int(p.stem.split("step=")[-1].split("-")[-1]))
     sizes = [p.stat().st_size for p in files]
+    deltas = [False] * len(files)
+    if name in ("lossless-deltas", "adaptive"):
+        deltas = []
+        for path in files:
+            with ckptzip.open(path) as checkpoint:
+                deltas.append(checkpoint.chain_depth > 0)
     if name == "lightning":
         last = torch.load(files[-1], map_location="cpu", weights_only=False)
     else:
@@ -123,7 +129,7 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
     missing, unexpected = decoded.load_state_dict(weights, strict=False)
     assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
     raw = sum(p.numel() * 4 * 3 for p in model.parameters() if p.requires_grad)
-    return {"arm": name, "files": [p.name for p in files], "file_bytes": sizes,
+    return {"arm": name, "files": [p.name for p in files], "file_bytes": sizes, "delta": deltas,
             "raw_state_bytes": raw, "stall_seconds": stalls, "fit_seconds": fit_seconds,
             "val_loss_trained": evaluate(model, held_rows),
             "val_loss_decoded_last": evaluate(decoded, held_rows)}
@@ -152,15 +158,19 @@ def main() -> None:
              f"{args.steps} steps, a checkpoint every {args.every}; raw state = fp32 weights and "
              "Adam's two moments of the trained parameters; stall = seconds the checkpoint "
              "callback held the training loop at a checkpoint.", "",
-             "| arm | first file bytes | later files: mean bytes | raw state / mean later file "
-             "| stall s: mean [min, max] | fit s | val loss: trained / decoded last |",
-             "|---|---:|---:|---:|---|---:|---|"]
+             "| arm | standalone files: n, mean bytes | delta files: n, mean bytes | raw state / "
+             "mean delta | raw state / mean file | stall s: mean [min, max] | fit s | val loss: "
+             "trained / decoded last |",
+             "|---|---:|---:|---:|---:|---|---:|---|"]
     for r in results:
-        later = r["file_bytes"][1:]
-        stalls = r["stall_seconds"]
+        whole = [b for b, d in zip(r["file_bytes"], r["delta"]) if not d]
+        delta = [b for b, d in zip(r["file_bytes"], r["delta"]) if d]
+        raw, stalls = r["raw_state_bytes"], r["stall_seconds"]
         lines.append(
-            f"| {r['arm']} | {r['file_bytes'][0]:,} | {statistics.mean(later):,.0f} | "
-            f"{r['raw_state_bytes'] / statistics.mean(later):.1f}x | "
+            f"| {r['arm']} | {len(whole)}, {statistics.mean(whole):,.0f} | "
+            + (f"{len(delta)}, {statistics.mean(delta):,.0f} | {raw / statistics.mean(delta):.1f}x | "
+               if delta else "-, - | - | ")
+            + f"{raw / statistics.mean(r['file_bytes']):.1f}x | "
             f"{statistics.mean(stalls):.3f} [{min(stalls):.3f}, {max(stalls):.3f}] | "
             f"{r['fit_seconds']:.1f} | {r['val_loss_trained']:.4f} / "
             f"{r['val_loss_decoded_last']:.4f} |")

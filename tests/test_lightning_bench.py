@@ -35,3 +35,5 @@ def test_lightning_benchmark_quick(tmp_path: Path) -> None:
     later = {arm: sum(r["file_bytes"][1:]) for arm, r in results.items()}
     assert later["adaptive"] < later["lossless-deltas"] < later["ckptzip-io"] < later["lightning"]
     assert results["adaptive"]["files"][-1] == "step-00000008.ckz"
+    assert results["adaptive"]["delta"] == [False, True, True, True]  # a keyframe, then deltas
+    assert results["ckptzip-io"]["delta"] == [False] * 4
