@@ -103,7 +103,8 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
     trainer = lightning.Trainer(
         max_steps=steps, default_root_dir=directory, logger=False, enable_progress_bar=False,
         enable_model_summary=False, accelerator="cpu", plugins=plugins, callbacks=[callback],
-        num_sanity_val_steps=0, limit_val_batches=0)
+        num_sanity_val_steps=0, limit_val_batches=0,
+        enable_checkpointing=isinstance(callback, ModelCheckpoint))  # no default one beside ours
     model = make_model()
     module = lightning_module(model, steps)
     loader = DataLoader(train_rows, batch_size=16, shuffle=True, collate_fn=collate,

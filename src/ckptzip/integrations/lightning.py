@@ -32,6 +32,7 @@ keeps objects such as modules out). It plugs into the ``lightning`` package
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -49,6 +50,9 @@ try:
     from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 except ImportError:
     raise DependencyError("ckptzip's Lightning integration needs lightning: pip install lightning") from None
+
+
+log = logging.getLogger("ckptzip")
 
 
 class CkptzipCheckpointIO(CheckpointIO):
@@ -156,6 +160,11 @@ class CkptzipCheckpoint(Callback):
                 f"torch.distributed.checkpoint and ckptzip.dcp.CompressedWriter (docs/DCP.md)")
         if trainer.is_global_zero and self.manager is None:
             self.manager = CheckpointManager(self.dirpath, **self.options)
+            others = [type(c).__name__ for c in getattr(trainer, "checkpoint_callbacks", [])]
+            if others:  # Lightning adds one unless told not to
+                log.info("%s: Lightning's %s saves checkpoints too, standalone, beside this "
+                         "callback's deltas; Trainer(enable_checkpointing=False) leaves this one "
+                         "alone", self.dirpath, ", ".join(others))
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         path = trainer.ckpt_path
