@@ -24,7 +24,8 @@ def test_lightning_benchmark_quick(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     written = json.loads((tmp_path / "lightning_fit-quick.json").read_text())
     results = {r["arm"]: r for r in written["results"]}
-    assert list(results) == ["lightning", "ckptzip-io", "lossless-deltas", "adaptive"]
+    assert list(results) == ["lightning", "ckptzip-io", "lossless-deltas", "adaptive", "none"]
+    assert results.pop("none")["files"] == []
     for r in results.values():
         assert len(r["files"]) == 4 and len(r["stall_seconds"]) == 4
         assert r["val_loss_trained"] == results["lightning"]["val_loss_trained"]  # the same training
