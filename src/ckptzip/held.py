@@ -106,6 +106,24 @@ def hold_written(location: str, given: dict[str, Leaf], previous: HeldCheckpoint
     return HeldCheckpoint(location, file_id, tensors)
 
 
+def hold_loaded(location: str, state: Any, *, storage_options: StorageOptions = None
+                ) -> HeldCheckpoint:
+    """The checkpoint at ``location`` as held, from ``state``, what loading it just gave: each
+    stored tensor's values copied (training changes them in place). A tensor the file holds that
+    the state does not show (a transform's sibling array) is decoded from the file when a base
+    asks for it."""
+    leaves = {leaf.name: leaf for leaf in flatten(state)[1]}
+    tensors: dict[str, np.ndarray] = {}
+    with CheckpointFile.open(location, storage_options=storage_options) as checkpoint:
+        file_id = checkpoint.id
+        for info in checkpoint.leaves:
+            leaf = leaves.get(info.name)
+            if leaf is not None and leaf.dtype == info.dtype and leaf.shape == info.shape:
+                data = leaf.host_bytes()
+                tensors[info.name] = data.copy() if leaf.tensor.device.type == "cpu" else data
+    return HeldCheckpoint(location, file_id, tensors)
+
+
 def _exact_bytes(leaf: LeafInfo, given: Leaf) -> np.ndarray | None:
     """``given``'s raw bytes where the file stores them exactly: no whole-tensor transforms (the
     tensor decodes to its chunks' raw bytes) and every chunk's CRC-32C is theirs; else None."""
@@ -145,21 +163,3 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
-
-
-def hold_loaded(location: str, state: Any, *, storage_options: StorageOptions = None
-                ) -> HeldCheckpoint:
-    """The checkpoint at ``location`` as held, from ``state``, what loading it just gave: each
-    stored tensor's values copied (training changes them in place). A tensor the file holds that
-    the state does not show (a transform's sibling array) is decoded from the file when a base
-    asks for it."""
-    leaves = {leaf.name: leaf for leaf in flatten(state)[1]}
-    tensors: dict[str, np.ndarray] = {}
-    with CheckpointFile.open(location, storage_options=storage_options) as checkpoint:
-        file_id = checkpoint.id
-        for info in checkpoint.leaves:
-            leaf = leaves.get(info.name)
-            if leaf is not None and leaf.dtype == info.dtype and leaf.shape == info.shape:
-                data = leaf.host_bytes()
-                tensors[info.name] = data.copy() if leaf.tensor.device.type == "cpu" else data
-    return HeldCheckpoint(location, file_id, tensors)

@@ -337,7 +337,7 @@ class CheckpointManager:
             if base is not None:
                 base.close()
             raise
-        if isinstance(base, Base) and prepared.base is None:  # a keyframe after all
+        if base is not None and prepared.base is None:  # a keyframe after all
             base.close()
         return host
 
@@ -388,8 +388,6 @@ class CheckpointManager:
         path = self._path(step)
         base = self._base_for(step)
         held, self._held = self._held, None  # consumed here: a failure leaves nothing held
-        if self.cache_decoded is False:
-            held = None
         if isinstance(state, Prepared):
             report = save(state, path, threads=self.threads, metadata={"step": step},
                           storage_options=self.storage_options)
