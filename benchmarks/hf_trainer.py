@@ -184,14 +184,31 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fine_tune_arguments(description: str, name: str) -> argparse.Namespace:
+    """The command line of a fine-tune benchmark writing ``<name>.md/.json`` (this one and
+    lightning_fit.py): steps, checkpoint interval, --quick, work and output folders."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--every", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="a tiny GPT-2 on random tokens")
     parser.add_argument("--work", type=Path, default=None, help="where the checkpoints go")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where hf_trainer.md/.json go")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"where {name}.md/.json go")
+    return parser.parse_args()
+
+
+def size_cells(sizes: list[int], deltas: list[bool], raw: int) -> str:
+    """The table cells of an arm's checkpoint sizes: standalone n and mean bytes, delta n and mean
+    bytes, raw state over the mean delta, raw state over the mean checkpoint."""
+    whole = [b for b, d in zip(sizes, deltas) if not d]
+    delta = [b for b, d in zip(sizes, deltas) if d]
+    return (f"{len(whole)}, {statistics.mean(whole):,.0f} | "
+            + (f"{len(delta)}, {statistics.mean(delta):,.0f} | {raw / statistics.mean(delta):.1f}x | "
+               if delta else "-, - | - | ")
+            + f"{raw / statistics.mean(sizes):.1f}x")
+
+
+def main() -> None:
+    args = fine_tune_arguments(__doc__.splitlines()[0], "hf_trainer")
     info = machine_info()
     task = gpt2_task() if args.quick else minilm_task()
     work = args.work or Path(tempfile.mkdtemp(prefix="ckptzip-hf-bench-"))
@@ -211,16 +228,11 @@ def main() -> None:
              "[min, max] | val loss: trained / decoded last |",
              "|---|---:|---:|---:|---:|---|---|"]
     for r in results:
-        whole = [b for b, d in zip(r["folder_bytes"], r["delta"]) if not d]
-        delta = [b for b, d in zip(r["folder_bytes"], r["delta"]) if d]
         whole_s = [t for t, d in zip(r["save_seconds"], r["delta"]) if not d]
         delta_s = [t for t, d in zip(r["save_seconds"], r["delta"]) if d]
-        raw = r["raw_state_bytes"]
         lines.append(
-            f"| {r['arm']} | {len(whole)}, {statistics.mean(whole):,.0f} | "
-            + (f"{len(delta)}, {statistics.mean(delta):,.0f} | {raw / statistics.mean(delta):.1f}x | "
-               if delta else "-, - | - | ")
-            + f"{raw / statistics.mean(r['folder_bytes']):.1f}x | {statistics.mean(whole_s):.3f} / "
+            f"| {r['arm']} | {size_cells(r['folder_bytes'], r['delta'], r['raw_state_bytes'])} | "
+            f"{statistics.mean(whole_s):.3f} / "
             + (f"{statistics.mean(delta_s):.3f} [{min(delta_s):.3f}, {max(delta_s):.3f}]"
                if delta_s else "-")
             + f" | {r['val_loss_trained']:.4f} / {r['val_loss_decoded_last']:.4f} |")

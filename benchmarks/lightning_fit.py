@@ -27,7 +27,6 @@ model's (open loop). ``--quick``: hf_trainer.py's tiny GPT-2 on random tokens, f
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -37,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import OUT_DIR, info_markdown, machine_info, write_results
-from hf_trainer import evaluate, gpt2_task, minilm_task
+from common import info_markdown, machine_info, write_results
+from hf_trainer import evaluate, fine_tune_arguments, gpt2_task, minilm_task, size_cells
 from torch import nn
 
 import ckptzip
@@ -144,13 +143,7 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--every", type=int, default=6)
-    parser.add_argument("--quick", action="store_true", help="a tiny GPT-2 on random tokens")
-    parser.add_argument("--work", type=Path, default=None, help="where the checkpoints go")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="where lightning_fit.md/.json go")
-    args = parser.parse_args()
+    args = fine_tune_arguments(__doc__.splitlines()[0], "lightning_fit")
     info = machine_info()
     task = gpt2_task() if args.quick else minilm_task()
     work = args.work or Path(tempfile.mkdtemp(prefix="ckptzip-lightning-bench-"))
@@ -173,14 +166,9 @@ def main() -> None:
         if not r["files"]:
             lines.append(f"| {r['arm']} | - | - | - | - | - | {r['fit_seconds']:.1f} | - |")
             continue
-        whole = [b for b, d in zip(r["file_bytes"], r["delta"]) if not d]
-        delta = [b for b, d in zip(r["file_bytes"], r["delta"]) if d]
-        raw, stalls = r["raw_state_bytes"], r["stall_seconds"]
+        stalls = r["stall_seconds"]
         lines.append(
-            f"| {r['arm']} | {len(whole)}, {statistics.mean(whole):,.0f} | "
-            + (f"{len(delta)}, {statistics.mean(delta):,.0f} | {raw / statistics.mean(delta):.1f}x | "
-               if delta else "-, - | - | ")
-            + f"{raw / statistics.mean(r['file_bytes']):.1f}x | "
+            f"| {r['arm']} | {size_cells(r['file_bytes'], r['delta'], r['raw_state_bytes'])} | "
             f"{statistics.mean(stalls):.3f} [{min(stalls):.3f}, {max(stalls):.3f}] | "
             f"{r['fit_seconds']:.1f} | {r['val_loss_trained']:.4f} / "
             f"{r['val_loss_decoded_last']:.4f} |")
