@@ -56,6 +56,12 @@
 #                                               and the loosest adaptive point,
 #                                               adaptive-step-x5-w2.5; once they are done, with
 #                                               110 s left, the 1 GB state's device speed
+#   bash benchmarks/gpu_check.sh loosest2 OUT [DEADLINE]
+#                                               the lease after session 33, as loosest's: the
+#                                               106M setup's adaptive points with the moments at
+#                                               10x and 20x (adaptive-step-x10-w2.5, -x20-w2.5),
+#                                               towards ExCP's gap; then the device speed in the
+#                                               time left
 #   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
 #                                               the square state, then the 1 GB state, 1 round
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
@@ -256,6 +262,16 @@ loosest)
         speed $((deadline - SECONDS - 5)) 1
     fi
     ;;
+loosest2)
+    deadline=${3:-570}
+    nvidia-smi -L
+    build
+    [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
+    arms_then_tests "$deadline" lossless,adaptive-step-x10-w2.5,adaptive-step-x20-w2.5
+    if ! ls /tmp/fid-gpu/*.progress.json >/dev/null 2>&1 && [ $((deadline - SECONDS)) -gt 110 ]; then
+        speed $((deadline - SECONDS - 5)) 1
+    fi
+    ;;
 speed)
     nvidia-smi -L
     build
@@ -271,7 +287,7 @@ verify)
     profile adaptive
     ;;
 *)
-    echo "usage: $0 check|verify|next|matched|looser|loosest|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
+    echo "usage: $0 check|verify|next|matched|looser|loosest|loosest2|speed|profile|fidelity|all OUT [SECONDS [LIMIT]] (all: [DEADLINE])" >&2
     exit 2
     ;;
 esac
