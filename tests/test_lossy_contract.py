@@ -556,8 +556,16 @@ def test_base_differs_only_where_the_header_can_tell(tmp_path):
     raw = tensor.numpy().view("uint8")
     assert not base.differs("t", raw) and base.differs("t", changed.numpy().view("uint8"))
     assert not base.differs("t", raw[:-4]) and not base.differs("missing", raw)
+    # the first chunk alone: its CRC; a head of another length or name tells nothing
+    assert base.head_bytes("t") == 4096 and base.head_bytes("missing") == 0
+    assert not base.head_differs("t", raw[:4096]) and not base.head_differs("t", raw[:4092])
+    assert base.head_differs("t", (tensor + 1).numpy().view("uint8")[:4096])
+    assert not base.head_differs("t", changed.numpy().view("uint8")[:4096])  # the last chunk moved
     base.raw("t")
     assert not base.differs("t", changed.numpy().view("uint8"))  # decoded: compared directly
+    assert base.head_bytes("t") == raw.size  # decoded: all of it, up to HEAD_CHECK_BYTES
+    assert base.head_differs("t", changed.numpy().view("uint8"))
+    assert not base.head_differs("t", raw[:100]) and base.head_differs("t", raw[4:104])
     base.close()
     state = {"model": {"w": tensor.reshape(50, 100)},
              "optimizer": {"state": {0: {"step": torch.tensor(1.0), "exp_avg": tensor.reshape(50, 100),
@@ -571,6 +579,8 @@ def test_base_differs_only_where_the_header_can_tell(tmp_path):
     stored = lossy.stored("model.w")
     assert stored is not None and stored.pipeline.transforms
     assert not lossy.differs("model.w", (tensor * 5).numpy().view("uint8"))
+    assert lossy.head_bytes("model.w") == 0  # its chunks hold codes: nothing to compare undecoded
+    assert not lossy.head_differs("model.w", (tensor * 5).numpy().view("uint8")[:4096])
     lossy.close()
 
 
@@ -634,3 +644,74 @@ def test_a_lossy_save_leaves_the_callers_state_as_it_was(tmp_path, mode, path):
                 assert torch.equal(bits(after[leaf]), bits(value)), f"{name}: {leaf} changed"
             else:
                 assert after[leaf] == value, f"{name}: {leaf}"
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_on_a_device_a_changed_moment_is_not_copied_whole_to_the_host(tmp_path, mode, monkeypatch):
+    """On torch's path (a GPU's tensors), the unchanged-tensor check copies a moment to the host
+    only where its first bytes do not already prove it changed: against a lossless base file
+    the first chunk's CRC, against a decoded base its first bytes. A moment equal but for its
+    last element is copied and found changed, an equal one is found unchanged, and the files
+    decode to what the native passes' files decode to."""
+    from ckptzip import tree
+    from ckptzip.hostpath import torch_ops_only
+    from ckptzip.modes import common
+
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(256, 64, generator=generator)
+    frozen = torch.randn(8192, generator=generator)
+
+    def state(scale: float, step: float) -> dict:
+        return {"model": {"w": weight * scale, "frozen": frozen},
+                "optimizer": {"state": {0: {"step": torch.tensor(step), "exp_avg": weight * 1e-3 * scale,
+                                            "exp_avg_sq": weight.square() * 1e-6 * scale},
+                                        1: {"step": torch.tensor(step), "exp_avg": frozen * 1e-3,
+                                            "exp_avg_sq": frozen.square() * 1e-6}},
+                              "param_groups": [{"params": [0, 1], "betas": (0.9, 0.999)}]}}
+
+    ckptzip.save(state(1.0, 3.0), tmp_path / "k.ckz", chunk_bytes=4096)
+    second = state(1.01, 4.0)
+    second["optimizer"]["state"][1]["exp_avg_sq"][-1] += 1.0  # its first chunk as the base's
+    copied: list[str] = []
+    host_bytes = tree.Leaf.host_bytes
+
+    def counting(self):
+        copied.append(self.name)
+        return host_bytes(self)
+
+    monkeypatch.setattr(tree.Leaf, "host_bytes", counting)
+    ckptzip.save(second, tmp_path / "native.ckz", mode=mode, base=tmp_path / "k.ckz")
+    on_host = set(copied)
+    copied.clear()
+    with torch_ops_only():
+        ckptzip.save(second, tmp_path / "torch.ckz", mode=mode, base=tmp_path / "k.ckz")
+    moments = {f"optimizer.state.{i}.{m}" for i in (0, 1) for m in ("exp_avg", "exp_avg_sq")}
+    assert moments <= on_host  # the host's bytes are views: checked whole
+    assert set(copied) & moments == {"optimizer.state.1.exp_avg",
+                                     "optimizer.state.1.exp_avg_sq"}
+    with ckptzip.open(tmp_path / "torch.ckz") as checkpoint:
+        extra = {leaf.name: leaf.extra for leaf in checkpoint.leaves}
+    assert extra["optimizer.state.1.exp_avg"].get("unchanged") is True
+    assert extra["optimizer.state.1.exp_avg_sq"].get("unchanged") is not True
+    by_torch, by_host = (flat(ckptzip.load(tmp_path / f"{p}.ckz")) for p in ("torch", "native"))
+    assert by_torch.keys() == by_host.keys()
+    for name, value in by_host.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(bits(by_torch[name]), bits(value)), name
+
+    # against a base whose bytes are decoded already (a held checkpoint), its first bytes tell
+    from ckptzip.reader import open_base
+
+    base = open_base(tmp_path / "k.ckz")
+    assert base is not None
+    leaves = {leaf.name: leaf for leaf in tree.flatten(second)[1]}
+    for name in sorted(moments):
+        base.raw(name)
+    copied.clear()
+    with torch_ops_only():
+        same = {name: common._same_bits(leaves[name], base) for name in sorted(moments)}
+    base.close()
+    assert same == {"optimizer.state.0.exp_avg": False, "optimizer.state.0.exp_avg_sq": False,
+                    "optimizer.state.1.exp_avg": True, "optimizer.state.1.exp_avg_sq": False}
+    # its first HEAD_CHECK_BYTES are all of this second moment: only the equal moment is copied
+    assert copied == ["optimizer.state.1.exp_avg"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from . import _native
 from .dtypes import DType
 from .errors import BaseMismatchError
 from .storage import is_url, local_path
@@ -27,6 +28,9 @@ from .tree import flatten
 
 if TYPE_CHECKING:
     from .container import LeafInfo
+
+#: The most leading bytes of a decoded base tensor that :meth:`Base.head_differs` compares.
+HEAD_CHECK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,20 @@ class Base(ABC):
         without decoding it; False where only the decoded bytes can tell (see
         :meth:`FileBase.differs`)."""
         return False
+
+    def head_bytes(self, name: str) -> int:
+        """How many leading raw bytes of ``name`` :meth:`head_differs` can judge without
+        decoding anything (0: none). A tensor on a device is copied to the host only where its
+        first bytes do not already prove a difference."""
+        cached = self._cache.get(name)
+        return 0 if cached is None else min(cached.size, HEAD_CHECK_BYTES)
+
+    def head_differs(self, name: str, head: np.ndarray) -> bool:
+        """Whether the raw bytes ``head`` (uint8, :meth:`head_bytes` of them) are known to differ
+        from the first bytes of the base's tensor ``name``; False where they cannot tell."""
+        cached = self._cache.get(name)
+        return (cached is not None and head.size <= cached.size
+                and not _native.bytes_equal(head, cached[:head.size]))
 
     def release(self, name: str) -> None:
         """Forget the cached bytes of ``name`` (a writer is done with them)."""

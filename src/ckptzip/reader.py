@@ -545,6 +545,21 @@ class FileBase(Base):
             return False
         return not leaf.holds_raw(data)
 
+    def head_bytes(self, name: str) -> int:
+        """A decoded tensor's (see :meth:`Base.head_bytes`), or the first chunk's of one stored
+        without whole-tensor transforms: the header holds that chunk's CRC-32C."""
+        leaf = self._index.get(name)
+        if name in self._cache or leaf is None or leaf.pipeline.transforms or not leaf.chunks:
+            return super().head_bytes(name)
+        return leaf.chunks[0].raw_length
+
+    def head_differs(self, name: str, head: np.ndarray) -> bool:
+        leaf = self._index.get(name)
+        if name in self._cache or leaf is None or leaf.pipeline.transforms or not leaf.chunks:
+            return super().head_differs(name, head)
+        return (head.size == leaf.chunks[0].raw_length
+                and _native.crc32c(head) != leaf.chunks[0].raw_crc)
+
     def prefetch(self, names: list[str]) -> None:
         # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
         # tensor after tensor a small tensor's few chunks kept most of them idle

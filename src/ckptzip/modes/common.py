@@ -688,6 +688,8 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     found = base.tensor(leaf.name)
     if found is None or (found.dtype, found.shape) != (leaf.dtype, leaf.shape):
         return False
+    if not native(leaf.tensor) and _head_differs(leaf, base):
+        return False
     data = leaf.host_bytes()
     if base.differs(leaf.name, data):  # the base file's chunk CRCs tell: nothing decoded
         return False
@@ -695,6 +697,18 @@ def _same_bits(leaf: Leaf, base: Base) -> bool:
     # base under the ratio coding, a weight kept exact for its zeros' signs coded against it),
     # and _free_planned_bases frees them once the group is planned
     return _native.bytes_equal(data, base.raw(leaf.name))  # one memcmp
+
+
+def _head_differs(leaf: Leaf, base: Base) -> bool:
+    """Whether the first bytes of a tensor on a device already differ from its base's: nearly
+    every moment changes between checkpoints, and its whole copy to the host (2/3 of a state's
+    bytes, through pageable memory) is what the unchanged-tensor check cost there."""
+    head = base.head_bytes(leaf.name)
+    itemsize = leaf.dtype.itemsize
+    if not 0 < head <= leaf.nbytes or head % itemsize or not leaf.tensor.is_contiguous():
+        return False
+    first = leaf.tensor.detach().reshape(-1)[:head // itemsize]
+    return base.head_differs(leaf.name, tensor_bytes(first))
 
 
 def finish_decoded(
