@@ -59,7 +59,8 @@
 #   bash benchmarks/gpu_check.sh loosest2 OUT [DEADLINE]
 #                                               the lease after session 33, as loosest's: the
 #                                               106M setup's adaptive points with the moments at
-#                                               10x and 20x (adaptive-step-x10-w2.5, -x20-w2.5),
+#                                               10x and 20x (adaptive-step-x10-w2.5, and -x20-w2.6
+#                                               with the weights at 2.6x),
 #                                               towards ExCP's gap; then the device speed in the
 #                                               time left
 #   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
@@ -267,7 +268,7 @@ loosest2)
     nvidia-smi -L
     build
     [ -e /tmp/fid-gpu/prefix-checked ] || square_beside_prefix  # a fresh machine
-    arms_then_tests "$deadline" lossless,adaptive-step-x10-w2.5,adaptive-step-x20-w2.5
+    arms_then_tests "$deadline" lossless,adaptive-step-x10-w2.5,adaptive-step-x20-w2.6
     if ! ls /tmp/fid-gpu/*.progress.json >/dev/null 2>&1 && [ $((deadline - SECONDS)) -gt 110 ]; then
         speed $((deadline - SECONDS - 5)) 1
     fi
