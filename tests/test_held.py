@@ -226,3 +226,69 @@ def test_the_device_path_holds_too(states: list[dict[str, Any]], tmp_path: Path,
                        reads=reads)
     assert reads.others() == []
     assert held == plain
+
+
+def test_a_background_hold_returns_before_its_decode_and_holds_the_same_bytes(
+        states: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hold_written_soon (the Trainer's and DCP's synchronous saves): the given tensors are
+    copied before it returns, so training may change them at once; the lossy tensors decode on
+    a background thread, which the call does not wait for; settled, the held checkpoint is the
+    one hold_written makes. A file with nothing to decode is held at once."""
+    import threading
+
+    from ckptzip.held import PendingHold, hold_written_soon, settle
+
+    key, delta = tmp_path / "k.ckz", tmp_path / "d.ckz"
+    ckptzip.save(states[0], key)
+    previous = hold_written(str(key), {leaf.name: leaf for leaf in flatten(states[0])[1]}, None,
+                            copy=True)
+    assert isinstance(hold_written_soon(str(key), {leaf.name: leaf for leaf in flatten(states[0])[1]},
+                                        None), HeldCheckpoint)
+    ckptzip.save(states[1], delta, mode="adaptive", base=open_held_base(key, previous))
+    expected = hold_written(
+        str(delta), {leaf.name: leaf for leaf in flatten(states[1])[1]},
+        hold_written(str(key), {leaf.name: leaf for leaf in flatten(states[0])[1]}, None, copy=True),
+        copy=True)
+
+    released = threading.Event()
+    original = CheckpointFile.read_leaves
+
+    def read_leaves(file: CheckpointFile, *args: Any, **kwargs: Any) -> Any:
+        assert released.wait(30), "the decode was waited for"
+        return original(file, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointFile, "read_leaves", read_leaves)
+    training = copy.deepcopy(states[1])
+    pending = hold_written_soon(str(delta), {leaf.name: leaf for leaf in flatten(training)[1]},
+                                previous)
+    assert isinstance(pending, PendingHold) and not pending.future.done()
+    for leaf in flatten(training)[1]:  # training goes on: the state changes in place
+        leaf.tensor.add_(1)
+    released.set()
+    held = settle(pending)
+    assert held is not None and held.id == expected.id
+    assert held.tensors.keys() == expected.tensors.keys()
+    for name, data in expected.tensors.items():
+        assert held.tensors[name].tobytes() == data.tobytes(), name
+
+
+def test_a_failed_background_hold_holds_nothing(states: list[dict[str, Any]], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A background decode that fails is logged and settles to None: the next delta decodes its
+    base chain, as without a held checkpoint."""
+    from ckptzip.held import hold_written_soon, settle
+
+    key, delta = tmp_path / "k.ckz", tmp_path / "d.ckz"
+    ckptzip.save(states[0], key)
+    ckptzip.save(states[1], delta, mode="excp", base=key)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ckptzip.CorruptError("a chunk failed its CRC")
+
+    monkeypatch.setattr(CheckpointFile, "read_leaves", broken)
+    pending = hold_written_soon(str(delta), {leaf.name: leaf for leaf in flatten(states[1])[1]},
+                                None)
+    with caplog.at_level(logging.WARNING, logger="ckptzip"):
+        assert settle(pending) is None
+    assert "not holding this checkpoint as decoded" in caplog.text and "CRC" in caplog.text

@@ -48,7 +48,7 @@ from torch.futures import Future
 
 from .api import save
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
-from .held import HeldCheckpoint, hold_written, open_held_base, worth_holding
+from .held import HeldCheckpoint, PendingHold, hold_written_soon, open_held_base, settle, worth_holding
 from .modes import policy_for
 from .objstore import StorageOptions
 from .parallel import local_ranks, rank_threads, resolve_threads
@@ -116,7 +116,7 @@ def _on_store(storage: FileSystemWriter | FileSystemReader, path: str | os.PathL
 #: its name (``ckpt``, ``__0_0.ckz``): the next save coded against that file takes its base's
 #: tensors from here instead of decoding its chain (ckptzip.held; CompressedWriter's
 #: ``cache_decoded``).
-_HELD: dict[tuple[str, str], HeldCheckpoint] = {}
+_HELD: dict[tuple[str, str], HeldCheckpoint | PendingHold] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -211,7 +211,8 @@ class CompressedWriter(FileSystemWriter):
             keys.append((item, key))
         run = (_normalized(os.path.dirname(_normalized(self.path))), file_name)
         with _HELD_LOCK:
-            held = _HELD.pop(run, None)  # consumed: a failure holds nothing
+            pending = _HELD.pop(run, None)  # consumed: a failure holds nothing
+        held = settle(pending)
         base = self._base_file(file_name)
         if base is not None and held is not None and self.cache_decoded is not False:
             opened: Any = open_held_base(base, held, threads=self.threads,
@@ -225,11 +226,12 @@ class CompressedWriter(FileSystemWriter):
         # every rank of the node holds its own: their sum must fit
         if worth_holding(sum(leaf.nbytes for leaf in leaves) * local_ranks(), self.cache_decoded,
                          os.fspath(self.path)):
-            # copies: DCP may hand these tensors back to training (or reuse its staging buffers)
-            held = hold_written(target, {leaf.name: leaf for leaf in leaves}, held, copy=True,
-                                threads=self.threads, storage_options=self.storage_options)
+            # the given tensors copied (DCP may hand them back to training, or reuse its staging
+            # buffers), the lossy ones decoded in the background while training goes on
+            pending = hold_written_soon(target, {leaf.name: leaf for leaf in leaves}, held,
+                                        threads=self.threads, storage_options=self.storage_options)
             with _HELD_LOCK:
-                _HELD[run] = held
+                _HELD[run] = pending
         del state, leaves
         # the state is a flat dict, so each item's key is its path's name
         where = RankFile(file_name, report.id)

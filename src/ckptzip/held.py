@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,70 @@ def hold_written(location: str, given: dict[str, Leaf], previous: HeldCheckpoint
     (copied when ``copy``: the caller's state may change after the save; a snapshot need not be);
     every other tensor is decoded from the file, against ``previous`` where that is its base
     (``previous`` is consumed, its tensors freed as they serve), else through its chain."""
+    taken = _take_given(location, given, copy=copy, threads=threads,
+                        storage_options=storage_options)
+    return _decode_rest(taken, previous, threads=threads, storage_options=storage_options)
+
+
+class PendingHold:
+    """:func:`hold_written` whose decode of the lossy tensors runs on a thread of its own
+    (:func:`hold_written_soon`); :func:`settle` waits for it."""
+
+    def __init__(self, future: Future[HeldCheckpoint], location: str) -> None:
+        self.future = future
+        self.location = location
+
+    def result(self) -> HeldCheckpoint | None:
+        """The held checkpoint, once decoded; None where the decode failed (logged: the next
+        delta then decodes its base chain, as without a held checkpoint)."""
+        try:
+            return self.future.result()
+        except Exception as error:  # holding is an optimisation: never fatal
+            log.warning("%s: not holding this checkpoint as decoded (%s); the next delta decodes "
+                        "its base chain instead", self.location, error)
+            return None
+
+
+#: The thread that decodes the pending holds, one at a time.
+_HOLD_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckptzip-hold")
+
+
+def hold_written_soon(location: str, given: dict[str, Leaf], previous: HeldCheckpoint | None, *,
+                      threads: int | None = None,
+                      storage_options: StorageOptions = None) -> HeldCheckpoint | PendingHold:
+    """:func:`hold_written` for a writer that saves on the training thread (the Hugging Face
+    Trainer's, DCP's): the given tensors' bytes are copied now, as the caller's state changes
+    once this returns, and the decode of the lossy ones (a third of an adaptive save's time)
+    runs on a background thread while training goes on. :func:`settle` the result before the
+    next save uses it."""
+    taken = _take_given(location, given, copy=True, threads=threads,
+                        storage_options=storage_options)
+    if not taken.decode:
+        return HeldCheckpoint(location, taken.file_id, taken.tensors)
+    future = _HOLD_EXECUTOR.submit(_decode_rest, taken, previous, threads=threads,
+                                   storage_options=storage_options)
+    return PendingHold(future, location)
+
+
+def settle(held: HeldCheckpoint | PendingHold | None) -> HeldCheckpoint | None:
+    """``held`` as a checkpoint, waiting for a pending decode to finish (None if it failed)."""
+    return held.result() if isinstance(held, PendingHold) else held
+
+
+@dataclass
+class _Taken:
+    """A written checkpoint's tensors held from the given bytes, and those left to decode."""
+
+    location: str
+    file_id: str
+    base_id: str | None
+    leaves: tuple[LeafInfo, ...]
+    tensors: dict[str, np.ndarray]
+    decode: list[int]
+
+
+def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: int | None,
+                storage_options: StorageOptions) -> _Taken:
     tensors: dict[str, np.ndarray] = {}
     decode: list[int] = []
     with CheckpointFile.open(location, threads=threads, storage_options=storage_options) as written:
@@ -86,24 +151,33 @@ def hold_written(location: str, given: dict[str, Leaf], previous: HeldCheckpoint
             else:  # a host tensor's bytes are a view of it; another device's, a copy already
                 on_host = given_leaf.tensor.device.type == "cpu"
                 tensors[leaf.name] = data.copy() if copy and on_host else data
-    if decode:
+    return _Taken(location, file_id, None if base_ref is None else base_ref.id, leaves, tensors,
+                  decode)
+
+
+def _decode_rest(taken: _Taken, previous: HeldCheckpoint | None, *, threads: int | None,
+                 storage_options: StorageOptions) -> HeldCheckpoint:
+    """``taken`` completed: its tensors left to decode, decoded from its file, against
+    ``previous`` where that is its base (consumed)."""
+    tensors, location = taken.tensors, taken.location
+    if taken.decode:
         base = None
-        if previous is not None and base_ref is not None and base_ref.id == previous.id:
+        if previous is not None and taken.base_id is not None and taken.base_id == previous.id:
             base = open_held_base(previous.location, previous, threads=threads,
                                   storage_options=storage_options, consume=True)
         try:
             with CheckpointFile.open(location, threads=threads, base=base,
                                      storage_options=storage_options) as written:
-                if written.id != file_id:
+                if written.id != taken.file_id:
                     raise Error(f"{location}: the checkpoint changed while it was read back "
-                                f"(content id {file_id}, then {written.id}): is another process "
-                                f"writing this directory?")
-                for index, tensor in written.read_leaves(decode).items():
-                    tensors[leaves[index].name] = tensor_bytes(tensor)
+                                f"(content id {taken.file_id}, then {written.id}): is another "
+                                f"process writing this directory?")
+                for index, tensor in written.read_leaves(taken.decode).items():
+                    tensors[taken.leaves[index].name] = tensor_bytes(tensor)
         finally:
             if base is not None:
                 base.close()
-    return HeldCheckpoint(location, file_id, tensors)
+    return HeldCheckpoint(location, taken.file_id, tensors)
 
 
 def hold_loaded(location: str, state: Any, *, storage_options: StorageOptions = None

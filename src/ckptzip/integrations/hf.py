@@ -43,7 +43,15 @@ from ..api import load, save
 from ..api import open as open_checkpoint
 from ..chain import resolve_relative, walk_chain
 from ..errors import ConfigError, Error
-from ..held import HeldCheckpoint, hold_loaded, hold_written, open_held_base, worth_holding
+from ..held import (
+    HeldCheckpoint,
+    PendingHold,
+    hold_loaded,
+    hold_written_soon,
+    open_held_base,
+    settle,
+    worth_holding,
+)
 from ..tree import flatten
 from . import require, standalone_mode
 
@@ -121,7 +129,8 @@ class CkptzipTrainerMixin(_TrainerBase):
         self._ckptzip_weights: dict[str, Any] | None = None  # held for state.ckz
         self._ckptzip_resumed_from: str | None = None  # the checkpoint folder training resumed from
         self._ckptzip_loaded: tuple[str, Any] | None = None  # a decoded state.ckz, until both parts are read
-        self._ckptzip_held: HeldCheckpoint | None = None  # the newest state.ckz as decoded
+        # the newest state.ckz as decoded (its lossy tensors decoding in the background)
+        self._ckptzip_held: HeldCheckpoint | PendingHold | None = None
 
     @property
     def _ckptzip_deltas(self) -> bool:
@@ -154,7 +163,7 @@ class CkptzipTrainerMixin(_TrainerBase):
         base = _previous_state(output_dir)
         resumed = base is not None and self._ckptzip_resumed_from is not None and (
             os.path.abspath(os.path.dirname(base)) == os.path.abspath(self._ckptzip_resumed_from))
-        held, self._ckptzip_held = self._ckptzip_held, None  # consumed: a failure holds nothing
+        held, self._ckptzip_held = settle(self._ckptzip_held), None  # consumed: a failure holds nothing
         opened = None
         if held is not None and base is not None and os.path.abspath(base) == held.location:
             opened = open_held_base(base, held, threads=self.ckptzip_threads)
@@ -166,8 +175,9 @@ class CkptzipTrainerMixin(_TrainerBase):
         leaves = flatten(state)[1]
         if worth_holding(sum(leaf.nbytes for leaf in leaves), self.ckptzip_cache_decoded,
                          self.args.output_dir):
-            self._ckptzip_held = hold_written(path, {leaf.name: leaf for leaf in leaves}, held,
-                                              copy=True, threads=self.ckptzip_threads)
+            # training goes on while the lossy tensors decode; the next save waits for them
+            self._ckptzip_held = hold_written_soon(path, {leaf.name: leaf for leaf in leaves},
+                                                   held, threads=self.ckptzip_threads)
 
     def _rng_file(self) -> str:
         world = self.args.world_size
