@@ -61,8 +61,8 @@
 #                                               106M setup's adaptive points with the moments at
 #                                               10x and 20x (adaptive-step-x10-w2.5, and -x20-w2.6
 #                                               with the weights at 2.6x),
-#                                               towards ExCP's gap; then the device speed in the
-#                                               time left
+#                                               towards ExCP's gap; then the device speed and
+#                                               the device profile in the time left
 #   bash benchmarks/gpu_check.sh speed OUT      the device speed and memory alone (about 120 s):
 #                                               the square state, then the 1 GB state, 1 round
 #   bash benchmarks/gpu_check.sh fidelity OUT [SECONDS [LIMIT]]
@@ -271,6 +271,8 @@ loosest2)
     arms_then_tests "$deadline" lossless,adaptive-step-x10-w2.5,adaptive-step-x20-w2.6
     if ! ls /tmp/fid-gpu/*.progress.json >/dev/null 2>&1 && [ $((deadline - SECONDS)) -gt 110 ]; then
         speed $((deadline - SECONDS - 5)) 1
+        # where the device's time goes, now that the unchanged check copies no moment (73697c9)
+        [ $((deadline - SECONDS)) -gt 60 ] && profile
     fi
     ;;
 speed)
