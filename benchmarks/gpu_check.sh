@@ -271,7 +271,7 @@ loosest2)
     arms_then_tests "$deadline" lossless,adaptive-step-x10-w2.5,adaptive-step-x20-w2.6
     if ! ls /tmp/fid-gpu/*.progress.json >/dev/null 2>&1 && [ $((deadline - SECONDS)) -gt 110 ]; then
         speed $((deadline - SECONDS - 5)) 1
-        # where the device's time goes, now that the unchanged check copies no moment (73697c9)
+        # where the device's time goes, now that the unchanged check copies no changed moment (73697c9)
         [ $((deadline - SECONDS)) -gt 60 ] && profile
     fi
     ;;
