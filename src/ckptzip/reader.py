@@ -539,26 +539,32 @@ class FileBase(Base):
         proves a difference (a lossy save's unchanged-tensor check, which then decodes only the
         tensors that may be the same). False where it cannot tell: a lossy tensor, one already
         decoded (compared at no cost), or every CRC equal (only the bytes can say then)."""
-        leaf = self._index.get(name)
-        if (leaf is None or name in self._cache or leaf.pipeline.transforms
-                or data.size != leaf.nbytes):
-            return False
-        return not leaf.holds_raw(data)
+        leaf = self._judged_by_crc(name)
+        return leaf is not None and data.size == leaf.nbytes and not leaf.holds_raw(data)
 
     def head_bytes(self, name: str) -> int:
         """A decoded tensor's (see :meth:`Base.head_bytes`), or the first chunk's of one stored
         without whole-tensor transforms: the header holds that chunk's CRC-32C."""
-        leaf = self._index.get(name)
-        if name in self._cache or leaf is None or leaf.pipeline.transforms or not leaf.chunks:
+        leaf = self._judged_by_crc(name)
+        if leaf is None or not leaf.chunks:
             return super().head_bytes(name)
         return leaf.chunks[0].raw_length
 
     def head_differs(self, name: str, head: np.ndarray) -> bool:
-        leaf = self._index.get(name)
-        if name in self._cache or leaf is None or leaf.pipeline.transforms or not leaf.chunks:
+        leaf = self._judged_by_crc(name)
+        if leaf is None or not leaf.chunks:
             return super().head_differs(name, head)
         return (head.size == leaf.chunks[0].raw_length
                 and _native.crc32c(head) != leaf.chunks[0].raw_crc)
+
+    def _judged_by_crc(self, name: str) -> LeafInfo | None:
+        """The header's record of ``name`` where its chunks' raw CRC-32Cs judge the tensor's bytes
+        (stored without whole-tensor transforms) and it is not decoded yet (the bytes at hand
+        are compared instead); else None."""
+        leaf = self._index.get(name)
+        if leaf is None or name in self._cache or leaf.pipeline.transforms:
+            return None
+        return leaf
 
     def prefetch(self, names: list[str]) -> None:
         # one read_leaves over every tensor wanted: its chunks spread over all the threads, where
