@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -207,18 +208,40 @@ def size_cells(sizes: list[int], deltas: list[bool], raw: int) -> str:
             + f"{raw / statistics.mean(sizes):.1f}x")
 
 
-def main() -> None:
-    args = fine_tune_arguments(__doc__.splitlines()[0], "hf_trainer")
+def run_fine_tune(args: argparse.Namespace, arms: Iterable[str],
+                  run: Callable[[str, Any, int, int, Path], dict[str, Any]], work_prefix: str,
+                  summary: Callable[[dict[str, Any]], str]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """A fine-tune benchmark's arms (this one's and lightning_fit.py's), each ``run`` in turn on
+    the task (MiniLM on the KJV; --quick: a tiny GPT-2) in ``args.work`` or a fresh folder, with
+    a line of ``summary`` each on stderr. Returns the machine's info, the results and the task's
+    name for the report's title."""
     info = machine_info()
     task = gpt2_task() if args.quick else minilm_task()
-    work = args.work or Path(tempfile.mkdtemp(prefix="ckptzip-hf-bench-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix=work_prefix))
     results = []
-    for name in ARMS:
-        results.append(run_arm(name, task, args.steps, args.every, work))
-        r = results[-1]
-        print(f"{name}: {r['checkpoints']} checkpoints, {statistics.mean(r['folder_bytes']):,.0f} "
-              f"bytes a folder, {statistics.mean(r['save_seconds']):.3f} s a save", file=sys.stderr)
-    what = "tiny GPT-2, --quick" if args.quick else "all-MiniLM-L6-v2 on the KJV"
+    for name in arms:
+        results.append(run(name, task, args.steps, args.every, work))
+        print(f"{name}: {summary(results[-1])}", file=sys.stderr)
+    return info, results, "tiny GPT-2, --quick" if args.quick else "all-MiniLM-L6-v2 on the KJV"
+
+
+def write_fine_tune(args: argparse.Namespace, name: str, lines: list[str], info: dict[str, Any],
+                    results: list[dict[str, Any]]) -> None:
+    """The report ``lines`` and the raw results as ``<name>.md/.json`` (``<name>-quick`` under
+    --quick) in ``args.out``, and the report on stdout."""
+    write_results(f"{name}-quick" if args.quick else name, "\n".join(lines) + "\n",
+                  {"info": info, "steps": args.steps, "every": args.every, "results": results},
+                  args.out)
+    print("\n".join(lines))
+
+
+def main() -> None:
+    args = fine_tune_arguments(__doc__.splitlines()[0], "hf_trainer")
+    info, results, what = run_fine_tune(
+        args, ARMS, run_arm, "ckptzip-hf-bench-",
+        lambda r: f"{r['checkpoints']} checkpoints, {statistics.mean(r['folder_bytes']):,.0f} "
+                  f"bytes a folder, {statistics.mean(r['save_seconds']):.3f} s a save")
     lines = [f"# The HF Trainer's checkpoints ({what})",
              "", info_markdown(info), "",
              f"{args.steps} steps, a checkpoint every {args.every}; raw state = fp32 weights and "
@@ -236,10 +259,7 @@ def main() -> None:
             + (f"{statistics.mean(delta_s):.3f} [{min(delta_s):.3f}, {max(delta_s):.3f}]"
                if delta_s else "-")
             + f" | {r['val_loss_trained']:.4f} / {r['val_loss_decoded_last']:.4f} |")
-    write_results("hf_trainer-quick" if args.quick else "hf_trainer", "\n".join(lines) + "\n",
-                  {"info": info, "steps": args.steps, "every": args.every, "results": results},
-                  args.out)
-    print("\n".join(lines))
+    write_fine_tune(args, "hf_trainer", lines, info, results)
 
 
 if __name__ == "__main__":

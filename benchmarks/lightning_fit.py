@@ -29,15 +29,19 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from common import info_markdown, machine_info, write_results
-from hf_trainer import evaluate, fine_tune_arguments, gpt2_task, minilm_task, size_cells
+from common import info_markdown
+from hf_trainer import (
+    evaluate,
+    fine_tune_arguments,
+    run_fine_tune,
+    size_cells,
+    write_fine_tune,
+)
 from torch import nn
 
 import ckptzip
@@ -144,16 +148,9 @@ def run_arm(name: str, task: Any, steps: int, every: int, work: Path) -> dict[st
 
 def main() -> None:
     args = fine_tune_arguments(__doc__.splitlines()[0], "lightning_fit")
-    info = machine_info()
-    task = gpt2_task() if args.quick else minilm_task()
-    work = args.work or Path(tempfile.mkdtemp(prefix="ckptzip-lightning-bench-"))
-    results = []
-    for name in ARMS:
-        results.append(run_arm(name, task, args.steps, args.every, work))
-        r = results[-1]
-        print(f"{name}: {len(r['files'])} checkpoints, fit {r['fit_seconds']:.1f} s",
-              file=sys.stderr)
-    what = "tiny GPT-2, --quick" if args.quick else "all-MiniLM-L6-v2 on the KJV"
+    info, results, what = run_fine_tune(
+        args, ARMS, run_arm, "ckptzip-lightning-bench-",
+        lambda r: f"{len(r['files'])} checkpoints, fit {r['fit_seconds']:.1f} s")
     lines = [f"# Lightning's checkpoints ({what})", "", info_markdown(info), "",
              f"{args.steps} steps, a checkpoint every {args.every}; raw state = fp32 weights and "
              "Adam's two moments of the trained parameters; stall = seconds the checkpoint "
@@ -172,10 +169,7 @@ def main() -> None:
             f"{statistics.mean(stalls):.3f} [{min(stalls):.3f}, {max(stalls):.3f}] | "
             f"{r['fit_seconds']:.1f} | {r['val_loss_trained']:.4f} / "
             f"{r['val_loss_decoded_last']:.4f} |")
-    write_results("lightning_fit-quick" if args.quick else "lightning_fit", "\n".join(lines) + "\n",
-                  {"info": info, "steps": args.steps, "every": args.every, "results": results},
-                  args.out)
-    print("\n".join(lines))
+    write_fine_tune(args, "lightning_fit", lines, info, results)
 
 
 if __name__ == "__main__":
