@@ -481,6 +481,64 @@ def test_uniform_candidate_is_the_numpy_search_step(n: int, offset: float, relat
         N.uniform_candidate(sample, sums[:-1], squares, step, offset, levels)
 
 
+_SEARCH_SIZES = [0, 1, 2, 3, 7, 64, 384, 1000, 5000, 70_000, 1 << 17]
+_SEARCH_KINDS = ["normal", "heavy tails", "mostly zero", "tiny positive", "constant", "few values",
+                 "negative"]
+
+
+def _search_values(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    x = rng.standard_normal(n)
+    if kind == "heavy tails":
+        x = rng.standard_t(2, n)
+    elif kind == "mostly zero":
+        x[rng.random(n) < 0.7] = 0.0
+    elif kind == "tiny positive":
+        x = np.abs(x) * 1e-8
+    elif kind == "constant":
+        x = np.full(n, 0.25)
+    elif kind == "few values":
+        x = np.round(x * 4) / 4
+    elif kind == "negative":
+        x = -np.abs(x) * 1e3
+    return x.astype(np.float32)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(_SEARCH_SIZES), st.sampled_from(_SEARCH_KINDS),
+       st.sampled_from([0.0, 0.005, 0.05, 0.1, 0.3, 0.7, 1.5]), st.sampled_from([1.0, 0.3, 3.0]),
+       st.booleans(), st.integers(0, 2**31))
+def test_native_search_is_the_python_search_to_the_bit(n: int, kind: str, budget: float,
+                                                       energy_scale: float, kmeans: bool,
+                                                       seed: int) -> None:
+    """The whole budgeted search in one native call picks what the torch and numpy search
+    picks: the same kept count, codebook, step and offset, and the same bits and error to the
+    last bit (a different estimate could tip a later choice and change a file)."""
+    from ckptzip.modes import quantize
+
+    ordered = quantize.ascending(torch.from_numpy(_search_values(kind, n, np.random.default_rng(seed))))
+    scale_sq = max(float((ordered * ordered).sum()) * energy_scale, 1e-300)
+    native = quantize._native_search(ordered, scale_sq, budget, kmeans)
+    assert native is not None
+    assert native == quantize._search_sorted(ordered, scale_sq, budget, kmeans)
+
+
+def test_native_search_leaves_what_it_does_not_take_to_python() -> None:
+    """A value that is not finite (the modes store such a tensor exactly, unsearched), a budget
+    that is not a number or a zero scale: the native search declines (None), and ``search``
+    runs Python's (its callers pass a scale of at least 1e-300)."""
+    from ckptzip.modes import quantize
+
+    values = torch.tensor([-1.0, 0.5, 2.0, float("inf")])
+    ordered = quantize.ascending(values)
+    assert quantize._native_search(ordered, 1.0, 0.1, True) is None
+    finite = quantize.ascending(values[:3])
+    assert quantize._native_search(finite, 1.0, float("nan"), True) is None
+    assert quantize._native_search(finite, 0.0, 0.1, True) is None
+    with pytest.raises(ValueError, match="8-byte"):
+        N.quantize_search(np.zeros(3, np.float32), 1.0, 0.1, True, quantize._FRACTIONS,
+                          quantize._CODEBOOKS, quantize._OFFSETS, 8.0, 0.02, 14, 1 << 16, 40)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 20_000), st.sampled_from([torch.float32, torch.float64]),
        st.floats(1e-4, 0.05), st.booleans(), st.integers(0, 2**32 - 1))

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from . import _native
@@ -28,6 +29,21 @@ def native(*tensors: torch.Tensor) -> bool:
     """Whether the native core's passes take these tensors: all on the host."""
     # ``is_cpu``, not ``device.type``: no device object made per tensor (thousands a save)
     return not _torch_ops_only and all(tensor.is_cpu for tensor in tensors)
+
+
+def flat_array(tensor: torch.Tensor) -> np.ndarray:
+    """A host tensor's elements as a 1-D numpy array for a native pass: a view of its memory
+    where it is contiguous (a native pass's output writes through it), a contiguous copy
+    otherwise. The same array as ``tensor.detach().contiguous().reshape(-1).numpy()`` in one
+    torch call where the tensor is contiguous, not three: each of torch's calls lets go of the
+    GIL and takes it back (``reshape`` six times), and on two threads every letting go can hand
+    the GIL to the other thread, which the first then waits out (a lossy save made some 120,000
+    of them)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return tensor.numpy().reshape(-1)
 
 
 def native_float32(*tensors: torch.Tensor) -> bool:
@@ -79,7 +95,7 @@ def count_nonzero(tensor: torch.Tensor) -> int:
     size = _COUNTED.get(tensor.dtype)
     if size is None or not native(tensor):
         return int(torch.count_nonzero(tensor))
-    return _native.count_nonzero(tensor.detach().contiguous().reshape(-1).numpy(), size)
+    return _native.count_nonzero(flat_array(tensor), size)
 
 
 def kth_magnitude(tensor: torch.Tensor, k: int) -> torch.Tensor:

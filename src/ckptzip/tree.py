@@ -83,9 +83,22 @@ def host_copies(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return copies
 
 
+#: Real dtypes numpy has: a host tensor of one gives its array in one torch call.
+_NUMPY_REAL = frozenset({torch.float64, torch.float32, torch.float16, torch.int64, torch.int32,
+                         torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
 def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
     """A tensor's raw little-endian element bytes as a contiguous 1-D uint8 array on the host
     (a view where the tensor already is one, a copy otherwise)."""
+    if tensor.is_cpu and tensor.dtype in _NUMPY_REAL and not tensor.is_neg():
+        # the same bytes in two or three torch calls, not about seventeen: each lets go of the
+        # GIL, which on two threads can hand it to the other one (hostpath.flat_array)
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        return tensor.numpy().reshape(-1).view(np.uint8)
     flat = tensor.detach().resolve_conj().resolve_neg().reshape(-1)
     return flat.to("cpu").contiguous().view(torch.uint8).numpy()
 

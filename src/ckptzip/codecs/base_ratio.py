@@ -29,7 +29,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native, native_float32
+from ..hostpath import flat_array, native, native_float32
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -60,9 +60,9 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor,
     is zero, negative or not finite. ``fill``: a zero base element is taken as ``fill``."""
     if native_float32(tensor, base):  # one native pass, the same arithmetic
         ratios = hostpath.empty(tensor.shape, torch.float64)
-        has_ratios = _native.base_ratios(tensor.contiguous().reshape(-1).numpy(),
+        has_ratios = _native.base_ratios(flat_array(tensor),
                                          filled(base.contiguous(), fill).reshape(-1).numpy(),
-                                         ratios.reshape(-1).numpy())
+                                         flat_array(ratios))
         return ratios if has_ratios else None
     usable = torch.isfinite(base) & ((base > 0) if fill is None else (base >= 0))
     if bool(((tensor != 0) & ~usable).any()):
@@ -110,8 +110,8 @@ class BaseRatio(TensorToTensor):
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()
             out = hostpath.empty(tensor.shape, torch.float32)
-            _native.ratio_restore(ratios.reshape(-1).numpy(), ratios.element_size(),
-                                  base.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
+            _native.ratio_restore(flat_array(ratios), ratios.element_size(),
+                                  flat_array(base), flat_array(out))
             return out
         dtype = self.dtype.torch_dtype
 

@@ -22,7 +22,7 @@ import torch
 
 from .. import _native, hostpath
 from ..errors import ConfigError
-from ..hostpath import native, native_device
+from ..hostpath import flat_array, native, native_device
 from .base import TensorToTensor, TransformContext, register
 
 _MASK = 0xFFFFFFFF
@@ -152,7 +152,7 @@ class Dither(TensorToTensor):
         values = tensor.to(dtype).contiguous()
         out = hostpath.empty(values.shape, values.dtype)
         if values.numel():
-            _native.dither_shift(values.reshape(-1).numpy(), out.reshape(-1).numpy(),
+            _native.dither_shift(flat_array(values), flat_array(out),
                                  values.element_size(), self.seed, self.step, sign)
         return out
 

@@ -22,7 +22,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from .base import TensorToTensor, TransformContext, register
 
 #: Most centroids a uint8 code can address (code 0 is zero).
@@ -36,6 +36,8 @@ FIT_SAMPLES = 1 << 16
 SPREAD = 2_305_843_009_213_693_951  # 2**61 - 1
 #: fp16's largest power of two below its maximum (65504): scaled centroids stay under it.
 _HALF_TOP = 14
+#: Lloyd steps of a fit at most (it stops earlier where the centroids settle).
+LLOYD_ITERATIONS = 40
 DOMAINS = ("linear", "log")
 PRECISIONS = ("fp16", "fp32")
 
@@ -49,7 +51,7 @@ class Fit:
     sse: float
 
 
-def lloyd_sorted(values: np.ndarray, k: int, iterations: int = 40) -> Fit:
+def lloyd_sorted(values: np.ndarray, k: int, iterations: int = LLOYD_ITERATIONS) -> Fit:
     """1-D k-means of ascending float64 ``values`` into at most ``k`` clusters.
 
     Clusters of sorted data are contiguous, split at the midpoints between centroids, so one
@@ -287,8 +289,8 @@ class KMeans(TensorToTensor):
         if native(tensor):
             codes = tensor.contiguous()
             out = hostpath.empty(codes.shape, compute)
-            done = _native.table_lookup(codes.reshape(-1).numpy(), table.contiguous().numpy(),
-                                        out.reshape(-1).numpy(), out.element_size())
+            done = _native.table_lookup(flat_array(codes), table.contiguous().numpy(),
+                                        flat_array(out), out.element_size())
             if done != codes.numel():
                 raise ValueError(f"kmeans: code {int(codes.reshape(-1)[done])} beyond a codebook "
                                  f"of {table.numel() - 1}")

@@ -15,7 +15,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from .base import TensorToTensor, TransformContext, register
 
 
@@ -54,8 +54,8 @@ class LossyResidual(TensorToTensor):
         if (self.dtype.torch_dtype == torch.float32 and native(exact, delta)
                 and exact.numel() == delta.numel()):
             out = hostpath.empty(exact.shape, torch.float32)  # one native pass, the same bits
-            _native.residual_add(exact.contiguous().reshape(-1).numpy(),
-                                 delta.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
+            _native.residual_add(flat_array(exact),
+                                 flat_array(delta), flat_array(out))
             return out
         compute, dtype = self.compute_dtype, self.dtype.torch_dtype
 

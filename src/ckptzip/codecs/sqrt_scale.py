@@ -28,7 +28,7 @@ import torch
 
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
-from ..hostpath import native, native_float32
+from ..hostpath import flat_array, native, native_float32
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
@@ -41,9 +41,9 @@ def step_quotients(tensor: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | 
     memory and a faster sort, at an error of 2^-24 of each step."""
     if native_float32(tensor, scale):  # one native pass, the same arithmetic
         steps = hostpath.empty(tensor.shape, torch.float32)
-        has_steps = _native.step_quotients(tensor.contiguous().reshape(-1).numpy(),
-                                           scale.contiguous().reshape(-1).numpy(),
-                                           steps.reshape(-1).numpy())
+        has_steps = _native.step_quotients(flat_array(tensor),
+                                           flat_array(scale),
+                                           flat_array(steps))
         return steps if has_steps else None
     usable = torch.isfinite(scale) & (scale > 0)
     if bool(((tensor != 0) & ~usable).any()):
@@ -123,9 +123,9 @@ class SqrtScale(TensorToTensor):
                 and tensor.dtype in (torch.float32, torch.float64)):
             steps = tensor.contiguous()
             out = hostpath.empty(tensor.shape, torch.float32)
-            if not _native.step_restore(steps.reshape(-1).numpy(), steps.element_size(),
-                                        scale.contiguous().reshape(-1).numpy(),
-                                        out.reshape(-1).numpy()):
+            if not _native.step_restore(flat_array(steps), steps.element_size(),
+                                        flat_array(scale),
+                                        flat_array(out)):
                 raise ValueError(f"sqrt-scale: {context.name}'s scale is negative or not finite "
                                  f"where a value is stored")
             return out

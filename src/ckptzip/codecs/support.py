@@ -20,7 +20,7 @@ import torch
 
 from .. import _native, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from .base import TensorToTensor, TransformContext, register
 
 #: Leaves a header may hold is far below this; a larger index is a damaged config.
@@ -66,7 +66,7 @@ class Support(TensorToTensor):
             source, flags = tensor.contiguous(), mask.contiguous()
             out = hostpath.empty((hostpath.count_nonzero(flags),), source.dtype)
             try:
-                _native.mask_gather(source.reshape(-1).numpy(),
+                _native.mask_gather(flat_array(source),
                                     flags.reshape(-1).view(torch.uint8).numpy(), out.numpy(),
                                     source.element_size())
             except ValueError:
@@ -85,7 +85,7 @@ class Support(TensorToTensor):
             values, flags = tensor.contiguous(), mask.contiguous()
             out = hostpath.empty(tuple(mask.shape), values.dtype)
             if _native.mask_scatter(values.numpy(), flags.reshape(-1).view(torch.uint8).numpy(),
-                                    out.reshape(-1).numpy(), values.element_size()):
+                                    flat_array(out), values.element_size()):
                 return out
         if tensor.dim() != 1 or tensor.numel() != int(torch.count_nonzero(mask)):
             raise ValueError(f"support: {tensor.numel()} stored values for a support of "

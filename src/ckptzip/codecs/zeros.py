@@ -19,7 +19,7 @@ import torch
 
 from .. import _native, hostpath
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from .base import TensorToTensor, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
@@ -101,7 +101,7 @@ class ExactZeros(TensorToTensor):
                 and packed.dtype == torch.uint8
                 and packed.numel() == -(-tensor.numel() // 8)):
             out = hostpath.empty(tensor.shape, torch.float32)
-            _native.keep_changed(tensor.contiguous().reshape(-1).numpy(),
-                                 packed.contiguous().reshape(-1).numpy(), out.reshape(-1).numpy())
+            _native.keep_changed(flat_array(tensor),
+                                 flat_array(packed), flat_array(out))
             return out
         return tensor.masked_fill(~self._changed(tensor, context), 0)

@@ -69,7 +69,7 @@ from ..codecs.sqrt_scale import SqrtScale, step_quotients
 from ..codecs.zeros import pack_changed
 from ..dtypes import from_name
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..tree import Leaf
 from .common import (
@@ -197,8 +197,8 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
     ulp: the check, not what a reader decodes)."""
     stored, restored = array.float().contiguous(), decoded.float().contiguous()
     if native(stored, restored):
-        return math.sqrt(_native.sqrt_error_squares(stored.reshape(-1).numpy(),
-                                                    restored.reshape(-1).numpy()))
+        return math.sqrt(_native.sqrt_error_squares(flat_array(stored),
+                                                    flat_array(restored)))
 
     def relative(v: torch.Tensor, v_hat: torch.Tensor) -> torch.Tensor:
         positive = v > 0

@@ -31,7 +31,7 @@ from ..codecs import (
 )
 from ..dtypes import from_torch
 from ..errors import ConfigError
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from ..parallel import ByteGate, ordered_map
 from ..pipeline import Pipeline, code_chunks
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
@@ -169,7 +169,7 @@ def magnitude(tensor: torch.Tensor) -> float:
     """``|x|``, the L2 norm, summed in float64 without a float64 copy of the tensor (by the
     native core on the host)."""
     if _native_floats(tensor):
-        return math.sqrt(_native.sum_squares(tensor.contiguous().reshape(-1).numpy(), None,
+        return math.sqrt(_native.sum_squares(flat_array(tensor), None,
                                              tensor.element_size()))
     return _torch_norm(tensor)
 
@@ -190,11 +190,13 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """``|a - b|``. The difference is taken in the tensors' (promoted, at least float32) type:
     exact where the two are within a factor of two of each other (Sterbenz), as a decoded value
     and its original are, else rounded to 2**-24 of itself; its norm is summed in float64."""
-    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
-    a, b = a.to(dtype), b.to(dtype)
+    dtype = a.dtype
+    if not (dtype == b.dtype and dtype in (torch.float32, torch.float64)):
+        dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
+        a, b = a.to(dtype), b.to(dtype)
     if _native_floats(a) and _native_floats(b) and a.shape == b.shape:
-        return math.sqrt(_native.sum_squares(a.contiguous().reshape(-1).numpy(),
-                                             b.contiguous().reshape(-1).numpy(), a.element_size()))
+        return math.sqrt(_native.sum_squares(flat_array(a),
+                                             flat_array(b), a.element_size()))
     if a.shape == b.shape:
         return _torch_norm(a, b)
     return magnitude(a - b)
@@ -205,7 +207,7 @@ def _all_finite(tensor: torch.Tensor) -> bool:
     of squares non-finite (one pass, nothing allocated); only where that sum overflows, from
     finite values, does the element-wise check run."""
     if _native_floats(tensor):
-        total = _native.sum_squares(tensor.contiguous().reshape(-1).numpy(), None,
+        total = _native.sum_squares(flat_array(tensor), None,
                                     tensor.element_size())
         if math.isfinite(total):
             return True

@@ -32,7 +32,7 @@ import torch
 from .. import _native, hostpath
 from ..codecs import Dither, KMeans, LowRank, TransformContext
 from ..codecs.dither import offsets
-from ..hostpath import native
+from ..hostpath import flat_array, native
 from .quantize import entropy_bits, uniform_table
 
 #: Both sides of a matrix are at least this for its update to be factored.
@@ -245,7 +245,7 @@ class Rounding:
         by_pattern = np.zeros(256, dtype=np.uint8)  # indexed by the int8 level's bit pattern
         by_pattern[used & 0xFF] = np.arange(1, used.size + 1)
         if native(self.levels):
-            patterns = self.levels.reshape(-1).numpy().view(np.uint8)
+            patterns = flat_array(self.levels).view(np.uint8)
             return torch.from_numpy(by_pattern[patterns]).reshape(self.levels.shape)
         table = torch.from_numpy(by_pattern).to(self.levels.device)
         codes = torch.empty(self.levels.shape, dtype=torch.uint8, device=self.levels.device)
@@ -274,7 +274,7 @@ def _drawn(values: torch.Tensor, step: float, dithered: bool, seed: int) -> Roun
             values.float())  # bfloat16 and float16 widen exactly
         levels = hostpath.empty(source.shape, torch.int8)
         counts = np.zeros(2 * MAX_LEVEL + 1, dtype=np.uint64)
-        top = _native.round_levels(source.reshape(-1).numpy(), levels.reshape(-1).numpy(), counts,
+        top = _native.round_levels(flat_array(source), flat_array(levels), counts,
                                    source.element_size(), step,
                                    seed if dithered else seed ^ STOCHASTIC_SEED_KEY, dithered)
         if top >= 0:

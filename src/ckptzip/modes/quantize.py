@@ -23,8 +23,15 @@ import torch
 
 from .. import _native, hostpath
 from ..codecs import KMeans
-from ..codecs.kmeans import MAX_CENTROIDS, lloyd_sorted, nonzero_values, sorted_floats, spread_sample
-from ..hostpath import native
+from ..codecs.kmeans import (
+    LLOYD_ITERATIONS,
+    MAX_CENTROIDS,
+    lloyd_sorted,
+    nonzero_values,
+    sorted_floats,
+    spread_sample,
+)
+from ..hostpath import flat_array, native
 
 #: Kept fractions and codebook sizes the search tries.
 FRACTIONS = (1.0, 0.75, 0.5, 0.3, 0.2, 0.12, 0.07, 0.04, 0.02, 0.01, 0.005, 0.0)
@@ -81,6 +88,40 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
         return replace(found, kept=min(n, round(found.kept / fraction)),
                        bits=found.bits / fraction)
     ordered = ascending(flat)
+    if native(ordered):
+        chosen = _native_search(ordered, scale_sq, budget, kmeans)
+        if chosen is not None:
+            return chosen
+    return _search_sorted(ordered, scale_sq, budget, kmeans)
+
+
+#: The search's constants as the native core takes them.
+_FRACTIONS = np.array(FRACTIONS, dtype=np.float64)
+_CODEBOOKS = np.array(CODEBOOKS, dtype=np.int64)
+_OFFSETS = np.array(UNIFORM_OFFSETS, dtype=np.float64)
+
+
+def _native_search(ordered: torch.Tensor, scale_sq: float, budget: float,
+                   kmeans: bool) -> Choice | None:
+    """:func:`_search_sorted` in one call to the native core, over ascending host values: the
+    same choice, bit for bit (``tests/test_quantize_native.py``), with the GIL let go once where
+    the Python search took it back some 200 times (its candidates, fits and bisections). None
+    where the core does not take the values (one not finite)."""
+    if ordered.dtype != torch.float64:
+        ordered = ordered.double()
+    found = _native.quantize_search(
+        flat_array(ordered), scale_sq, budget, kmeans, _FRACTIONS, _CODEBOOKS, _OFFSETS,
+        UNIFORM_STEPS[0], UNIFORM_STEPS[-1], UNIFORM_BISECTIONS, SEARCH_SAMPLES, LLOYD_ITERATIONS)
+    if found is None:
+        return None
+    kept, k, bits, error, step, offset = found
+    return Choice(kept, k, bits, error, step, offset)
+
+
+def _search_sorted(ordered: torch.Tensor, scale_sq: float, budget: float, kmeans: bool) -> Choice:
+    """:func:`search` over the ascending (float64) values, by torch's and numpy's ops: a device's
+    values, and the reference :func:`_native_search` is tested against."""
+    n = ordered.numel()
     if not kmeans:
         uniform = _uniform(ordered, scale_sq, budget)
         if uniform is not None:
@@ -200,7 +241,7 @@ def uniform_table(values: torch.Tensor, step: float, offset: float) -> tuple[tor
         pruned = hostpath.empty(source.shape, source.dtype)
         level_sums = np.zeros(2 * NATIVE_LEVELS + 1)
         level_counts = np.zeros(2 * NATIVE_LEVELS + 1, dtype=np.uint64)
-        top = _native.uniform_bins(source.reshape(-1).numpy(), pruned.reshape(-1).numpy(),
+        top = _native.uniform_bins(flat_array(source), flat_array(pruned),
                                    level_sums, level_counts, source.element_size(), step, offset,
                                    NATIVE_LEVELS)
         if top >= 0:

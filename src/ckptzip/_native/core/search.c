@@ -307,3 +307,228 @@ int ckz_descending_magnitudes(const double *ordered, size_t n, double *out) {
     }
     return 0;
 }
+
+/* Python's max(a, b) of two floats: a unless b is greater (a NaN first stays). */
+static inline double py_max(double a, double b) { return b > a ? b : a; }
+
+/* Python's round() of a float to an int: to nearest, ties to even (the default rounding mode's
+ * nearbyint). */
+static inline double py_round(double x) { return nearbyint(x); }
+
+/* -(p log2 p + (1 - p) log2 (1 - p)), 0 at 0 and 1 (modes/quantize.py _binary_entropy). */
+static double binary_entropy(double p) {
+    if (p <= 0 || p >= 1) return 0.0;
+    return -(p * log2(p) + (1 - p) * log2(1 - p));
+}
+
+/* entropy_bits of m cluster populations: -sum c log2(c / total) over the non-empty ones, summed
+ * as numpy sums (pairwise). */
+static double population_bits(const int64_t *counts, size_t m) {
+    double kept[255], terms[255];
+    size_t used = 0;
+    for (size_t j = 0; j < m; j++)
+        if (counts[j] > 0) kept[used++] = (double)counts[j];
+    double total = pairwise_sum(kept, used);
+    if (!(total != 0)) return 0.0;
+    for (size_t j = 0; j < used; j++) terms[j] = kept[j] * log2(kept[j] / total);
+    return -pairwise_sum(terms, used);
+}
+
+/* One uniform candidate of uniform_search; 0 when its levels overflow a uint8 code. */
+static int uniform_try(const double *sample, const double *sums, const double *squares, size_t m,
+                       double scale, double scale_sq, double top, double step, double offset,
+                       ckz_choice *out) {
+    double levels = floor(top / step + offset);
+    if (2 * levels > 255) return 0;
+    double got[4];
+    if (ckz_uniform_candidate(sample, sums, squares, m, step, offset, (long)levels, got)) return 0;
+    out->kept = py_round(((double)m - got[0]) * scale);
+    out->k = got[1];
+    out->bits = got[2] * scale;
+    out->error = sqrt(py_max(got[3], 0.0) * scale / scale_sq);
+    out->step = step;
+    out->offset = offset;
+    return 1;
+}
+
+/* modes/quantize.py _uniform: the cheapest uniform quantizer within budget, on a strided sample
+ * of at most spec->samples of the n ascending values. 1 when one fits in 255 levels; -1 out of
+ * memory. */
+static int uniform_search(const double *ordered, size_t n, double scale_sq, double budget,
+                          const ckz_search_spec *spec, ckz_choice *best) {
+    size_t stride = n > spec->samples ? (n + spec->samples - 1) / spec->samples : 1;
+    size_t m = n ? (n + stride - 1) / stride : 0;
+    double *sample = malloc((m ? m : 1) * sizeof *sample);
+    double *sums = malloc((m + 1) * sizeof *sums), *squares = malloc((m + 1) * sizeof *squares);
+    if (!sample || !sums || !squares) {
+        free(sample);
+        free(sums);
+        free(squares);
+        return -1;
+    }
+    double top = 0.0;
+    sums[0] = squares[0] = 0.0;
+    for (size_t i = 0; i < m; i++) {
+        double x = ordered[i * stride];
+        sample[i] = x;
+        /* numpy's cumsum: the first sum is the value itself */
+        sums[i + 1] = i ? sums[i] + x : x;
+        squares[i + 1] = i ? squares[i] + x * x : x * x;
+        top = py_max(top, fabs(x));
+    }
+    double scale = (double)n / (double)(m ? m : 1);
+    double rms = sqrt(squares[m] / (double)(m ? m : 1));
+    int found = 0;
+    if (rms > 0) {
+        double coarsest = spec->coarsest * rms, finest = spec->finest * rms;
+        for (size_t o = 0; o < spec->n_offsets; o++) {
+            double offset = spec->offsets[o];
+            ckz_choice choice, trial;
+            int have = uniform_try(sample, sums, squares, m, scale, scale_sq, top, coarsest,
+                                   offset, &choice);
+            if (!have || choice.error > budget) {
+                /* bisect, on a log scale, for the coarsest step that still fits */
+                double coarse = coarsest, fine = finest;
+                have = uniform_try(sample, sums, squares, m, scale, scale_sq, top, fine, offset,
+                                   &trial) && trial.error <= budget;
+                if (have) choice = trial;
+                for (unsigned b = 0; b < spec->bisections; b++) {
+                    double middle = sqrt(fine * coarse);
+                    int tried = uniform_try(sample, sums, squares, m, scale, scale_sq, top, middle,
+                                            offset, &trial);
+                    if (tried && trial.error > budget) {
+                        coarse = middle;
+                    } else {
+                        fine = middle;
+                        if (tried) {
+                            choice = trial;
+                            have = 1;
+                        }
+                    }
+                }
+            }
+            if (have && (!found || choice.bits < best->bits)) {
+                *best = choice;
+                found = 1;
+            }
+        }
+    }
+    free(sample);
+    free(sums);
+    free(squares);
+    return found;
+}
+
+/* The first of the codebooks whose error fits the budget when the kept largest of n values
+ * survive (modes/quantize.py _candidates); 0 when none fits, -1 out of memory.  Returns the
+ * last codebook's candidate in *last whatever fits. */
+static int kmeans_candidates(const double *ordered, const double *magnitudes, size_t n,
+                             size_t kept, double pruned, double scale_sq, double budget,
+                             const int64_t *codebooks, size_t n_codebooks,
+                             const ckz_search_spec *spec, ckz_choice *out) {
+    double threshold = magnitudes[kept - 1];
+    /* the survivors are the two tails of the sorted values */
+    size_t negative = upper_bound(ordered, n, -threshold), positive = lower_bound(ordered, n, threshold);
+    size_t count = negative + n - positive;
+    size_t step = count > spec->samples ? (count + spec->samples - 1) / spec->samples : 1;
+    size_t low = (negative + step - 1) / step, high = (n - positive + step - 1) / step;
+    size_t m = low + high;
+    double *sample = malloc((m ? m : 1) * sizeof *sample);
+    if (!sample) return -1;
+    for (size_t i = 0; i < low; i++) sample[i] = ordered[i * step];
+    for (size_t i = 0; i < high; i++) sample[low + i] = ordered[positive + i * step];
+    double scale = (double)count / (double)m;
+    double mask_bits = (double)n * binary_entropy((double)kept / (double)n);
+    int fits = 0;
+    for (size_t c = 0; c < n_codebooks; c++) {
+        double centroids[255], sse;
+        int64_t counts[255];
+        long found = ckz_lloyd_sorted(sample, m, (unsigned)codebooks[c], spec->iterations,
+                                      centroids, counts, &sse);
+        if (found < 0) {
+            free(sample);
+            return -1;
+        }
+        out->kept = (double)kept;
+        out->k = (double)codebooks[c];
+        out->bits = mask_bits + population_bits(counts, (size_t)found) * scale;
+        out->error = sqrt((pruned + sse * scale) / scale_sq);
+        out->step = 0.0;
+        out->offset = 0.5;
+        if (out->error <= budget) { /* the first that fits: larger codebooks cost more */
+            fits = 1;
+            break;
+        }
+    }
+    free(sample);
+    return fits;
+}
+
+int ckz_quantize_search(const double *ordered, size_t n, double scale_sq, double budget,
+                        int kmeans, const ckz_search_spec *spec, ckz_choice *out) {
+    if (!spec->n_fractions || !spec->n_codebooks || !spec->samples || n > ((size_t)1 << 52) ||
+        !(budget >= 0) || !(scale_sq > 0))
+        return -2;
+    for (size_t c = 0; c < spec->n_codebooks; c++)
+        if (spec->codebooks[c] < 1 || spec->codebooks[c] > 255) return -2;
+    if (n && !(isfinite(ordered[0]) && isfinite(ordered[n - 1]))) return -2;
+    ckz_choice best, choice;
+    int found = 0, status;
+    if (!kmeans) {
+        status = uniform_search(ordered, n, scale_sq, budget, spec, out);
+        if (status) return status < 0 ? -1 : 0;
+    }
+    double *magnitudes = malloc((n ? n : 1) * sizeof *magnitudes);
+    double *energy = malloc((n + 1) * sizeof *energy);
+    if (!magnitudes || !energy || ckz_descending_magnitudes(ordered, n, magnitudes)) {
+        free(magnitudes);
+        free(energy);
+        return -1;
+    }
+    /* torch's cumsum of the squared magnitudes, after a zero: one running sum, in order */
+    energy[0] = 0.0;
+    for (size_t i = 0; i < n; i++) energy[i + 1] = i ? energy[i] + magnitudes[i] * magnitudes[i]
+                                                     : magnitudes[i] * magnitudes[i];
+    double total = energy[n];
+    for (size_t f = 0; f < spec->n_fractions; f++) { /* largest first: the pruning error grows */
+        size_t kept = (size_t)py_round(spec->fractions[f] * (double)n);
+        double pruned = py_max(total - energy[kept], 0.0);
+        if (sqrt(pruned / scale_sq) > budget) break;
+        if (kept == 0) {
+            choice = (ckz_choice){0, 1, 0.0, sqrt(total / scale_sq), 0.0, 0.5};
+            status = choice.error <= budget;
+        } else {
+            status = kmeans_candidates(ordered, magnitudes, n, kept, pruned, scale_sq, budget,
+                                       spec->codebooks, spec->n_codebooks, spec, &choice);
+        }
+        if (status < 0) goto oom;
+        if (status && (!found || choice.bits < best.bits)) {
+            best = choice;
+            found = 1;
+        }
+    }
+    status = uniform_search(ordered, n, scale_sq, budget, spec, &choice);
+    if (status < 0) goto oom;
+    if (status && (!found || choice.bits < best.bits)) {
+        best = choice;
+        found = 1;
+    }
+    if (!found) { /* nothing fits: the most accurate candidate */
+        size_t kept = (size_t)py_round(spec->fractions[0] * (double)n);
+        double pruned = py_max(total - energy[kept], 0.0);
+        if (kept == 0) {
+            best = (ckz_choice){0, 1, 0.0, sqrt(total / scale_sq), 0.0, 0.5};
+        } else if (kmeans_candidates(ordered, magnitudes, n, kept, pruned, scale_sq, budget,
+                                     spec->codebooks + spec->n_codebooks - 1, 1, spec, &best) < 0) {
+            goto oom;
+        }
+    }
+    free(magnitudes);
+    free(energy);
+    *out = best;
+    return 0;
+oom:
+    free(magnitudes);
+    free(energy);
+    return -1;
+}

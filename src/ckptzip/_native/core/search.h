@@ -49,4 +49,37 @@ int ckz_sort_floats(void *x, size_t n, size_t elem_size);
  * negatives' run and the rest's.  Returns 0; -1 when a value is NaN. */
 int ckz_descending_magnitudes(const double *ordered, size_t n, double *out);
 
+/* A quantizer the search picked (modes/quantize.py Choice): the kept elements, the codebook
+ * size (or levels used), the estimated bits, the error relative to sqrt(scale_sq), and a
+ * uniform quantizer's step and rounding offset (step 0: k-means of the kept values). */
+typedef struct {
+    double kept, k, bits, error, step, offset;
+} ckz_choice;
+
+/* The search's constants (modes/quantize.py): kept fractions, largest first; codebook sizes,
+ * smallest first (1..255); the uniform quantizers' rounding offsets, their coarsest and finest
+ * steps as multiples of the values' RMS, and the bisections between; the values a candidate
+ * is fitted on; Lloyd's iterations. */
+typedef struct {
+    const double *fractions;
+    size_t n_fractions;
+    const int64_t *codebooks;
+    size_t n_codebooks;
+    const double *offsets;
+    size_t n_offsets;
+    double coarsest, finest;
+    unsigned bisections;
+    size_t samples;
+    unsigned iterations;
+} ckz_search_spec;
+
+/* modes/quantize.py search after its sort, op for op (the same choice, bit for bit): over n
+ * ascending finite doubles, the cheapest candidate (k-means of the largest magnitudes at each
+ * kept fraction, then the uniform quantizers) whose error is within budget, else the most
+ * accurate one; with kmeans 0 a uniform quantizer first, where one fits.  Returns 0 with *out
+ * set; -1 out of memory; -2 where it does not take the arguments (a value not finite, a
+ * budget not >= 0, scale_sq not > 0), which Python's search then runs. */
+int ckz_quantize_search(const double *ordered, size_t n, double scale_sq, double budget,
+                        int kmeans, const ckz_search_spec *spec, ckz_choice *out);
+
 #endif

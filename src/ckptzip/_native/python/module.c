@@ -496,6 +496,73 @@ static PyObject *py_uniform_candidate(PyObject *self, PyObject *args, PyObject *
     return result;
 }
 
+PyDoc_STRVAR(quantize_search_doc,
+             "quantize_search(ordered, scale_sq, budget, kmeans, fractions, codebooks, offsets,\n"
+             "                coarsest, finest, bisections, samples, iterations)\n"
+             "    -> (kept, k, bits, error, step, offset) or None\n\n"
+             "modes/quantize.py search after its sort, over ascending float64 values: the same\n"
+             "choice, bit for bit. fractions and offsets are float64, codebooks int64 (1..255).\n"
+             "None where it does not take the values (one not finite, a budget not >= 0,\n"
+             "scale_sq not > 0): Python's search runs then.");
+static PyObject *py_quantize_search(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"ordered", "scale_sq", "budget", "kmeans", "fractions", "codebooks",
+                             "offsets", "coarsest", "finest", "bisections", "samples",
+                             "iterations", NULL};
+    PyObject *vo, *fo, *co, *oo;
+    double scale_sq, budget, coarsest, finest;
+    int kmeans;
+    unsigned bisections, iterations;
+    Py_ssize_t samples;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OddpOOOddInI:quantize_search", kwlist, &vo,
+                                     &scale_sq, &budget, &kmeans, &fo, &co, &oo, &coarsest,
+                                     &finest, &bisections, &samples, &iterations))
+        return NULL;
+    if (samples < 1) return PyErr_Format(PyExc_ValueError, "samples must be at least 1");
+    Py_buffer v, f, c, o;
+    if (get_buffer(vo, &v, 0, "ordered")) return NULL;
+    if (get_buffer(fo, &f, 0, "fractions")) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (get_buffer(co, &c, 0, "codebooks")) {
+        PyBuffer_Release(&v);
+        PyBuffer_Release(&f);
+        return NULL;
+    }
+    if (get_buffer(oo, &o, 0, "offsets")) {
+        PyBuffer_Release(&v);
+        PyBuffer_Release(&f);
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (v.len % 8 || f.len % 8 || c.len % 8 || o.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "ordered, fractions, codebooks and offsets must hold "
+                        "8-byte elements");
+    } else {
+        ckz_search_spec spec = {(const double *)f.buf, (size_t)f.len / 8,
+                                (const int64_t *)c.buf, (size_t)c.len / 8,
+                                (const double *)o.buf, (size_t)o.len / 8,
+                                coarsest, finest, bisections, (size_t)samples, iterations};
+        ckz_choice choice;
+        int status;
+        Py_BEGIN_ALLOW_THREADS
+        status = ckz_quantize_search((const double *)v.buf, (size_t)v.len / 8, scale_sq, budget,
+                                     kmeans, &spec, &choice);
+        Py_END_ALLOW_THREADS
+        if (status == -1) PyErr_NoMemory();
+        else if (status == -2) result = Py_NewRef(Py_None);
+        else result = Py_BuildValue("(nndddd)", (Py_ssize_t)choice.kept, (Py_ssize_t)choice.k,
+                                    choice.bits, choice.error, choice.step, choice.offset);
+    }
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&f);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&o);
+    return result;
+}
+
 PyDoc_STRVAR(round_levels_doc,
              "round_levels(src, levels, counts, elem_size, step, seed, dithered) -> int\n\n"
              "The adaptive mode's unbiased rounding of float32 or float64 src (by elem_size) to\n"
@@ -2064,6 +2131,7 @@ static PyMethodDef methods[] = {
     KW("level_bits", py_level_bits, level_bits_doc),
     KW("lloyd_sorted", py_lloyd_sorted, lloyd_sorted_doc),
     KW("uniform_candidate", py_uniform_candidate, uniform_candidate_doc),
+    KW("quantize_search", py_quantize_search, quantize_search_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("count_nonzero", py_count_nonzero, count_nonzero_doc),
