@@ -146,8 +146,10 @@ def _native_codes(flat: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
                                                       device=flat.device), flat)
     values = flat.contiguous()
     codes = hostpath.empty(values.shape, torch.uint8)
-    _native.nearest_codes(values.numpy(), thresholds.double().cpu().contiguous().numpy(),
-                          codes.numpy(), values.element_size())
+    if thresholds.dtype != torch.float64 or not thresholds.is_cpu:
+        thresholds = thresholds.double().cpu()
+    _native.nearest_codes(values.numpy(), flat_array(thresholds), codes.numpy(),
+                          values.element_size())
     return codes
 
 
@@ -223,15 +225,15 @@ class KMeans(TensorToTensor):
     def set_table(self, table: np.ndarray) -> None:
         """Store ascending centroids (float64; logarithms in the log domain; at most ``k``) in
         the codebook's precision, whatever chose them."""
-        if table.size > self.k or bool((np.diff(table) < 0).any()):
+        if table.size > self.k or bool((table[1:] < table[:-1]).any()):
             raise ConfigError(f"kmeans: {table.size} centroids for k={self.k}, or not ascending")
         if self.precision == "fp16":
             self.scale_exp = 0 if self.domain == "log" else half_scale_exponent(
                 float(np.abs(table).max()) if table.size else 0.0)
             halves = (table * 2.0**-self.scale_exp).astype(np.float16)
-            self.centroids = [int(b) for b in halves.view(np.uint16)]
+            self.centroids = halves.view(np.uint16).tolist()  # ints
         else:
-            self.centroids = [float(c) for c in table.astype(np.float32)]
+            self.centroids = table.astype(np.float32).tolist()  # floats, each a float32's value
 
     def scale_table(self, factor: float) -> None:
         """Multiply every centroid of a linear-domain codebook by ``factor`` > 0."""
@@ -254,30 +256,38 @@ class KMeans(TensorToTensor):
         return table
 
     def _build_table(self, device: torch.device | str) -> torch.Tensor:
+        # in numpy on the host (the same float64 products): a search builds hundreds of tables,
+        # and each torch call lets go of the GIL
+        table = np.zeros(len(self.centroids) + 1)
         if self.precision == "fp16":
-            halves = np.array(self.centroids, dtype=np.uint16).view(np.float16).astype(np.float64)
-            values = torch.from_numpy(halves) * 2.0**self.scale_exp
+            halves = np.array(self.centroids, dtype=np.uint16).view(np.float16)
+            table[1:] = halves.astype(np.float64) * 2.0**self.scale_exp
         else:
-            values = torch.tensor(self.centroids, dtype=torch.float64)
+            table[1:] = self.centroids
+        built = torch.from_numpy(table)
         if self.domain == "log":
-            values = values.exp()
-        return torch.cat([values.new_zeros(1), values]).to(device)
+            built[1:] = built[1:].exp()  # torch's exp, as a reader's
+        return built if torch.device(device).type == "cpu" else built.to(device)
 
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         """Codes of ``tensor`` (zeros stay code 0); fits the codebook first unless it has one."""
         flat = tensor.reshape(-1)
         if self.centroids is None:
             self.fit(nonzero_values(flat))
-        table = self.table(tensor.device)[1:]
-        if not table.numel():
+        full = self.table(tensor.device)
+        if full.numel() == 1:
             return torch.zeros(tensor.shape, dtype=torch.uint8, device=tensor.device)
         # nearest codebook entry in the fitting domain: below the midpoint between two entries,
         # the lower one. The log domain's midpoints are compared as their exponentials, which
         # orders the same without a logarithm per element.
-        keys = table.log() if self.domain == "log" else table
-        mids = (keys[1:] + keys[:-1]) / 2
         if self.domain == "log":
-            mids = mids.exp()
+            keys = full[1:].log()
+            mids = ((keys[1:] + keys[:-1]) / 2).exp()
+        elif full.is_cpu:
+            table = full.numpy()  # numpy's sums and halves: the same float64 arithmetic
+            mids = torch.from_numpy((table[2:] + table[1:-1]) / 2)
+        else:
+            mids = (full[2:] + full[1:-1]) / 2
         return _native_codes(flat, mids).reshape(tensor.shape)
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
@@ -289,7 +299,7 @@ class KMeans(TensorToTensor):
         if native(tensor):
             codes = tensor.contiguous()
             out = hostpath.empty(codes.shape, compute)
-            done = _native.table_lookup(flat_array(codes), table.contiguous().numpy(),
+            done = _native.table_lookup(flat_array(codes), flat_array(table),
                                         flat_array(out), out.element_size())
             if done != codes.numel():
                 raise ValueError(f"kmeans: code {int(codes.reshape(-1)[done])} beyond a codebook "
