@@ -258,12 +258,14 @@ class KMeans(TensorToTensor):
     def _build_table(self, device: torch.device | str) -> torch.Tensor:
         # in numpy on the host (the same float64 products): a search builds hundreds of tables,
         # and each torch call lets go of the GIL
-        table = np.zeros(len(self.centroids) + 1)
+        centroids = self.centroids
+        assert centroids is not None  # table() checked
+        table = np.zeros(len(centroids) + 1)
         if self.precision == "fp16":
-            halves = np.array(self.centroids, dtype=np.uint16).view(np.float16)
+            halves = np.array(centroids, dtype=np.uint16).view(np.float16)
             table[1:] = halves.astype(np.float64) * 2.0**self.scale_exp
         else:
-            table[1:] = self.centroids
+            table[1:] = centroids
         built = torch.from_numpy(table)
         if self.domain == "log":
             built[1:] = built[1:].exp()  # torch's exp, as a reader's

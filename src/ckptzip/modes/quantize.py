@@ -87,12 +87,12 @@ def search(values: torch.Tensor, scale_sq: float, budget: float, *,
                        kmeans=kmeans)
         return replace(found, kept=min(n, round(found.kept / fraction)),
                        bits=found.bits / fraction)
-    ordered = ascending(flat)
-    if native(ordered):
-        chosen = _native_search(ordered, scale_sq, budget, kmeans)
-        if chosen is not None:
-            return chosen
-    return _search_sorted(ordered, scale_sq, budget, kmeans)
+    # on the host whatever the device (at most SORT_SAMPLES values, 1 MiB): on a GPU the
+    # search's steps were hundreds of small launches, a synchronization each, and a device's
+    # running sums could pick another candidate than the host's
+    ordered = ascending(flat if flat.is_cpu else flat.cpu())
+    chosen = _native_search(ordered, scale_sq, budget, kmeans)
+    return chosen if chosen is not None else _search_sorted(ordered, scale_sq, budget, kmeans)
 
 
 #: The search's constants as the native core takes them.
@@ -106,7 +106,7 @@ def _native_search(ordered: torch.Tensor, scale_sq: float, budget: float,
     """:func:`_search_sorted` in one call to the native core, over ascending host values: the
     same choice, bit for bit (``tests/test_quantize_native.py``), with the GIL let go once where
     the Python search took it back some 200 times (its candidates, fits and bisections). None
-    where the core does not take the values (one not finite)."""
+    where the core does not take the values (one not finite, a budget not >= 0)."""
     if ordered.dtype != torch.float64:
         ordered = ordered.double()
     found = _native.quantize_search(
@@ -119,8 +119,8 @@ def _native_search(ordered: torch.Tensor, scale_sq: float, budget: float,
 
 
 def _search_sorted(ordered: torch.Tensor, scale_sq: float, budget: float, kmeans: bool) -> Choice:
-    """:func:`search` over the ascending (float64) values, by torch's and numpy's ops: a device's
-    values, and the reference :func:`_native_search` is tested against."""
+    """:func:`search` over the ascending (float64) values, by torch's and numpy's ops: where the
+    native search declines, and the reference it is tested against."""
     n = ordered.numel()
     if not kmeans:
         uniform = _uniform(ordered, scale_sq, budget)
