@@ -539,6 +539,25 @@ def test_native_search_leaves_what_it_does_not_take_to_python() -> None:
                           quantize._CODEBOOKS, quantize._OFFSETS, 8.0, 0.02, 14, 1 << 16, 40)
 
 
+@pytest.mark.parametrize("bad", ["fraction", "codebook", "offset", "steps", "bisections"])
+def test_native_search_refuses_a_bad_spec(bad: str) -> None:
+    """A kept fraction above 1 would read past the values' running sums: the binding refuses
+    every spec the search cannot keep in bounds, before it reads a value."""
+    from ckptzip.modes import quantize
+
+    spec = dict(fractions=quantize._FRACTIONS, codebooks=quantize._CODEBOOKS,
+                offsets=quantize._OFFSETS, coarsest=8.0, finest=0.02, bisections=14)
+    spec.update({"fraction": {"fractions": np.array([1.5])},
+                 "codebook": {"codebooks": np.array([0], dtype=np.int64)},
+                 "offset": {"offsets": np.array([1.0])},
+                 "steps": {"finest": 9.0},
+                 "bisections": {"bisections": 65}}[bad])
+    with pytest.raises(ValueError, match="fractions must be in"):
+        N.quantize_search(np.linspace(-1, 1, 100), 1.0, 0.1, True, spec["fractions"],
+                          spec["codebooks"], spec["offsets"], spec["coarsest"], spec["finest"],
+                          spec["bisections"], 1 << 16, 40)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 20_000), st.sampled_from([torch.float32, torch.float64]),
        st.floats(1e-4, 0.05), st.booleans(), st.integers(0, 2**32 - 1))

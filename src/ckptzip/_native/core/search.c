@@ -339,7 +339,7 @@ static int uniform_try(const double *sample, const double *sums, const double *s
                        double scale, double scale_sq, double top, double step, double offset,
                        ckz_choice *out) {
     double levels = floor(top / step + offset);
-    if (2 * levels > 255) return 0;
+    if (!(2 * levels <= 255)) return 0; /* (a NaN too) */
     double got[4];
     if (ckz_uniform_candidate(sample, sums, squares, m, step, offset, (long)levels, got)) return 0;
     out->kept = py_round(((double)m - got[0]) * scale);
@@ -466,11 +466,17 @@ static int kmeans_candidates(const double *ordered, const double *magnitudes, si
 
 int ckz_quantize_search(const double *ordered, size_t n, double scale_sq, double budget,
                         int kmeans, const ckz_search_spec *spec, ckz_choice *out) {
-    if (!spec->n_fractions || !spec->n_codebooks || !spec->samples || n > ((size_t)1 << 52) ||
-        !(budget >= 0) || !(scale_sq > 0))
-        return -2;
+    if (!spec->n_fractions || !spec->n_codebooks || !spec->samples || !spec->iterations ||
+        !(spec->finest > 0 && spec->coarsest >= spec->finest && isfinite(spec->coarsest)) ||
+        spec->bisections > 64 || n > ((size_t)1 << 52))
+        return -3;
+    for (size_t f = 0; f < spec->n_fractions; f++) /* a kept count at most n */
+        if (!(spec->fractions[f] >= 0 && spec->fractions[f] <= 1)) return -3;
     for (size_t c = 0; c < spec->n_codebooks; c++)
-        if (spec->codebooks[c] < 1 || spec->codebooks[c] > 255) return -2;
+        if (spec->codebooks[c] < 1 || spec->codebooks[c] > 255) return -3;
+    for (size_t o = 0; o < spec->n_offsets; o++)
+        if (!(spec->offsets[o] >= 0 && spec->offsets[o] < 1)) return -3;
+    if (!(budget >= 0) || !(scale_sq > 0)) return -2;
     if (n && !(isfinite(ordered[0]) && isfinite(ordered[n - 1]))) return -2;
     ckz_choice best, choice;
     int found = 0, status;

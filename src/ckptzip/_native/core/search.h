@@ -77,8 +77,10 @@ typedef struct {
  * ascending finite doubles, the cheapest candidate (k-means of the largest magnitudes at each
  * kept fraction, then the uniform quantizers) whose error is within budget, else the most
  * accurate one; with kmeans 0 a uniform quantizer first, where one fits.  Returns 0 with *out
- * set; -1 out of memory; -2 where it does not take the arguments (a value not finite, a
- * budget not >= 0, scale_sq not > 0), which Python's search then runs. */
+ * set; -1 out of memory; -2 where it does not take the values (one not finite, a budget not
+ * >= 0, scale_sq not > 0), which Python's search then runs; -3 for a bad spec (a fraction
+ * outside [0, 1], a codebook outside 1..255, an offset outside [0, 1), steps not 0 < finest <=
+ * coarsest, no samples or iterations, more than 64 bisections). */
 int ckz_quantize_search(const double *ordered, size_t n, double scale_sq, double budget,
                         int kmeans, const ckz_search_spec *spec, ckz_choice *out);
 

@@ -552,6 +552,10 @@ static PyObject *py_quantize_search(PyObject *self, PyObject *args, PyObject *kw
                                      kmeans, &spec, &choice);
         Py_END_ALLOW_THREADS
         if (status == -1) PyErr_NoMemory();
+        else if (status == -3)
+            PyErr_SetString(PyExc_ValueError, "quantize_search: fractions must be in [0, 1], "
+                            "codebooks in 1..255, offsets in [0, 1), 0 < finest <= coarsest, "
+                            "at most 64 bisections, samples and iterations at least 1");
         else if (status == -2) result = Py_NewRef(Py_None);
         else result = Py_BuildValue("(nndddd)", (Py_ssize_t)choice.kept, (Py_ssize_t)choice.k,
                                     choice.bits, choice.error, choice.step, choice.offset);
