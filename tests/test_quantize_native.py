@@ -417,6 +417,51 @@ def test_rounding_spread_is_unbiased_roundings_expected_error(n: int, step: floa
                                    abs=1e-9)
 
 
+def python_step_bisect(magnitudes: np.ndarray, fraction: float, sigmas: float, target: float,
+                       fine: float, coarse: float, tolerance: float, rounds: int) -> float:
+    """The Python bisection the native one replaced (session 34), as factoring.py had it."""
+    import math
+
+    def error(step: float) -> float:
+        mean, spread = N.rounding_spread(magnitudes, step)
+        return mean * step * step + sigmas * math.sqrt(spread * fraction) * step * step
+
+    for _ in range(rounds):
+        if coarse <= fine * (1 + tolerance):
+            break
+        middle = math.sqrt(fine * coarse)
+        if error(middle) <= target:
+            fine = middle
+        else:
+            coarse = middle
+    return fine
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 70_000), st.sampled_from([0.0, 1.0, 2.0]), st.floats(1e-4, 0.9),
+       st.integers(0, 2**31))
+def test_step_bisect_is_the_python_bisection_to_the_bit(n: int, sigmas: float, budget: float,
+                                                        seed: int) -> None:
+    """The unbiased step's bisection in one native call ends on the very step the Python loop
+    did (its rounds call the same native sums and do the same float arithmetic in order)."""
+    import math
+
+    from ckptzip.modes import factoring
+
+    rng = np.random.default_rng(seed)
+    magnitudes = np.abs(rng.standard_t(3, n) * 1e-3).astype(np.float32)
+    top = float(magnitudes.max())
+    target = budget * budget * float((magnitudes.astype(np.float64) ** 2).sum())
+    if not (top > 0 and target > 0):
+        return
+    fine = min(math.sqrt(target / (n / 4)), top)
+    args = (magnitudes, 0.5, sigmas, target, fine, top, factoring.STEP_TOLERANCE,
+            factoring.STEP_ROUNDS)
+    assert N.step_bisect(*args) == python_step_bisect(*args)
+    with pytest.raises(ValueError, match="fine > 0"):
+        N.step_bisect(magnitudes, 0.5, sigmas, target, 0.0, top, 1e-3, 32)
+
+
 def test_level_bits_is_the_expected_entropy_of_a_draw() -> None:
     """The levels' expected entropy (the rank search and the choice of rounding read it) is the
     entropy of the expected histogram, which a stochastic draw's and a dither's levels both come

@@ -71,6 +71,8 @@ TRIAL_ESTIMATE_SAMPLES = 1 << 14
 #: How close to the coarsest grid step within the budget the bisection of :func:`unbiased_step`
 #: comes: a step 0.1% finer than it could be costs 0.0015 bits an element.
 STEP_TOLERANCE = 1e-3
+#: Most halvings of the step range the unbiased step's bisection takes.
+STEP_ROUNDS = 32
 #: Matrices whose smaller side is larger than this get a randomized SVD (in fp32) of the top
 #: ranks, up to :data:`RANDOMIZED_TOP`: a full SVD of a 384 x 1536 update took 80 ms, and the
 #: ranks the search picks on the demo's GPT are 2 to 24. The search first runs on the top
@@ -159,17 +161,13 @@ def _sample_step(sample: np.ndarray, fraction: float, scale_sq: float, budget: f
     if beyond >= top and (not sigmas or error(beyond) <= target):
         return beyond
 
-    # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain
-    fine, coarse = min(math.sqrt(target / (magnitudes.size / 4)), top), top
-    for _ in range(32):
-        if coarse <= fine * (1 + STEP_TOLERANCE):
-            break
-        middle = math.sqrt(fine * coarse)
-        if error(middle) <= target:
-            fine = middle
-        else:
-            coarse = middle
-    return fine
+    # the error is at most step^2 / 4 per value: below `fine` the budget holds for certain.
+    # Bisect, on a log scale, for the coarsest step within it: error(middle) at each of at most
+    # STEP_ROUNDS middles, in one native call (each round a Python step and a release of the
+    # GIL before)
+    fine = min(math.sqrt(target / (magnitudes.size / 4)), top)
+    return _native.step_bisect(magnitudes, fraction, sigmas, target, fine, top, STEP_TOLERANCE,
+                               STEP_ROUNDS)
 
 
 def unbiased_levels(values: torch.Tensor, step: float, seed: int, first: int = 0) -> torch.Tensor:

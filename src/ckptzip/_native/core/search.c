@@ -32,6 +32,20 @@ void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, do
     *spread = (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+double ckz_step_bisect(const float *x, size_t n, double fraction, double sigmas, double target,
+                       double fine, double coarse, double tolerance, unsigned rounds) {
+    for (unsigned r = 0; r < rounds; r++) {
+        if (coarse <= fine * (1 + tolerance)) break;
+        double middle = sqrt(fine * coarse), mean, spread;
+        ckz_rounding_spread(x, n, middle, &mean, &spread);
+        /* modes/factoring.py _sample_step's error(step), its operations in its order */
+        double error = mean * middle * middle + sigmas * sqrt(spread * fraction) * middle * middle;
+        if (error <= target) fine = middle;
+        else coarse = middle;
+    }
+    return fine;
+}
+
 double ckz_level_bits(const float *x, size_t n, double step, size_t limit) {
     if (!n) return 0.0;
     if (!(step > 0)) return -1.0;

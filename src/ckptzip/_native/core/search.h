@@ -13,6 +13,14 @@
  * squared error of unbiased rounding and its variance, in units of step^2 and step^4. */
 void ckz_rounding_spread(const float *x, size_t n, double step, double *mean, double *spread);
 
+/* The bisection of modes/factoring.py _sample_step, op for op: while coarse > fine (1 +
+ * tolerance), at most `rounds` times, the geometric middle of the two steps replaces fine where
+ * unbiased rounding's expected squared error there, mean step^2 + sigmas sqrt(spread fraction)
+ * step^2 (ckz_rounding_spread over the n float32 magnitudes x), is at most target, else coarse.
+ * Returns fine; needs 0 < fine. */
+double ckz_step_bisect(const float *x, size_t n, double fraction, double sigmas, double target,
+                       double fine, double coarse, double tolerance, unsigned rounds);
+
 /* The expected order-0 entropy, in bits for all n values, of the levels of x (float32) rounded
  * without bias to multiples of step > 0: a value at fraction f past level l lands on l + 1 with
  * probability f, else on l (stochastic rounding, and a subtractive dither's levels alike).  The

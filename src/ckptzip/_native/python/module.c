@@ -362,6 +362,40 @@ static PyObject *py_rounding_spread(PyObject *self, PyObject *args, PyObject *kw
     return result;
 }
 
+PyDoc_STRVAR(step_bisect_doc,
+             "step_bisect(x, fraction, sigmas, target, fine, coarse, tolerance, rounds) -> float\n\n"
+             "modes/factoring.py _sample_step's bisection over the float32 magnitudes x: while\n"
+             "coarse > fine (1 + tolerance), at most rounds times, the geometric middle replaces\n"
+             "fine where unbiased rounding's expected squared error plus sigmas deviations is at\n"
+             "most target, else coarse. Returns fine (which must be > 0).");
+static PyObject *py_step_bisect(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "fraction", "sigmas", "target", "fine", "coarse", "tolerance",
+                             "rounds", NULL};
+    PyObject *xo;
+    double fraction, sigmas, target, fine, coarse, tolerance;
+    unsigned rounds;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OddddddI:step_bisect", kwlist, &xo, &fraction,
+                                     &sigmas, &target, &fine, &coarse, &tolerance, &rounds))
+        return NULL;
+    if (!(fine > 0) || !(tolerance >= 0) || rounds > 1024)
+        return PyErr_Format(PyExc_ValueError,
+                            "need fine > 0, tolerance >= 0 and at most 1024 rounds");
+    Py_buffer x;
+    if (get_buffer(xo, &x, 0, "x")) return NULL;
+    PyObject *result = NULL;
+    if (check_floats(&x, "x") == 0) {
+        double step;
+        Py_BEGIN_ALLOW_THREADS
+        step = ckz_step_bisect((const float *)x.buf, (size_t)x.len / 4, fraction, sigmas, target,
+                               fine, coarse, tolerance, rounds);
+        Py_END_ALLOW_THREADS
+        result = PyFloat_FromDouble(step);
+    }
+    PyBuffer_Release(&x);
+    return result;
+}
+
 PyDoc_STRVAR(level_bits_doc,
              "level_bits(x, step, limit) -> float\n\n"
              "The expected order-0 entropy, in bits for all values, of float32 x rounded without\n"
@@ -2136,6 +2170,7 @@ static PyMethodDef methods[] = {
     KW("lloyd_sorted", py_lloyd_sorted, lloyd_sorted_doc),
     KW("uniform_candidate", py_uniform_candidate, uniform_candidate_doc),
     KW("quantize_search", py_quantize_search, quantize_search_doc),
+    KW("step_bisect", py_step_bisect, step_bisect_doc),
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("count_nonzero", py_count_nonzero, count_nonzero_doc),
