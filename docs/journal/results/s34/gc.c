@@ -40,5 +40,5 @@ void gilcount_report(const char *tag){
 void gilcount_top(int top){
   for(int t=0;t<top;t++){ int best=-1; uint64_t bc=0; for(int i=0;i<SLOTS;i++) if(addr[i]&&cnt[i]>bc){bc=cnt[i];best=i;}
     if(best<0) break; Dl_info inf; const char *s="?", *f="?"; if(dladdr(addr[best],&inf)){ if(inf.dli_sname) s=inf.dli_sname; if(inf.dli_fname) f=strrchr(inf.dli_fname,'/')+1;}
-    fprintf(stderr,"   %8lu rel %.3f s  %s %s+%lx\n",(unsigned long)cnt[best],waitc[best]/1e9,f,s,(unsigned long)((char*)addr[best]-(char*)inf.dli_saddr)); cnt[best]=0; }
+    fprintf(stderr,"   %8lu rel %.3f s  %s %s off=%lx\n",(unsigned long)cnt[best],waitc[best]/1e9,f,s,(unsigned long)((char*)addr[best]-(char*)inf.dli_fbase)); cnt[best]=0; }
 }
