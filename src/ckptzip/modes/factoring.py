@@ -114,6 +114,8 @@ def _host_floats(values: torch.Tensor) -> np.ndarray:
     """``values`` (a sample) as float32 on the host, flat: the searches run there, in the native
     core, whatever device the tensor is on (on a GPU their steps were thousands of small
     launches, each bisection step a synchronization)."""
+    if values.is_cpu:  # in one or two torch calls, not six (each lets go of the GIL)
+        return flat_array(values if values.dtype == torch.float32 else values.float())
     return values.detach().reshape(-1).float().cpu().contiguous().numpy()
 
 
@@ -409,17 +411,25 @@ def _factor(values: torch.Tensor) -> Factor:
     quantizer.set_table(table if table.size else np.zeros(1))
     context = TransformContext("<factor>")
     codes = quantizer.encode(pruned, context)
-    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).cpu().numpy()
-    return Factor(quantizer, pruned, codes, quantizer.decode(codes, context), entropy_bits(counts))
+    return Factor(quantizer, pruned, codes, quantizer.decode(codes, context),
+                  entropy_bits(_code_counts(codes)))
+
+
+def _code_counts(codes: torch.Tensor) -> np.ndarray:
+    """How many of the uint8 ``codes`` hold each value (256 int64 counts): numpy's bincount on
+    the host (one torch call, where torch's took five: each lets go of the GIL), torch's on a
+    device."""
+    if codes.is_cpu:
+        return np.bincount(flat_array(codes), minlength=256)
+    return torch.bincount(codes.reshape(-1).long(), minlength=256).cpu().numpy()
 
 
 def _columns(factor: Factor, rank: int) -> Factor:
     """The first ``rank`` columns of a quantized factor matrix, under its codebook, with the
     bits of their codes."""
     codes = factor.codes[:, :rank].contiguous()
-    counts = torch.bincount(codes.reshape(-1).long(), minlength=256).cpu().numpy()
     return Factor(factor.quantizer, factor.pruned[:, :rank].contiguous(), codes,
-                  factor.decoded[:, :rank].contiguous(), entropy_bits(counts))
+                  factor.decoded[:, :rank].contiguous(), entropy_bits(_code_counts(codes)))
 
 
 _LINALG_READY: set[torch.device] = set()
