@@ -46,6 +46,14 @@ def flat_array(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy().reshape(-1)
 
 
+def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.detach().to(dtype)``, with no torch call where the tensor already is of that
+    dtype and detached (``to`` and ``detach`` each let go of the GIL twice even then)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 def native_float32(*tensors: torch.Tensor) -> bool:
     """:func:`native` for element-wise passes over float32 arrays of one element count (the
     moments' passes: base ratios, Adam's steps)."""

@@ -306,7 +306,7 @@ class KMeans(TensorToTensor):
             if done != codes.numel():
                 raise ValueError(f"kmeans: code {int(codes.reshape(-1)[done])} beyond a codebook "
                                  f"of {table.numel() - 1}")
-            return out.to(self.dtype.torch_dtype)
+            return hostpath.cast(out, self.dtype.torch_dtype)
         if tensor.numel() and int(tensor.max()) >= table.numel():
             raise ValueError(f"kmeans: code {int(tensor.max())} beyond a codebook of {table.numel() - 1}")
         lookup, dtype = table.to(compute), self.dtype.torch_dtype

@@ -195,7 +195,8 @@ def decoded_sqrt_error_norm(array: torch.Tensor, decoded: torch.Tensor) -> float
     v`` is exact where the two are within a factor of two. One native pass on the host (IEEE
     float32, the same on every CPU), torch's ops on a device (its square root may differ by an
     ulp: the check, not what a reader decodes)."""
-    stored, restored = array.float().contiguous(), decoded.float().contiguous()
+    stored = hostpath.cast(array, torch.float32).contiguous()
+    restored = hostpath.cast(decoded, torch.float32).contiguous()
     if native(stored, restored):
         return math.sqrt(_native.sqrt_error_squares(flat_array(stored),
                                                     flat_array(restored)))

@@ -513,7 +513,7 @@ class JointPolicy(LosslessPolicy):
     @staticmethod
     def _values(leaves: list[Leaf], group: Group, base: Base) -> GroupValues:
         def get(index: int | None) -> torch.Tensor | None:
-            return None if index is None else leaves[index].tensor.detach().float()
+            return None if index is None else hostpath.cast(leaves[index].tensor, torch.float32)
 
         weight = None if group.weight is None else leaves[group.weight]
         w_base = None if weight is None else _base_value(weight, base)
