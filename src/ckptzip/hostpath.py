@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 
 from . import _native
+from .tree import flat_array
 
 _torch_ops_only = False
 #: Host outputs at least this large take their memory from a ``_native.PageBuffer``.
@@ -29,21 +29,6 @@ def native(*tensors: torch.Tensor) -> bool:
     """Whether the native core's passes take these tensors: all on the host."""
     # ``is_cpu``, not ``device.type``: no device object made per tensor (thousands a save)
     return not _torch_ops_only and all(tensor.is_cpu for tensor in tensors)
-
-
-def flat_array(tensor: torch.Tensor) -> np.ndarray:
-    """A host tensor's elements as a 1-D numpy array for a native pass: a view of its memory
-    where it is contiguous (a native pass's output writes through it), a contiguous copy
-    otherwise. The same array as ``tensor.detach().contiguous().reshape(-1).numpy()`` in one
-    torch call where the tensor is contiguous, not three: each of torch's calls lets go of the
-    GIL and takes it back (``reshape`` six times), and on two threads every letting go can hand
-    the GIL to the other thread, which the first then waits out (a lossy save made some 120,000
-    of them)."""
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    return tensor.numpy().reshape(-1)
 
 
 def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -88,17 +88,26 @@ _NUMPY_REAL = frozenset({torch.float64, torch.float32, torch.float16, torch.int6
                          torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
+def flat_array(tensor: torch.Tensor) -> np.ndarray:
+    """A host tensor's elements as a 1-D numpy array (for a native pass): a view of its memory
+    where it is contiguous (a native pass's output writes through it), a contiguous copy
+    otherwise. The same array as ``tensor.detach().contiguous().reshape(-1).numpy()`` in one
+    torch call where the tensor is contiguous, not three: each of torch's calls lets go of the
+    GIL and takes it back (``reshape`` six times), and on two threads every letting go can hand
+    the GIL to the other thread, which the first then waits out (a lossy save made some 120,000
+    of them)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return tensor.numpy().reshape(-1)
+
+
 def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
     """A tensor's raw little-endian element bytes as a contiguous 1-D uint8 array on the host
     (a view where the tensor already is one, a copy otherwise)."""
     if tensor.is_cpu and tensor.dtype in _NUMPY_REAL and not tensor.is_neg():
-        # the same bytes in two or three torch calls, not about seventeen: each lets go of the
-        # GIL, which on two threads can hand it to the other one (hostpath.flat_array)
-        if tensor.requires_grad:
-            tensor = tensor.detach()
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-        return tensor.numpy().reshape(-1).view(np.uint8)
+        return flat_array(tensor).view(np.uint8)  # two or three torch calls, not seventeen
     flat = tensor.detach().resolve_conj().resolve_neg().reshape(-1)
     return flat.to("cpu").contiguous().view(torch.uint8).numpy()
 

@@ -115,7 +115,7 @@ def _host_floats(values: torch.Tensor) -> np.ndarray:
     core, whatever device the tensor is on (on a GPU their steps were thousands of small
     launches, each bisection step a synchronization)."""
     if values.is_cpu:  # in one or two torch calls, not six (each lets go of the GIL)
-        return flat_array(values if values.dtype == torch.float32 else values.float())
+        return flat_array(hostpath.cast(values, torch.float32))
     return values.detach().reshape(-1).float().cpu().contiguous().numpy()
 
 

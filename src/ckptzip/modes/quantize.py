@@ -107,11 +107,10 @@ def _native_search(ordered: torch.Tensor, scale_sq: float, budget: float,
     same choice, bit for bit (``tests/test_quantize_native.py``), with the GIL let go once where
     the Python search took it back some 200 times (its candidates, fits and bisections). None
     where the core does not take the values (one not finite, a budget not >= 0)."""
-    if ordered.dtype != torch.float64:
-        ordered = ordered.double()
     found = _native.quantize_search(
-        flat_array(ordered), scale_sq, budget, kmeans, _FRACTIONS, _CODEBOOKS, _OFFSETS,
-        UNIFORM_STEPS[0], UNIFORM_STEPS[-1], UNIFORM_BISECTIONS, SEARCH_SAMPLES, LLOYD_ITERATIONS)
+        flat_array(hostpath.cast(ordered, torch.float64)), scale_sq, budget, kmeans, _FRACTIONS,
+        _CODEBOOKS, _OFFSETS, UNIFORM_STEPS[0], UNIFORM_STEPS[-1], UNIFORM_BISECTIONS,
+        SEARCH_SAMPLES, LLOYD_ITERATIONS)
     if found is None:
         return None
     kept, k, bits, error, step, offset = found
