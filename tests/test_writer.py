@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import struct
 import sys
 
 import pytest
@@ -12,12 +13,13 @@ import torch
 
 import ckptzip
 from ckptzip import _native, sinks, writer
-from ckptzip.container import PRELUDE_SIZE
+from ckptzip.container import PRELUDE_SIZE, load_header, store_header
 
 
 def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypatch) -> None:
     state = {f"t{i}": torch.randn(3000 + i) for i in range(40)}
     monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
     moves: list[int] = []
     original = sinks.FileSink._move_data
 
@@ -37,11 +39,73 @@ def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypat
         ckpt.verify()
 
 
+@pytest.mark.parametrize("mode", ["lossless", "excp", "bitsnap", "adaptive"])
+def test_a_small_file_is_its_header_then_its_data_with_no_estimate(tmp_path, monkeypatch,
+                                                                   mode) -> None:
+    """A file of at most JOIN_BYTES of data keeps its chunks until the header is done and
+    writes them right behind it: no header estimate is taken, no byte moves and the header
+    carries no padding (a lossless file holds exactly the bytes of an in-memory save, which
+    joins its chunks behind the exact header too)."""
+    from tests.test_device import training_states
+
+    estimates: list[int] = []
+    real = writer._header_estimate
+
+    def counting(*args):
+        estimate = real(*args)
+        return lambda: estimates.append(estimate()) or estimates[-1]
+
+    monkeypatch.setattr(writer, "_header_estimate", counting)
+    monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: pytest.fail("moved"))
+    states = training_states(2, layers=4)
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    path = tmp_path / f"{mode}.ckz"
+    options = {} if mode == "lossless" else {"base": tmp_path / "k.ckz", "resumed": True}
+    report = ckptzip.save(states[1], path, mode=mode, **options)
+    assert not estimates
+    blob = path.read_bytes()
+    flags, length = struct.unpack_from("<IQ", blob, 12)
+    stored = blob[PRELUDE_SIZE : PRELUDE_SIZE + length]
+    assert store_header(load_header(stored, flags, "<test>")) == (stored, flags)  # no padding
+    assert report.stored_bytes == len(blob) == PRELUDE_SIZE + length + _data_length(path)
+    if mode == "lossless":  # a delta's header names its base as the file's relative path
+        assert blob == ckptzip.dumps(states[1])
+    with ckptzip.open(path) as ckpt:
+        ckpt.verify()
+
+
+def test_a_file_whose_data_outgrows_the_join_writes_what_it_kept_behind_the_room(
+        tmp_path, monkeypatch) -> None:
+    """Once the data passes JOIN_BYTES the file reserves the header's room (the estimate is
+    taken then, once), writes the chunks it kept behind it and streams the rest: the file reads
+    back, and its header is padded to the room."""
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 200_000)
+    estimates: list[int] = []
+    real = writer._header_estimate
+
+    def counting(*args):
+        estimate = real(*args)
+        return lambda: estimates.append(estimate()) or estimates[-1]
+
+    monkeypatch.setattr(writer, "_header_estimate", counting)
+    state = {f"t{i}": torch.randn(20_000) for i in range(24)}  # 1.9 MB, chunks of 80 KB
+    path = tmp_path / "a.ckz"
+    ckptzip.save(state, path, threads=2, chunk_bytes=80_000)
+    assert len(estimates) == 1
+    exact = len(ckptzip.dumps(state, chunk_bytes=80_000))
+    with ckptzip.open(path) as ckpt:
+        ckpt.verify()
+        assert ckpt.data_start == PRELUDE_SIZE + estimates[0]
+    assert path.stat().st_size - exact == ckpt.data_start - (exact - _data_length(path))
+    out = ckptzip.load(path)
+    assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
 def test_header_room_is_a_close_overestimate(tmp_path, monkeypatch) -> None:
     """A file's header is padded up to the writer's estimate (large files keep it): the
     estimate must cover the header, and the padding stay below the header's own size (here
     300 tensors of one chunk each, where the margin of 8 bytes a tensor weighs most)."""
-    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
     moves: list[int] = []
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(30)])
@@ -64,7 +128,7 @@ def test_lossy_header_room_covers_its_records_and_codebooks(tmp_path, monkeypatc
     (BitSnap's k-means tables: 313 kB of the demo GPT's header); the estimate, taken before the
     chunk tables are known and deflated at the writer's own level, still covers it: no data is
     moved."""
-    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # keep the padding, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
     moves: list[int] = []
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
     from tests.test_device import training_states
@@ -79,8 +143,10 @@ def test_lossy_header_room_covers_its_records_and_codebooks(tmp_path, monkeypatc
 
 
 def test_header_room_is_estimated_once_coding_has_begun(tmp_path, monkeypatch) -> None:
-    """A file sink takes the header's estimate when the first chunk is written, so the pool
-    codes the next chunks meanwhile; a state with nothing to write never estimates."""
+    """A file sink whose data outgrows the join takes the header's estimate when the first
+    chunk is written, so the pool codes the next chunks meanwhile; a state with nothing to
+    write never estimates."""
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
     events: list[str] = []
     estimate, encode_task = writer._header_estimate, writer._encode_task
 
@@ -276,7 +342,7 @@ def test_file_sink_starts_the_writeback_of_its_data_as_it_goes(tmp_path, monkeyp
 
     monkeypatch.setattr(sinks.FileSink, "WRITEBACK_BYTES", 64 << 10)
     monkeypatch.setattr(sinks._native, "writeback", recording)
-    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)  # the data stays where it was put
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # the data written as it comes
     state = {f"t{i}": torch.randn(40_000) for i in range(32)}
     path = tmp_path / "a.ckz"
     ckptzip.save(state, path, threads=2)
@@ -308,6 +374,7 @@ def test_writeback_is_taken_by_a_file_and_declined_elsewhere(tmp_path) -> None:
     # a handle with no descriptor: the sink writes on without asking
     buffer = io.BytesIO()
     sink = sinks.FileSink(buffer)
+    sink.JOIN_BYTES = 0  # placed at once, as > 64 MiB
     sink.reserve(lambda: 64)
     sink.write(b"y" * (sink.WRITEBACK_BYTES + 1))
     assert sink.written_back is None

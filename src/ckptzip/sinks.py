@@ -150,19 +150,22 @@ def _copy_batch(assembler: _native.Assembler, batch: list[tuple[int, bytes]]) ->
 
 
 class FileSink(Sink):
-    """Streams chunks into a seekable file behind a space reserved for the header.
+    """Writes chunks into a seekable file, the header in front.
 
-    The reservation is the writer's estimate of the stored header with a margin, taken when the
-    first chunk arrives (the pool coding the next ones meanwhile), so the header is usually
-    padded with spaces (a few KB). If the header outgrows it (rare), or if a small file
-    would carry padding (moving its data is cheap), the data section is moved once to fit the
-    header exactly.
+    A file whose data section stays within ``JOIN_BYTES`` is written when the header is done:
+    its chunks (coded bytes: a lossy delta's are a few MB) are kept until then and follow the
+    header exactly. No estimate of the header is taken and no byte is moved: where the file
+    once reserved room and moved its data to drop the padding, a lossy delta spent 10-30 ms of
+    its save's serial tail estimating the header and as long again moving the data (BitSnap's
+    k-means tables make the demo GPT's header 313 KB of JSON). Once the data outgrows that, the
+    file reserves room for the header (the writer's estimate with a margin, taken then, while
+    the pool codes the next chunks), writes the kept chunks behind it and streams the rest; the
+    stored header is padded with spaces up to the room (a few KB), and if it outgrows the room
+    (rare) the data section is moved once to fit it exactly.
     """
 
-    #: Files whose data section is at most this large drop their padding: moving them is cheap.
-    TRIM_DATA_BYTES = 64 << 20
-    #: Padding below this is left in place.
-    TRIM_MIN_PADDING = 256
+    #: Data sections up to this size are kept in memory and written behind the finished header.
+    JOIN_BYTES = 64 << 20
     #: Bytes of data written between two requests to start their writeback (0: none).
     WRITEBACK_BYTES = 8 << 20
 
@@ -170,6 +173,8 @@ class FileSink(Sink):
         super().__init__()
         self.handle = handle
         self.header_size: Callable[[], int] | None = None
+        #: The chunks kept so far; None once the data is placed in the file.
+        self.kept: list[bytes] | None = []
         #: Data bytes whose writeback was requested; None once the file cannot take a request.
         self.written_back: int | None = 0
 
@@ -177,15 +182,21 @@ class FileSink(Sink):
         self.header_size = header_size
 
     def _place_data(self) -> None:
-        """Set the header's room aside: the estimate is taken when the first chunk is to be
-        written, while the pool codes the next ones (taken before, it held them all back)."""
-        assert self.header_size is not None
-        self.reserved = self.header_size()
+        """Set the header's room aside (no room without an estimate: the header then moves the
+        data once) and write the kept chunks behind it."""
+        kept, self.kept = self.kept or [], None
+        self.reserved = self.header_size() if self.header_size is not None else 0
         self.header_size = None
         self.handle.seek(PRELUDE_SIZE + self.reserved)
+        for data in kept:
+            self.handle.write(data)
 
     def write(self, data: bytes) -> None:
-        if self.position == 0 and self.header_size is not None:
+        if self.kept is not None:
+            if self.position + len(data) <= self.JOIN_BYTES:
+                self.kept.append(data)
+                self.position += len(data)
+                return
             self._place_data()
         self.handle.write(data)
         self.position += len(data)
@@ -209,16 +220,18 @@ class FileSink(Sink):
             self.written_back = None  # another system, or a file that cannot: fsync does it all
 
     def finish(self, header: bytes) -> None:
-        self.header_size = None  # still set only if no data came: nothing was reserved
         stored, flags = store_header(header)
-        padding = self.reserved - len(stored)
-        trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES
-        if padding < 0 or trim:
+        kept, self.kept = self.kept, None
+        if kept is not None:  # the data follows the header exactly
+            self.reserved = len(stored)
+        elif len(stored) > self.reserved:
             self._move_data(len(stored))
         stored += b" " * (self.reserved - len(stored))
         self.handle.seek(0)
         self.handle.write(pack_prelude(stored, flags))
         self.handle.write(stored)
+        for data in kept or ():
+            self.handle.write(data)
         self.handle.truncate(PRELUDE_SIZE + self.reserved + self.position)
         self.handle.seek(0, 2)
 
