@@ -31,13 +31,13 @@ from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformCon
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
 from ..hostpath import native
-from ..parallel import ordered_map
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..reader import FileBase
 from ..tree import Leaf
 from .common import (
     GroupValues,
     JointPolicy,
+    by_task,
     coded,
     decode,
     delta_error,
@@ -201,10 +201,12 @@ def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base,
     delta_rms, direction_rms = [], []
     members = [values.group for values in groups]
     sizes = [group_bytes(leaves, group) for group in members]
-    found_stages = ordered_map(lambda position: _group_stage(groups[position]),
-                               range(len(groups)), threads, torch_ops=True,
-                               gate=device_gate(leaves, members, sizes))
-    for found in found_stages:
+    # as the groups' plans run: the large ones first, the small ones together on one thread
+    # (taken one by one, they are mostly the GIL's, and two threads handing it to each other
+    # measured slower on two threads than on one)
+    found_stages = dict(by_task(lambda position: _group_stage(groups[position]), sizes, threads,
+                                device_gate(leaves, members, sizes)))
+    for found in (found_stages.pop(position) for position in range(len(groups))):
         if found is None:
             continue
         group_changed, group_total, group_delta_sq, group_weight_sq, mean_sq, direction_sq = found

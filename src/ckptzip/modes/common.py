@@ -373,7 +373,7 @@ class JointPolicy(LosslessPolicy):
         gate = device_gate(leaves, members, sizes)
         planned: dict[int, _Planned] = {}
         total = sum(sizes)
-        for position, result in _by_task(plan, sizes, threads, gate,
+        for position, result in by_task(plan, sizes, threads, gate,
                                          then=code if gate is None else None):
             planned[position] = result
             if progress is not None:
@@ -477,7 +477,7 @@ class JointPolicy(LosslessPolicy):
         # the small groups together, as their plans; on a device, the unchanged check copies
         # each weight's base there: a share at a time
         sizes = [group_bytes(leaves, g) for g in candidates]
-        looked = dict(_by_task(look, sizes, threads, device_gate(leaves, candidates, sizes)))
+        looked = dict(by_task(look, sizes, threads, device_gate(leaves, candidates, sizes)))
         finite = []
         for position, group in enumerate(candidates):
             values, kept = looked.pop(position)
@@ -622,7 +622,7 @@ def device_gate(leaves: list[Leaf], groups: list[Group],
 _Result = TypeVar("_Result")
 
 
-def _by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
+def by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
              gate: tuple[ByteGate, Callable[[int], int]] | None,
              then: Callable[[int], object] | None = None) -> Iterator[tuple[int, _Result]]:
     """``fn`` of each group's position, the groups run as :func:`plan_tasks`' tasks on
@@ -650,7 +650,7 @@ def _by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
 
 def _per_task(gate: tuple[ByteGate, Callable[[int], int]] | None,
               ) -> tuple[ByteGate, Callable[[tuple[Any, list[int]]], int]] | None:
-    """A gate over groups' positions as one over :func:`_by_task`'s items (a function and a
+    """A gate over groups' positions as one over :func:`by_task`'s items (a function and a
     task of positions): a task takes its groups one at a time, so it holds the temporaries of
     one group at most."""
     if gate is None:
