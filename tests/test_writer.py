@@ -19,7 +19,7 @@ from ckptzip.container import PRELUDE_SIZE, load_header, store_header
 def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypatch) -> None:
     state = {f"t{i}": torch.randn(3000 + i) for i in range(40)}
     monkeypatch.setattr(writer, "_header_estimate", lambda *args: (lambda: 16))
-    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # streamed, as > 64 MiB
     moves: list[int] = []
     original = sinks.FileSink._move_data
 
@@ -74,12 +74,14 @@ def test_a_small_file_is_its_header_then_its_data_with_no_estimate(tmp_path, mon
         ckpt.verify()
 
 
-def test_a_file_whose_data_outgrows_the_join_writes_what_it_kept_behind_the_room(
+def test_a_file_whose_data_outgrows_its_bound_writes_what_it_kept_behind_the_room(
         tmp_path, monkeypatch) -> None:
-    """Once the data passes JOIN_BYTES the file reserves the header's room (the estimate is
-    taken then, once), writes the chunks it kept behind it and streams the rest: the file reads
-    back, and its header is padded to the room."""
+    """Where the data passes JOIN_BYTES after all (the writer's bound said it would not), the
+    file reserves the header's room then (the estimate is taken once), writes the chunks it kept
+    behind it and streams the rest, then drops the padding as a small file does: the same bytes
+    as an in-memory save."""
     monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 200_000)
+    monkeypatch.setattr(writer, "_data_bound", lambda *args: 1000)
     estimates: list[int] = []
     real = writer._header_estimate
 
@@ -92,20 +94,39 @@ def test_a_file_whose_data_outgrows_the_join_writes_what_it_kept_behind_the_room
     path = tmp_path / "a.ckz"
     ckptzip.save(state, path, threads=2, chunk_bytes=80_000)
     assert len(estimates) == 1
-    exact = len(ckptzip.dumps(state, chunk_bytes=80_000))
-    with ckptzip.open(path) as ckpt:
-        ckpt.verify()
-        assert ckpt.data_start == PRELUDE_SIZE + estimates[0]
-    assert path.stat().st_size - exact == ckpt.data_start - (exact - _data_length(path))
+    assert path.read_bytes() == ckptzip.dumps(state, chunk_bytes=80_000)
     out = ckptzip.load(path)
     assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+def test_the_data_bound_counts_codes_and_arrays_not_the_raw_state(tmp_path) -> None:
+    """A lossy delta's bound is its precoded chunks and its arrays, far below the state's raw
+    bytes; a lossless state's is its raw bytes with the chunks' headers."""
+    from ckptzip.planning import prepare
+    from ckptzip.reader import open_base
+    from tests.test_device import training_states
+
+    states = training_states(2, layers=4)
+    ckptzip.save(states[0], tmp_path / "k.ckz")
+    base = open_base(tmp_path / "k.ckz")
+    try:
+        prepared = prepare(states[1], mode="adaptive", base=base, resumed=True)
+        raw = sum(leaf.nbytes for leaf in prepared.leaves)
+        bound = writer._data_bound(prepared.leaves, prepared.encoded)
+        stored = len(ckptzip.dumps(states[1], mode="adaptive", base=tmp_path / "k.ckz",
+                                   resumed=True))
+        assert stored < bound and bound - (64 << 10) < raw / 2, (stored, bound, raw)
+        assert writer._data_bound(prepared.leaves, {}) == raw + raw // 256 + (64 << 10)
+    finally:
+        base.close()
 
 
 def test_header_room_is_a_close_overestimate(tmp_path, monkeypatch) -> None:
     """A file's header is padded up to the writer's estimate (large files keep it): the
     estimate must cover the header, and the padding stay below the header's own size (here
     300 tensors of one chunk each, where the margin of 8 bytes a tensor weighs most)."""
-    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # streamed and padded, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)
     moves: list[int] = []
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(30)])
@@ -128,7 +149,8 @@ def test_lossy_header_room_covers_its_records_and_codebooks(tmp_path, monkeypatc
     (BitSnap's k-means tables: 313 kB of the demo GPT's header); the estimate, taken before the
     chunk tables are known and deflated at the writer's own level, still covers it: no data is
     moved."""
-    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # streamed and padded, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)
     moves: list[int] = []
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: moves.append(size))
     from tests.test_device import training_states
@@ -146,7 +168,7 @@ def test_header_room_is_estimated_once_coding_has_begun(tmp_path, monkeypatch) -
     """A file sink whose data outgrows the join takes the header's estimate when the first
     chunk is written, so the pool codes the next chunks meanwhile; a state with nothing to
     write never estimates."""
-    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # placed at once, as > 64 MiB
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # streamed, as > 64 MiB
     events: list[str] = []
     estimate, encode_task = writer._header_estimate, writer._encode_task
 
@@ -342,7 +364,8 @@ def test_file_sink_starts_the_writeback_of_its_data_as_it_goes(tmp_path, monkeyp
 
     monkeypatch.setattr(sinks.FileSink, "WRITEBACK_BYTES", 64 << 10)
     monkeypatch.setattr(sinks._native, "writeback", recording)
-    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # the data written as it comes
+    monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 0)  # the data stays where it was put
+    monkeypatch.setattr(sinks.FileSink, "TRIM_DATA_BYTES", 0)
     state = {f"t{i}": torch.randn(40_000) for i in range(32)}
     path = tmp_path / "a.ckz"
     ckptzip.save(state, path, threads=2)
@@ -374,7 +397,7 @@ def test_writeback_is_taken_by_a_file_and_declined_elsewhere(tmp_path) -> None:
     # a handle with no descriptor: the sink writes on without asking
     buffer = io.BytesIO()
     sink = sinks.FileSink(buffer)
-    sink.JOIN_BYTES = 0  # placed at once, as > 64 MiB
+    sink.JOIN_BYTES = 0  # streamed, as > 64 MiB
     sink.reserve(lambda: 64)
     sink.write(b"y" * (sink.WRITEBACK_BYTES + 1))
     assert sink.written_back is None

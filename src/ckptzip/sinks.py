@@ -152,20 +152,27 @@ def _copy_batch(assembler: _native.Assembler, batch: list[tuple[int, bytes]]) ->
 class FileSink(Sink):
     """Writes chunks into a seekable file, the header in front.
 
-    A file whose data section stays within ``JOIN_BYTES`` is written when the header is done:
-    its chunks (coded bytes: a lossy delta's are a few MB) are kept until then and follow the
-    header exactly. No estimate of the header is taken and no byte is moved: where the file
-    once reserved room and moved its data to drop the padding, a lossy delta spent 10-30 ms of
-    its save's serial tail estimating the header and as long again moving the data (BitSnap's
-    k-means tables make the demo GPT's header 313 KB of JSON). Once the data outgrows that, the
-    file reserves room for the header (the writer's estimate with a margin, taken then, while
-    the pool codes the next chunks), writes the kept chunks behind it and streams the rest; the
-    stored header is padded with spaces up to the room (a few KB), and if it outgrows the room
-    (rare) the data section is moved once to fit it exactly.
+    A file whose data section will take at most ``JOIN_BYTES`` (the writer's bound, at
+    :meth:`reserve`: a lossy delta's coded arrays, a small state's raw bytes) is written when the
+    header is done: its chunks are kept until then and follow the header exactly, no estimate of
+    the header taken, no byte moved. Such files were laid out so before, by moving their data
+    once the header was known, and a lossy delta spent 10-30 ms of its save's serial tail on the
+    estimate and as long again on the move (BitSnap's k-means tables make the demo GPT's header
+    313 KB of JSON).
+
+    Any other file streams its chunks behind a space reserved for the header: the writer's
+    estimate of the stored header with a margin, taken when the first chunk arrives (the pool
+    coding the next ones meanwhile), so the header is usually padded with spaces (a few KB). If
+    the header outgrows it (rare), or if a small file would carry padding (moving its data is
+    cheap), the data section is moved once to fit the header exactly.
     """
 
-    #: Data sections up to this size are kept in memory and written behind the finished header.
+    #: Files whose data will take at most this much keep it in memory until the header is done.
     JOIN_BYTES = 64 << 20
+    #: Files whose data section is at most this large drop their padding: moving them is cheap.
+    TRIM_DATA_BYTES = 64 << 20
+    #: Padding below this is left in place.
+    TRIM_MIN_PADDING = 256
     #: Bytes of data written between two requests to start their writeback (0: none).
     WRITEBACK_BYTES = 8 << 20
 
@@ -173,17 +180,21 @@ class FileSink(Sink):
         super().__init__()
         self.handle = handle
         self.header_size: Callable[[], int] | None = None
-        #: The chunks kept so far; None once the data is placed in the file.
-        self.kept: list[bytes] | None = []
+        #: The chunks kept for the header's end (a file of a small data section); None: the data
+        #: goes to the file as it comes.
+        self.kept: list[bytes] | None = None
         #: Data bytes whose writeback was requested; None once the file cannot take a request.
         self.written_back: int | None = 0
 
     def reserve(self, header_size: Callable[[], int], data_size: int = 0, threads: int = 1) -> None:
         self.header_size = header_size
+        if data_size <= self.JOIN_BYTES and self.position == 0:
+            self.kept = []
 
     def _place_data(self) -> None:
-        """Set the header's room aside (no room without an estimate: the header then moves the
-        data once) and write the kept chunks behind it."""
+        """Set the header's room aside: the estimate is taken when the first chunk is to be
+        written, while the pool codes the next ones (taken before, it held them all back); the
+        chunks kept so far (the data outgrew its bound) go behind it."""
         kept, self.kept = self.kept or [], None
         self.reserved = self.header_size() if self.header_size is not None else 0
         self.header_size = None
@@ -192,11 +203,11 @@ class FileSink(Sink):
             self.handle.write(data)
 
     def write(self, data: bytes) -> None:
-        if self.kept is not None:
-            if self.position + len(data) <= self.JOIN_BYTES:
-                self.kept.append(data)
-                self.position += len(data)
-                return
+        if self.kept is not None and self.position + len(data) <= self.JOIN_BYTES:
+            self.kept.append(data)
+            self.position += len(data)
+            return
+        if self.header_size is not None:
             self._place_data()
         self.handle.write(data)
         self.position += len(data)
@@ -220,12 +231,16 @@ class FileSink(Sink):
             self.written_back = None  # another system, or a file that cannot: fsync does it all
 
     def finish(self, header: bytes) -> None:
+        self.header_size = None  # still set only if no data came: nothing was reserved
         stored, flags = store_header(header)
         kept, self.kept = self.kept, None
         if kept is not None:  # the data follows the header exactly
             self.reserved = len(stored)
-        elif len(stored) > self.reserved:
-            self._move_data(len(stored))
+        else:
+            padding = self.reserved - len(stored)
+            trim = padding >= self.TRIM_MIN_PADDING and self.position <= self.TRIM_DATA_BYTES
+            if padding < 0 or trim:
+                self._move_data(len(stored))
         stored += b" " * (self.reserved - len(stored))
         self.handle.seek(0)
         self.handle.write(pack_prelude(stored, flags))

@@ -172,6 +172,22 @@ def _prefetch_base(leaves: list[Leaf], start: int, base: Base, encoded: dict[int
     return end
 
 
+def _data_bound(leaves: list[Leaf], encoded: dict[int, LeafPlan]) -> int:
+    """The most bytes the data section takes, about (the sink's hint): a precoded leaf's stored
+    bytes, a transformed leaf's array, every other leaf's raw bytes; a stored chunk exceeds its
+    raw bytes by its stream header at most (RAW planes)."""
+    coded = raw = 0
+    for index, leaf in enumerate(leaves):
+        plan = encoded.get(index)
+        if plan is not None and plan.coded is not None:
+            coded += len(plan.coded[0])
+        elif plan is not None and plan.array is not None:
+            raw += plan.array.numel() * plan.array.element_size()
+        else:
+            raw += leaf.nbytes
+    return coded + raw + raw // 256 + (64 << 10)
+
+
 def _header_estimate(
     header: dict[str, Any], leaves: list[Leaf], policy: Policy, base: Base | None,
     base_location: str | None, encoded: dict[int, LeafPlan],
@@ -271,9 +287,8 @@ def encode_state(
     tree, leaves, encoded = prepared.tree, prepared.leaves, dict(prepared.encoded)
     header = new_header(mode, user_metadata, tree, source)
     raw_total = sum(leaf.nbytes for leaf in leaves)
-    # a stored chunk exceeds its raw bytes by its stream header at most (RAW planes)
     sink.reserve(_header_estimate(header, leaves, policy, base, base_location, encoded),
-                 raw_total + raw_total // 256 + (64 << 10), n_threads)
+                 _data_bound(leaves, encoded), n_threads)
     bar = Progress(raw_total, "compress", enabled=progress)
 
     plans: list[LeafPlan] = []
