@@ -41,4 +41,4 @@ with Count():  # the mode is per thread: one thread, so every call is seen
 print(f"{mode}: {sum(sites.values())} torch calls")
 for where, n in sites.most_common(40):
     print(f"{n:6d}  {where}")
-print(ops.most_common(25))
+print(ops.most_common(70))
