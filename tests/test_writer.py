@@ -39,6 +39,19 @@ def test_header_that_outgrows_its_reservation_moves_the_data(tmp_path, monkeypat
         ckpt.verify()
 
 
+def _counted_estimates(monkeypatch) -> list[int]:
+    """The header estimates the writer's sinks take from now on, in order."""
+    estimates: list[int] = []
+    real = writer._header_estimate
+
+    def counting(*args):
+        estimate = real(*args)
+        return lambda: estimates.append(estimate()) or estimates[-1]
+
+    monkeypatch.setattr(writer, "_header_estimate", counting)
+    return estimates
+
+
 @pytest.mark.parametrize("mode", ["lossless", "excp", "bitsnap", "adaptive"])
 def test_a_small_file_is_its_header_then_its_data_with_no_estimate(tmp_path, monkeypatch,
                                                                    mode) -> None:
@@ -48,14 +61,7 @@ def test_a_small_file_is_its_header_then_its_data_with_no_estimate(tmp_path, mon
     joins its chunks behind the exact header too)."""
     from tests.test_device import training_states
 
-    estimates: list[int] = []
-    real = writer._header_estimate
-
-    def counting(*args):
-        estimate = real(*args)
-        return lambda: estimates.append(estimate()) or estimates[-1]
-
-    monkeypatch.setattr(writer, "_header_estimate", counting)
+    estimates = _counted_estimates(monkeypatch)
     monkeypatch.setattr(sinks.FileSink, "_move_data", lambda sink, size: pytest.fail("moved"))
     states = training_states(2, layers=4)
     ckptzip.save(states[0], tmp_path / "k.ckz")
@@ -82,14 +88,7 @@ def test_a_file_whose_data_outgrows_its_bound_writes_what_it_kept_behind_the_roo
     as an in-memory save."""
     monkeypatch.setattr(sinks.FileSink, "JOIN_BYTES", 200_000)
     monkeypatch.setattr(writer, "_data_bound", lambda *args: 1000)
-    estimates: list[int] = []
-    real = writer._header_estimate
-
-    def counting(*args):
-        estimate = real(*args)
-        return lambda: estimates.append(estimate()) or estimates[-1]
-
-    monkeypatch.setattr(writer, "_header_estimate", counting)
+    estimates = _counted_estimates(monkeypatch)
     state = {f"t{i}": torch.randn(20_000) for i in range(24)}  # 1.9 MB, chunks of 80 KB
     path = tmp_path / "a.ckz"
     ckptzip.save(state, path, threads=2, chunk_bytes=80_000)
