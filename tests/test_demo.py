@@ -185,3 +185,19 @@ def test_job_shows_a_bar_of_training_steps_on_a_terminal(
     assert terminal.text.endswith("\n")
     bars = [chunk for chunk in terminal.text.split("\r") if chunk.startswith("training [")]
     assert [int(b.split("] ")[1].split()[1].split("/")[0]) for b in bars[:2]] == [1, 2]
+
+
+def test_a_demo_in_a_temp_folder_says_what_it_left_there(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path, monkeypatch) -> None:
+    """Without --out the checkpoints go to a fresh folder in the temporary one, which the run
+    keeps: it names the folder, its size and how to remove it at the end."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    job.main(["--config", "tiny", "--steps", "4", "--every", "2", "--lossy", "none", "-q"])
+    out = capsys.readouterr().out.splitlines()
+    folders = list(tmp_path.glob("ckptzip-demo-*"))
+    assert len(folders) == 1 and sorted(p.name for p in folders[0].iterdir())
+    size = sum(p.stat().st_size for p in folders[0].rglob("*") if p.is_file())
+    assert out[-1] == (f"checkpoints kept in {folders[0]} ({size / 1e6:.0f} MB): remove it when "
+                       f"done (rm -r {folders[0]}), or pass --out DIR to choose where they go")

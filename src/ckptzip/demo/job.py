@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keyframe-every", type=_positive, default=4, metavar="K",
                         help="incremental checkpoints: each is coded against the one before it, "
                              "with a standalone keyframe every K (4; 1 = no deltas)")
-    parser.add_argument("--out", metavar="DIR", help="checkpoint folder (a fresh temp folder)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="checkpoint folder (a fresh temp folder, kept: the run says where)")
     parser.add_argument("-T", "--threads", type=_positive, help="torch and ckptzip threads")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small", help="model size")
@@ -308,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         decoded = evaluate(trainer.model, val_data, VAL_BATCHES, config.batch_size, block)
         print(lossy.summary(val_loss, decoded))
     print(f"wall time {time.perf_counter() - start:.1f}s")
+    if not args.out:  # a directory of our own in the temporary one: say what it holds
+        kept = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
+        print(f"checkpoints kept in {out} ({kept / 1e6:.0f} MB): remove it when done "
+              f"(rm -r {out}), or pass --out DIR to choose where they go")
     ok = all(r.exact for r in rows) and (resume is None or resume.exact)
     return 0 if ok else 1
 
