@@ -47,9 +47,14 @@ class LeafPlan:
     coded: Coded | None = None
 
     @property
+    def raw_bytes(self) -> int:
+        """The raw bytes its chunks code: the array's where a transform made one, else the
+        leaf's."""
+        return self.leaf.nbytes if self.array is None else self.array.numel() * self.array.element_size()
+
+    @property
     def n_chunks(self) -> int:
-        size = self.leaf.nbytes if self.array is None else self.array.numel() * self.array.element_size()
-        return -(-size // self.chunk_bytes)
+        return -(-self.raw_bytes // self.chunk_bytes)
 
 
 def has_base_tensor(leaf: Leaf, base: Base) -> bool:

@@ -195,8 +195,9 @@ class FileSink(Sink):
         """Set the header's room aside: the estimate is taken when the first chunk is to be
         written, while the pool codes the next ones (taken before, it held them all back); the
         chunks kept so far (the data outgrew its bound) go behind it."""
+        assert self.header_size is not None
         kept, self.kept = self.kept or [], None
-        self.reserved = self.header_size() if self.header_size is not None else 0
+        self.reserved = self.header_size()
         self.header_size = None
         self.handle.seek(PRELUDE_SIZE + self.reserved)
         for data in kept:

@@ -181,10 +181,8 @@ def _data_bound(leaves: list[Leaf], encoded: dict[int, LeafPlan]) -> int:
         plan = encoded.get(index)
         if plan is not None and plan.coded is not None:
             coded += len(plan.coded[0])
-        elif plan is not None and plan.array is not None:
-            raw += plan.array.numel() * plan.array.element_size()
         else:
-            raw += leaf.nbytes
+            raw += leaf.nbytes if plan is None else plan.raw_bytes
     return coded + raw + raw // 256 + (64 << 10)
 
 
@@ -206,8 +204,7 @@ def _header_estimate(
     99 KB. What it needs of the transformed leaves' plans is taken now: the writer pops them and
     drops their arrays as it goes, and a sink may call the function midway."""
     transformed = {
-        index: (plan.pipeline, plan.chunk_bytes, dict(plan.extra),
-                plan.array.numel() * plan.array.element_size())
+        index: (plan.pipeline, plan.chunk_bytes, dict(plan.extra), plan.raw_bytes)
         for index, plan in encoded.items() if plan.array is not None
     }
 

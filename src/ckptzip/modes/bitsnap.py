@@ -206,7 +206,8 @@ def measure_stage(leaves: list[Leaf], groups: list[GroupValues], base: Base,
     # measured slower on two threads than on one)
     found_stages = dict(by_task(lambda position: _group_stage(groups[position]), sizes, threads,
                                 device_gate(leaves, members, sizes)))
-    for found in (found_stages.pop(position) for position in range(len(groups))):
+    for position in range(len(groups)):
+        found = found_stages[position]
         if found is None:
             continue
         group_changed, group_total, group_delta_sq, group_weight_sq, mean_sq, direction_sq = found
