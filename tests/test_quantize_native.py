@@ -851,3 +851,80 @@ def test_count_nonzero_is_torchs(dtype: torch.dtype) -> None:
         assert N.count_nonzero(tensor.numpy(), tensor.element_size()) == int(torch.count_nonzero(tensor))
     with pytest.raises(ValueError):
         N.count_nonzero(np.zeros(4, dtype=np.uint8), 3)
+
+
+#: A child's digest of every element-wise float kernel's outputs (the lossy stages' passes) on
+#: awkward inputs: lengths around the vectors' and blocks' widths, signed zeros, NaN, infinities,
+#: subnormals and scales that are zero or negative.
+LEVEL_CHILD = r"""
+import hashlib, sys
+sys.path[:0] = {paths!r}
+import numpy as np
+from ckptzip import _native as N
+h = hashlib.sha256()
+def out(*arrays):
+    for a in arrays:
+        h.update(repr(a).encode() if not isinstance(a, np.ndarray) else a.tobytes())
+rng = np.random.default_rng(3)
+special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40, -1e-40, 3e38, -1.0, 1.0],
+                   np.float32)
+for n in (0, 1, 7, 8, 9, 63, 64, 65, 255, 256, 257, 1000, 70001):
+    x = (rng.standard_normal(n) * 1e-3).astype(np.float32)
+    x[rng.random(n) < 0.3] = 0
+    wild = x.copy()
+    wild[: min(n, special.size)] = special[: min(n, special.size)]
+    scale = np.abs(rng.standard_normal(n).astype(np.float32)) * 1e-6
+    bad_scale = scale.copy()
+    bad_scale[::3] = 0
+    bad_scale[1::5] = -1.0
+    bad_scale[2::7] = np.inf
+    o32, o64, o8 = np.empty(n, np.float32), np.empty(n, np.float64), np.empty(n, np.int8)
+    for src in (x, wild):
+        for es, data in ((4, src), (8, src.astype(np.float64))):
+            for dithered in (True, False):
+                counts = np.zeros(255, np.uint64)
+                top = N.round_levels(data, o8, counts, es, 2e-4, 77, dithered)
+                out(top, o8 if top >= 0 else None, counts if top >= 0 else None)
+            sums, bins = np.zeros(255), np.zeros(255, np.uint64)
+            pruned = np.empty(n, data.dtype)
+            top = N.uniform_bins(data, pruned, sums, bins, es, 1e-3, 0.3, 127)
+            out(top, pruned if top >= 0 else None, sums if top >= 0 else None,
+                bins if top >= 0 else None)
+            for count in (0, 5, 31, 79, 80, 81, 200, 254):
+                thresholds = np.sort(rng.standard_normal(count) * 1e-3)
+                N.nearest_codes(data, thresholds, o8.view(np.uint8), es)
+                out(o8)
+            shifted = np.empty(n, data.dtype)
+            N.dither_shift(data, shifted, es, 5, 3e-4, 1)
+            N.dither_shift(shifted, shifted, es, 5, 3e-4, -1)
+            out(shifted)
+            out(N.step_restore(data, es, scale, o32), o32, N.step_restore(data, es, bad_scale, o32))
+            N.ratio_restore(data, es, scale, o32)
+            out(o32)
+        out(N.step_quotients(src, scale, o32), o32, N.step_quotients(src, bad_scale, o32))
+        out(N.base_ratios(src, scale, o64), o64, N.base_ratios(src, bad_scale, o64))
+        out(N.sqrt_error_squares(np.abs(src), scale), N.sqrt_error_squares(scale, np.abs(src)))
+        out(N.sqrt_error_squares(bad_scale, scale))
+print(h.hexdigest())
+"""
+
+
+def test_every_kernel_level_gives_the_float_kernels_same_bits() -> None:
+    """The element-wise float kernels are compiled for the baseline (SSE2) and for AVX2, and the
+    AVX2 variant is vectorized by other rules (selects, whole-vector square roots and floors):
+    capped by CKZ_CPU, each level gives every output, check and count bit for bit the same,
+    specials included."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [os.path.join(root, "src"), root]
+    digests = {}
+    for level in ("baseline", "v3", "all"):
+        env = dict(os.environ, CKZ_CPU=level)
+        run = subprocess.run([sys.executable, "-c", LEVEL_CHILD.format(paths=paths)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        digests[level] = run.stdout.strip()
+    assert len(set(digests.values())) == 1, digests

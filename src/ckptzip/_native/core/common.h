@@ -135,4 +135,19 @@ void ckz_cpu_init(void);
     static void name params { name##_impl args; }
 #endif
 
+/* CKZ_VERSIONED_RETURNING(type, name, params, args): the same for a `name##_impl` that returns
+ * a `type`.  The element-wise float kernels use it: compiled for CKZ_LEVEL_V3 their loops become
+ * 256-bit vectors (floor and sqrt as single instructions); their arithmetic is IEEE's either
+ * way (no fused multiply-adds: -std=c11 keeps contraction off), so every variant gives the
+ * same bits. */
+#if CKZ_DISPATCH
+#define CKZ_VERSIONED_RETURNING(type, name, params, args)                                      \
+    static type name##_base params { return name##_impl args; }                                \
+    CKZ_TARGET_V3 static type name##_v3 params { return name##_impl args; }                    \
+    static type name params { return CKZ_CPU_AT(V3) ? name##_v3 args : name##_base args; }
+#else
+#define CKZ_VERSIONED_RETURNING(type, name, params, args)                                      \
+    static type name params { return name##_impl args; }
+#endif
+
 #endif /* CKZ_COMMON_H */

@@ -4,17 +4,20 @@
 
 #include <math.h>
 
+#include "common.h"
+
 /* Two ways to count the thresholds below each of a block of values, both free of branches on
  * the (unpredictable) comparisons:
- * - few thresholds (LINEAR_MOST, floats only): compare each value with every threshold, a loop
- *   over the block the compiler vectorizes;
+ * - few thresholds (LINEAR_MOST): compare each value with every threshold, a loop
+ *   over the block the compiler vectorizes (faster than the search below up to about 90
+ *   thresholds for floats, with SSE2 as with AVX2; session 36's kernels.py);
  * - more: a binary search of 8 halvings over the thresholds padded with +inf to 256, the
  *   halvings of the block's values interleaved, so that their loads overlap.
  * Float values compare with float thresholds chosen so that the answer is the double one's:
  * for a double t and a float v, t < v exactly when v > t', t' the largest float below t where
  * t is not a float (no float lies between t' and t), t itself where it is. */
 #define BLOCK 64
-#define LINEAR_MOST 32
+#define LINEAR_MOST 80
 
 #define CODES(T, TABLE, V, RUN, OUT, COUNT, LINEAR)                                               \
     do {                                                                                          \
@@ -41,9 +44,8 @@ static float float_threshold(double t) {
     return (double)up == t ? up : nextafterf(up, -__builtin_inff());
 }
 
-int ckz_nearest_codes(const void *x, size_t elem_size, size_t n, const double *thresholds,
-                      size_t count, uint8_t *out) {
-    if ((elem_size != 4 && elem_size != 8) || count >= CKZ_MAX_CENTROIDS) return -1;
+CKZ_INLINE void nearest_codes_impl(const void *x, size_t elem_size, size_t n,
+                                   const double *thresholds, size_t count, uint8_t *out) {
     if (elem_size == 4) {
         float table[256], values[BLOCK];
         for (size_t i = 0; i < 256; i++)
@@ -61,9 +63,18 @@ int ckz_nearest_codes(const void *x, size_t elem_size, size_t n, const double *t
         for (size_t i = 0; i < n; i += BLOCK) {
             size_t run = n - i < BLOCK ? n - i : BLOCK;
             for (size_t j = 0; j < BLOCK; j++) values[j] = d[i + (j < run ? j : 0)];
-            CODES(double, table, values, run, out + i, count, 0);
+            CODES(double, table, values, run, out + i, count, LINEAR_MOST);
         }
     }
+}
+CKZ_VERSIONED(nearest_codes, (const void *x, size_t elem_size, size_t n, const double *thresholds,
+                              size_t count, uint8_t *out),
+              (x, elem_size, n, thresholds, count, out))
+
+int ckz_nearest_codes(const void *x, size_t elem_size, size_t n, const double *thresholds,
+                      size_t count, uint8_t *out) {
+    if ((elem_size != 4 && elem_size != 8) || count >= CKZ_MAX_CENTROIDS) return -1;
+    nearest_codes(x, elem_size, n, thresholds, count, out);
     return 0;
 }
 
@@ -98,30 +109,58 @@ size_t ckz_table_lookup(const uint8_t *codes, size_t n, const double *table, siz
     return first;
 }
 
+/* uniform_bins works in blocks: a pass the compiler vectorizes computes a block's levels (the
+ * magnitude's, as int32) and writes the pruned values, then a scalar pass sums the values of
+ * the non-zero levels into their bins, in the elements' order. */
+#define BIN_BLOCK 256
+
+/* The magnitude level of each of n <= BIN_BLOCK values, pruned[i] (the value, or zero where its
+ * level is zero), and whether every scaled magnitude is below limit + 1 (a NaN is not). */
+CKZ_INLINE int block_bins_impl(const void *x, size_t elem_size, size_t n, double step,
+                               double offset, unsigned limit, void *pruned, int32_t *level) {
+    int inside = 1;
+    const double bound = (double)limit + 1;
+    for (size_t i = 0; i < n; i++) {
+        const double v = elem_size == 4 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+        const double scaled = fabs(v) / step + offset;
+        const int fits = scaled < bound;
+        inside &= fits;
+        /* scaled >= 0 where it fits (offset >= 0 as the caller picks it; a negative scaled
+         * truncates to level 0 as the conversion did before): a conversion is floor */
+        level[i] = (int32_t)(fits ? scaled : 0.0);
+        if (elem_size == 4) ((float *)pruned)[i] = level[i] ? (float)v : 0.0f;
+        else ((double *)pruned)[i] = level[i] ? v : 0.0;
+    }
+    return inside;
+}
+CKZ_VERSIONED_RETURNING(int, block_bins, (const void *x, size_t elem_size, size_t n, double step,
+                                          double offset, unsigned limit, void *pruned,
+                                          int32_t *level),
+                        (x, elem_size, n, step, offset, limit, pruned, level))
+
 long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, double offset,
                       unsigned limit, void *pruned, double *sums, uint64_t *counts) {
     if ((elem_size != 4 && elem_size != 8) || !(step > 0) || limit > CKZ_MAX_UNIFORM_LEVEL)
         return -1;
     for (size_t b = 0; b < 2 * (size_t)limit + 1; b++) sums[b] = 0.0, counts[b] = 0;
+    int32_t level[BIN_BLOCK];
     long top = 0;
-    for (size_t i = 0; i < n; i++) {
-        double v = elem_size == 4 ? (double)((const float *)x)[i] : ((const double *)x)[i];
-        double scaled = fabs(v) / step + offset;
-        /* beyond the limit, or NaN; below it, a conversion is floor (scaled >= 0) without a
-         * libm call per value */
-        if (!(scaled < (double)limit + 1)) return -1;
-        long level = (long)scaled;
-        if (!level) { /* the zero bin, most values: nothing summed, nothing counted */
-            if (elem_size == 4) ((float *)pruned)[i] = 0.0f;
-            else ((double *)pruned)[i] = 0.0;
-            continue;
+    for (size_t start = 0; start < n; start += BIN_BLOCK) {
+        const size_t run = n - start < BIN_BLOCK ? n - start : BIN_BLOCK;
+        const char *block = (const char *)x + start * elem_size;
+        if (!block_bins(block, elem_size, run, step, offset, limit,
+                        (char *)pruned + start * elem_size, level))
+            return -1; /* beyond the limit, or NaN */
+        for (size_t i = 0; i < run; i++) {
+            const long l = level[i];
+            if (!l) continue; /* the zero bin, most values: nothing summed, nothing counted */
+            const double v = elem_size == 4 ? (double)((const float *)block)[i]
+                                            : ((const double *)block)[i];
+            if (l > top) top = l;
+            const size_t bin = (size_t)((v < 0 ? -l : l) + (long)limit);
+            sums[bin] += v;
+            counts[bin]++;
         }
-        if (level > top) top = level;
-        size_t bin = (size_t)((v < 0 ? -level : level) + (long)limit);
-        sums[bin] += v;
-        counts[bin]++;
-        if (elem_size == 4) ((float *)pruned)[i] = (float)v;
-        else ((double *)pruned)[i] = v;
     }
     return top;
 }
