@@ -15,7 +15,7 @@ import torch
 
 from . import _native
 from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative
-from .codecs import TransformContext
+from .codecs import TransformContext, undo
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
 from .errors import BaseMismatchError, CorruptError, Error, FormatError
@@ -293,8 +293,7 @@ class CheckpointFile:
             base_tensor = _typed(flat, leaf.dtype, leaf.shape)
         context = TransformContext(leaf.name, base_tensor, support, siblings)
         try:
-            for transform in reversed(leaf.pipeline.transforms):
-                tensor = transform.decode(tensor, context)
+            tensor = undo(leaf.pipeline.transforms, tensor, context)
         except (ValueError, RuntimeError, IndexError) as exc:
             raise CorruptError(
                 f"{self.name}: tensor {leaf.name!r}: cannot undo its transforms: {exc}"

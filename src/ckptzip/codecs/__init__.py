@@ -10,6 +10,7 @@ from .base import (
     TransformContext,
     codec_from_config,
     registered_ids,
+    undo,
 )
 from .base_partition import BasePartition
 from .base_ratio import BaseRatio, FilledBaseRatio
@@ -53,4 +54,5 @@ __all__ = [
     "TransformContext",
     "codec_from_config",
     "registered_ids",
+    "undo",
 ]

@@ -24,7 +24,7 @@ kernel runs them in one call, with which parameters (``native_*``); a new codec 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -139,6 +139,40 @@ class TensorToTensor(Codec):
 
     @abstractmethod
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
+
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        """:meth:`decode`, where the caller gives ``tensor`` up (nothing else refers to its
+        memory): an element-wise stage may write its result there rather than into new memory.
+        The same values either way; by default, :meth:`decode`."""
+        return self.decode(tensor, context)
+
+
+def undo(stages: Sequence[TensorToTensor], tensor: torch.Tensor,
+         context: TransformContext) -> torch.Tensor:
+    """``tensor`` (the stored array) through the ``stages``' decoders, last first. A stage's
+    input that an earlier stage here made, sharing no memory with the stored array, the base,
+    the support or a sibling, is given up to it (:meth:`TensorToTensor.decode_consuming`): a
+    chain of element-wise stages then writes one tensor's memory, where each wrote new memory
+    (faulted in page by page, the most of a lossy load's time on a host that hands out fresh
+    memory slowly)."""
+    kept = [_memory(t) for t in (tensor, context.base, context.support) if t is not None]
+    kept += [_memory(t) for t in (context.siblings or {}).values()]
+    made = False
+    for stage in reversed(stages):
+        owned = made and not any(_overlap(_memory(tensor), other) for other in kept)
+        tensor = stage.decode_consuming(tensor, context) if owned else stage.decode(tensor, context)
+        made = True
+    return tensor
+
+
+def _memory(tensor: torch.Tensor) -> tuple[str, int, int]:
+    """The memory a tensor's storage spans: its device, first and end byte addresses."""
+    storage = tensor.untyped_storage()
+    return (tensor.device.type, storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+
+
+def _overlap(a: tuple[str, int, int], b: tuple[str, int, int]) -> bool:
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
 class ChunkResidual(Codec):

@@ -103,13 +103,23 @@ class BaseRatio(TensorToTensor):
         return ratios
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._restored(tensor, context, in_place=False)
+
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._restored(tensor, context, in_place=True)
+
+    def _restored(self, tensor: torch.Tensor, context: TransformContext,
+                  in_place: bool) -> torch.Tensor:
+        """The tensor from its ratios; ``in_place``: into the ratios' memory where they are
+        contiguous float32 (the native pass reads each element before it writes it)."""
         base = filled(context.base_of(self.codec_id, tensor.shape).to(tensor.device), self.fill)
         assert self.dtype.torch_dtype is not None
         if (self.dtype.torch_dtype == torch.float32 and native_float32(base)
                 and native(tensor) and tensor.dtype in (torch.float32, torch.float64)
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()
-            out = hostpath.empty(tensor.shape, torch.float32)
+            reuse = in_place and ratios is tensor and ratios.dtype == torch.float32
+            out = ratios if reuse else hostpath.empty(tensor.shape, torch.float32)
             _native.ratio_restore(flat_array(ratios), ratios.element_size(),
                                   flat_array(base), flat_array(out))
             return out

@@ -133,7 +133,14 @@ class Dither(TensorToTensor):
             raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
         return self._shifted(tensor, -1)
 
-    def _shifted(self, tensor: torch.Tensor, sign: int) -> torch.Tensor:
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        if not tensor.is_floating_point():
+            raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
+        return self._shifted(tensor, -1, in_place=True)
+
+    def _shifted(self, tensor: torch.Tensor, sign: int, in_place: bool = False) -> torch.Tensor:
+        """``tensor`` shifted; ``in_place``: into its own memory where that holds the result
+        (on the host, float32 or float64 and contiguous)."""
         dtype = torch.promote_types(tensor.dtype, torch.float32)
         if not native(tensor):
             # in pieces of hostpath.TORCH_PIECE elements: the float64 temporaries stay small
@@ -150,7 +157,8 @@ class Dither(TensorToTensor):
                 shifted[start:start + part.numel()] = shift  # rounded to dtype as .to() does
             return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
-        out = hostpath.empty(values.shape, values.dtype)
+        reuse = in_place and values is tensor
+        out = values if reuse else hostpath.empty(values.shape, values.dtype)
         if values.numel():
             _native.dither_shift(flat_array(values), flat_array(out),
                                  values.element_size(), self.seed, self.step, sign)

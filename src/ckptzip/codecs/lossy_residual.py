@@ -47,13 +47,25 @@ class LossyResidual(TensorToTensor):
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         """The base plus the difference, and the base's own bits where the difference is zero
         (``-0.0 + 0.0`` would give ``+0.0``): an element the update left alone decodes exactly."""
+        return self._added(tensor, context, in_place=False)
+
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._added(tensor, context, in_place=True)
+
+    def _added(self, tensor: torch.Tensor, context: TransformContext,
+               in_place: bool) -> torch.Tensor:
+        """:meth:`decode`; ``in_place``: into the difference's memory where it is contiguous
+        float32 (the native pass reads each element before it writes it)."""
         exact = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
         exact = exact.to(self.dtype.torch_dtype)
         delta = tensor.to(self.compute_dtype)
         if (self.dtype.torch_dtype == torch.float32 and native(exact, delta)
                 and exact.numel() == delta.numel()):
-            out = hostpath.empty(exact.shape, torch.float32)  # one native pass, the same bits
+            # one native pass, the same bits
+            reuse = (in_place and delta is tensor and delta.dtype == torch.float32
+                     and delta.is_contiguous() and delta.shape == exact.shape)
+            out = delta if reuse else hostpath.empty(exact.shape, torch.float32)
             _native.residual_add(flat_array(exact),
                                  flat_array(delta), flat_array(out))
             return out

@@ -118,11 +118,21 @@ class SqrtScale(TensorToTensor):
         return quotients
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._restored(tensor, context, in_place=False)
+
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._restored(tensor, context, in_place=True)
+
+    def _restored(self, tensor: torch.Tensor, context: TransformContext,
+                  in_place: bool) -> torch.Tensor:
+        """The moment from its steps; ``in_place``: into the steps' memory where they are
+        contiguous float32 (the native pass reads each element before it writes it)."""
         scale = self._scale(tensor, context)
         if (self.dtype.torch_dtype == torch.float32 and native_float32(scale) and native(tensor)
                 and tensor.dtype in (torch.float32, torch.float64)):
             steps = tensor.contiguous()
-            out = hostpath.empty(tensor.shape, torch.float32)
+            reuse = in_place and steps is tensor and steps.dtype == torch.float32
+            out = steps if reuse else hostpath.empty(tensor.shape, torch.float32)
             if not _native.step_restore(flat_array(steps), steps.element_size(),
                                         flat_array(scale),
                                         flat_array(out)):

@@ -93,14 +93,20 @@ class ExactZeros(TensorToTensor):
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         return self._keep_changed(tensor, context)
 
-    def _keep_changed(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self._keep_changed(tensor, context, in_place=True)
+
+    def _keep_changed(self, tensor: torch.Tensor, context: TransformContext,
+                      in_place: bool = False) -> torch.Tensor:
         """``tensor`` with +0.0 where the mask says unchanged: one native pass over the packed
-        mask for float32 on the host, torch's ``masked_fill`` of the unpacked one elsewhere."""
+        mask for float32 on the host (``in_place``: into the tensor's memory where it is
+        contiguous), torch's ``masked_fill`` of the unpacked one elsewhere."""
         packed = (context.siblings or {}).get(self.leaf)
         if (packed is not None and tensor.dtype == torch.float32 and native(tensor, packed)
                 and packed.dtype == torch.uint8
                 and packed.numel() == -(-tensor.numel() // 8)):
-            out = hostpath.empty(tensor.shape, torch.float32)
+            reuse = in_place and tensor.is_contiguous()
+            out = tensor if reuse else hostpath.empty(tensor.shape, torch.float32)
             _native.keep_changed(flat_array(tensor),
                                  flat_array(packed), flat_array(out))
             return out

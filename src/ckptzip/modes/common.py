@@ -28,6 +28,7 @@ from ..codecs import (
     Support,
     TensorToTensor,
     TransformContext,
+    undo,
 )
 from ..dtypes import from_torch
 from ..errors import ConfigError
@@ -220,10 +221,8 @@ def _native_floats(tensor: torch.Tensor) -> bool:
 
 def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,
            context: TransformContext) -> torch.Tensor:
-    """What a reader will decode from ``array`` (run the stages backwards)."""
-    for stage in reversed(stages):
-        array = stage.decode(array, context)
-    return array
+    """What a reader will decode from ``array`` (run the stages backwards, as it does)."""
+    return undo(stages, array, context)
 
 
 _ROLES = (

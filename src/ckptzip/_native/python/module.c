@@ -43,6 +43,11 @@ static int overlaps(const Py_buffer *a, const Py_buffer *b) {
     return a->len && b->len && x < y + b->len && y < x + a->len;
 }
 
+/* Whether two buffers are the same bytes (an element-wise pass may write its input in place). */
+static int same_memory(const Py_buffer *a, const Py_buffer *b) {
+    return a->buf == b->buf && a->len == b->len;
+}
+
 static int check_elem(long elem_size, long rotate) {
     if (elem_size < 1 || elem_size > CKZ_MAX_ELEM_SIZE) {
         PyErr_Format(PyExc_ValueError, "elem_size %ld is outside 1..%d", elem_size,
@@ -1187,7 +1192,7 @@ static PyObject *py_base_ratios(PyObject *self, PyObject *args, PyObject *kw) {
 PyDoc_STRVAR(ratio_restore_doc,
              "ratio_restore(r, elem_size, base, dst) -> None\n\n"
              "dst (float32) = base * r rounded once from float64, +0.0 where r is zero; r holds\n"
-             "float32 (elem_size 4) or float64 (8) ratios, one per base value.");
+             "float32 (elem_size 4) or float64 (8) ratios, one per base value; dst may be r.");
 static PyObject *py_ratio_restore(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"r", "elem_size", "base", "dst", NULL};
@@ -1207,8 +1212,8 @@ static PyObject *py_ratio_restore(PyObject *self, PyObject *args, PyObject *kw) 
         if (v[0].len != elem_size * n)
             PyErr_Format(PyExc_ValueError, "r holds %zd bytes, not %zd ratios of %ld bytes",
                          v[0].len, n, elem_size);
-        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
-            PyErr_SetString(PyExc_ValueError, "dst overlaps r or base");
+        else if ((overlaps(&v[0], &v[2]) && !same_memory(&v[0], &v[2])) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps r (other than being it) or base");
         else {
             Py_BEGIN_ALLOW_THREADS
             ckz_ratio_restore(v[0].buf, (size_t)elem_size, v[1].buf, (size_t)n, v[2].buf);
@@ -1258,7 +1263,7 @@ PyDoc_STRVAR(step_restore_doc,
              "step_restore(u, elem_size, scale, dst) -> bool\n\n"
              "dst (float32) = u * sqrt(scale) rounded once from float64, +0.0 where u is zero; u\n"
              "holds float32 (elem_size 4) or float64 (8) steps, one per scale value. False where\n"
-             "a non-zero u has a scale that is negative or not finite (damage).");
+             "a non-zero u has a scale that is negative or not finite (damage). dst may be u.");
 static PyObject *py_step_restore(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"u", "elem_size", "scale", "dst", NULL};
@@ -1278,8 +1283,8 @@ static PyObject *py_step_restore(PyObject *self, PyObject *args, PyObject *kw) {
         if (v[0].len != elem_size * n)
             PyErr_Format(PyExc_ValueError, "u holds %zd bytes, not %zd steps of %ld bytes",
                          v[0].len, n, elem_size);
-        else if (overlaps(&v[0], &v[2]) || overlaps(&v[1], &v[2]))
-            PyErr_SetString(PyExc_ValueError, "dst overlaps u or scale");
+        else if ((overlaps(&v[0], &v[2]) && !same_memory(&v[0], &v[2])) || overlaps(&v[1], &v[2]))
+            PyErr_SetString(PyExc_ValueError, "dst overlaps u (other than being it) or scale");
         else {
             int status;
             Py_BEGIN_ALLOW_THREADS
