@@ -28,7 +28,7 @@ try:
     first, second, _ = lossy_speed.synthetic_states(float(os.environ.get("GB", "1")))
     key = os.path.join(tmp, "k.ckz"); ckptzip.save(first, key, threads=2)
     out = os.path.join(tmp, "d.ckz")
-    for what in ("save", "save", "load", "load"):
+    for what in os.environ.get("WHAT", "save,save,load,load").split(","):
         stats.clear()
         t = time.perf_counter()
         if what == "save":
