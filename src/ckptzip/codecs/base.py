@@ -155,11 +155,16 @@ def undo(stages: Sequence[TensorToTensor], tensor: torch.Tensor,
     chain of element-wise stages then writes one tensor's memory, where each wrote new memory
     (faulted in page by page, the most of a lossy load's time on a host that hands out fresh
     memory slowly)."""
-    kept = [_memory(t) for t in (tensor, context.base, context.support) if t is not None]
-    kept += [_memory(t) for t in (context.siblings or {}).values()]
+    stored = tensor
+    kept: list[tuple[str, int, int]] | None = None  # looked at once a stage could consume
     made = False
     for stage in reversed(stages):
-        owned = made and not any(_overlap(_memory(tensor), other) for other in kept)
+        owned = made and type(stage).decode_consuming is not TensorToTensor.decode_consuming
+        if owned:
+            if kept is None:
+                kept = [_memory(t) for t in (*(context.siblings or {}).values(), context.base,
+                                             context.support, stored) if t is not None]
+            owned = not any(_overlap(_memory(tensor), other) for other in kept)
         tensor = stage.decode_consuming(tensor, context) if owned else stage.decode(tensor, context)
         made = True
     return tensor
