@@ -147,6 +147,24 @@ class TensorToTensor(Codec):
         return self.decode(tensor, context)
 
 
+class InPlaceDecoding(TensorToTensor):
+    """A stage whose decoder is an element-wise pass that reads each element before it writes
+    it, so that it may write its result into its input's memory: it defines :meth:`decoded`,
+    which serves both :meth:`decode` and :meth:`decode_consuming`."""
+
+    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self.decoded(tensor, context, in_place=False)
+
+    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+        return self.decoded(tensor, context, in_place=True)
+
+    @abstractmethod
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
+        """The decoded tensor; ``in_place``: into ``tensor``'s memory where the pass can (the
+        input given up: :func:`undo`), else new memory. The same values either way."""
+
+
 def undo(stages: Sequence[TensorToTensor], tensor: torch.Tensor,
          context: TransformContext) -> torch.Tensor:
     """``tensor`` (the stored array) through the ``stages``' decoders, last first. A stage's

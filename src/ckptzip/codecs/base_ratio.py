@@ -30,7 +30,7 @@ import torch
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import flat_array, native, native_float32
-from .base import TensorToTensor, TransformContext, register
+from .base import InPlaceDecoding, TransformContext, register
 
 
 def filled(base: torch.Tensor, fill: float | None) -> torch.Tensor:
@@ -74,7 +74,7 @@ def base_ratios(tensor: torch.Tensor, base: torch.Tensor,
 
 
 @register
-class BaseRatio(TensorToTensor):
+class BaseRatio(InPlaceDecoding):
     codec_id: ClassVar[str] = "base-ratio"
 
     #: The value a zero base element is taken as (:class:`FilledBaseRatio`); None: none is.
@@ -102,16 +102,9 @@ class BaseRatio(TensorToTensor):
                              f"element that is {kinds} or not finite")
         return ratios
 
-    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._restored(tensor, context, in_place=False)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._restored(tensor, context, in_place=True)
-
-    def _restored(self, tensor: torch.Tensor, context: TransformContext,
-                  in_place: bool) -> torch.Tensor:
-        """The tensor from its ratios; ``in_place``: into the ratios' memory where they are
-        contiguous float32 (the native pass reads each element before it writes it)."""
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
+        """The tensor from its ratios (in place where they are contiguous float32)."""
         base = filled(context.base_of(self.codec_id, tensor.shape).to(tensor.device), self.fill)
         assert self.dtype.torch_dtype is not None
         if (self.dtype.torch_dtype == torch.float32 and native_float32(base)

@@ -23,7 +23,7 @@ import torch
 from .. import _native, hostpath
 from ..errors import ConfigError
 from ..hostpath import flat_array, native, native_device
-from .base import TensorToTensor, TransformContext, register
+from .base import InPlaceDecoding, TransformContext, register
 
 _MASK = 0xFFFFFFFF
 #: Elements hashed per block (bounds the int64 temporaries at a few hundred MB).
@@ -101,7 +101,7 @@ def offsets_by_torch(start: int, stop: int, seed: int, device: torch.device) -> 
 
 
 @register
-class Dither(TensorToTensor):
+class Dither(InPlaceDecoding):
     codec_id: ClassVar[str] = "dither"
 
     def __init__(self, seed: int, step: float) -> None:
@@ -128,15 +128,11 @@ class Dither(TensorToTensor):
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         return self._shifted(tensor, 1)
 
-    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
         if not tensor.is_floating_point():
             raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
-        return self._shifted(tensor, -1)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        if not tensor.is_floating_point():
-            raise ValueError(f"dither: {context.name} decodes to {tensor.dtype}, not floats")
-        return self._shifted(tensor, -1, in_place=True)
+        return self._shifted(tensor, -1, in_place)
 
     def _shifted(self, tensor: torch.Tensor, sign: int, in_place: bool = False) -> torch.Tensor:
         """``tensor`` shifted; ``in_place``: into its own memory where that holds the result

@@ -16,11 +16,11 @@ import torch
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import flat_array, native
-from .base import TensorToTensor, TransformContext, register
+from .base import InPlaceDecoding, TransformContext, register
 
 
 @register
-class LossyResidual(TensorToTensor):
+class LossyResidual(InPlaceDecoding):
     codec_id: ClassVar[str] = "lossy-residual"
 
     def __init__(self, dtype: str) -> None:
@@ -44,18 +44,11 @@ class LossyResidual(TensorToTensor):
         base = context.base_of(self.codec_id, tensor.shape).to(tensor.device, self.compute_dtype)
         return tensor.to(self.compute_dtype) - base
 
-    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
         """The base plus the difference, and the base's own bits where the difference is zero
-        (``-0.0 + 0.0`` would give ``+0.0``): an element the update left alone decodes exactly."""
-        return self._added(tensor, context, in_place=False)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._added(tensor, context, in_place=True)
-
-    def _added(self, tensor: torch.Tensor, context: TransformContext,
-               in_place: bool) -> torch.Tensor:
-        """:meth:`decode`; ``in_place``: into the difference's memory where it is contiguous
-        float32 (the native pass reads each element before it writes it)."""
+        (``-0.0 + 0.0`` would give ``+0.0``): an element the update left alone decodes exactly
+        (in place where the difference is contiguous float32)."""
         exact = context.base_of(self.codec_id, tensor.shape).to(tensor.device)
         assert self.dtype.torch_dtype is not None
         exact = exact.to(self.dtype.torch_dtype)

@@ -29,7 +29,7 @@ import torch
 from .. import _native, dtypes, hostpath
 from ..errors import ConfigError
 from ..hostpath import flat_array, native, native_float32
-from .base import TensorToTensor, TransformContext, register
+from .base import InPlaceDecoding, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
 
@@ -67,7 +67,7 @@ def _sqrt(values: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class SqrtScale(TensorToTensor):
+class SqrtScale(InPlaceDecoding):
     codec_id: ClassVar[str] = "sqrt-scale"
 
     def __init__(self, leaf: int, dtype: str) -> None:
@@ -117,16 +117,9 @@ class SqrtScale(TensorToTensor):
                              f"element that is zero, negative or not finite")
         return quotients
 
-    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._restored(tensor, context, in_place=False)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._restored(tensor, context, in_place=True)
-
-    def _restored(self, tensor: torch.Tensor, context: TransformContext,
-                  in_place: bool) -> torch.Tensor:
-        """The moment from its steps; ``in_place``: into the steps' memory where they are
-        contiguous float32 (the native pass reads each element before it writes it)."""
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
+        """The moment from its steps (in place where they are contiguous float32)."""
         scale = self._scale(tensor, context)
         if (self.dtype.torch_dtype == torch.float32 and native_float32(scale) and native(tensor)
                 and tensor.dtype in (torch.float32, torch.float64)):

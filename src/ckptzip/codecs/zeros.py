@@ -20,7 +20,7 @@ import torch
 from .. import _native, hostpath
 from ..errors import ConfigError
 from ..hostpath import flat_array, native
-from .base import TensorToTensor, TransformContext, register
+from .base import InPlaceDecoding, TransformContext, register
 from .support import MAX_LEAF_INDEX
 
 _SHIFTS = torch.arange(7, -1, -1, dtype=torch.uint8)
@@ -42,7 +42,7 @@ def unpack_changed(packed: torch.Tensor, count: int) -> torch.Tensor:
 
 
 @register
-class ExactZeros(TensorToTensor):
+class ExactZeros(InPlaceDecoding):
     codec_id: ClassVar[str] = "zeros"
 
     def __init__(self, leaf: int) -> None:
@@ -90,11 +90,9 @@ class ExactZeros(TensorToTensor):
     def encode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         return self._keep_changed(tensor, context)
 
-    def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._keep_changed(tensor, context)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self._keep_changed(tensor, context, in_place=True)
+    def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
+                in_place: bool) -> torch.Tensor:
+        return self._keep_changed(tensor, context, in_place)
 
     def _keep_changed(self, tensor: torch.Tensor, context: TransformContext,
                       in_place: bool = False) -> torch.Tensor:
