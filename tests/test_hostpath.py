@@ -5,7 +5,16 @@ from __future__ import annotations
 import torch
 
 from ckptzip import hostpath
-from ckptzip.codecs import TensorToTensor, TransformContext, undo
+from ckptzip.codecs import (
+    BaseRatio,
+    Dither,
+    ExactZeros,
+    LossyResidual,
+    SqrtScale,
+    TensorToTensor,
+    TransformContext,
+    undo,
+)
 
 
 def test_torch_ops_only_sends_host_tensors_down_the_device_path_and_restores() -> None:
@@ -53,8 +62,6 @@ def test_subtract_and_matmul_are_torchs_arithmetic_bit_for_bit() -> None:
 def _consuming_cases() -> list[tuple[str, TensorToTensor, torch.Tensor, TransformContext]]:
     """Each stage with an in-place decode: a stored-side float32 input (zeros of both signs
     among its values) and the context it decodes in."""
-    from ckptzip.codecs import BaseRatio, Dither, ExactZeros, LossyResidual, SqrtScale
-
     g = torch.Generator().manual_seed(5)
     n = 300_001  # past PAGE_BUFFER_BYTES: outputs from PageBuffers, as a large tensor's
     values = torch.randn(n, generator=g) * 1e-3
@@ -106,8 +113,6 @@ class _Passes(TensorToTensor):
 def test_undo_gives_up_only_what_its_stages_made() -> None:
     """``undo`` lets a stage write in place only into an earlier stage's own output: never into
     the stored array, the base or a sibling, even where a stage hands one of them on."""
-    from ckptzip.codecs import Dither, LossyResidual, SqrtScale
-
     for name, stage, values, context in _consuming_cases():
         stored = values.clone()
         kept = {k: v.clone() for k, v in (context.siblings or {}).items()}

@@ -4,6 +4,10 @@ several threads against one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -914,10 +918,6 @@ def test_every_kernel_level_gives_the_float_kernels_same_bits() -> None:
     AVX2 variant is vectorized by other rules (selects, whole-vector square roots and floors):
     capped by CKZ_CPU, each level gives every output, check and count bit for bit the same,
     specials included."""
-    import os
-    import subprocess
-    import sys
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [os.path.join(root, "src"), root]
     digests = {}

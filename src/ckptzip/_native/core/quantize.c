@@ -125,8 +125,8 @@ CKZ_INLINE int block_bins_impl(const void *x, size_t elem_size, size_t n, double
         const double scaled = fabs(v) / step + offset;
         const int fits = scaled < bound;
         inside &= fits;
-        /* scaled >= 0 where it fits (offset >= 0 as the caller picks it; a negative scaled
-         * truncates to level 0 as the conversion did before): a conversion is floor */
+        /* with the offset >= 0 the callers pick, scaled >= 0 and the conversion is floor
+         * (without a libm call); with another it truncates, as the scalar loop's did */
         level[i] = (int32_t)(fits ? scaled : 0.0);
         if (elem_size == 4) ((float *)pruned)[i] = level[i] ? (float)v : 0.0f;
         else ((double *)pruned)[i] = level[i] ? v : 0.0;
