@@ -32,8 +32,8 @@ int ckz_base_ratios(const float *x, const float *base, size_t n, double *out) {
     return base_ratios(x, base, n, out) ? -1 : 0;
 }
 
-CKZ_INLINE int ratio_restore_impl(const void *r, size_t elem_size, const float *base, size_t n,
-                                  float *out) {
+CKZ_INLINE void ratio_restore_impl(const void *r, size_t elem_size, const float *base, size_t n,
+                                   float *out) {
     if (elem_size == 4) {
         const float *ratio = r;
         for (size_t i = 0; i < n; i++) {
@@ -47,14 +47,14 @@ CKZ_INLINE int ratio_restore_impl(const void *r, size_t elem_size, const float *
             out[i] = ratio[i] == 0.0 ? 0.0f : restored;
         }
     }
-    return 0;
 }
-CKZ_VERSIONED_RETURNING(int, ratio_restore, (const void *r, size_t elem_size, const float *base,
-                                             size_t n, float *out), (r, elem_size, base, n, out))
+CKZ_VERSIONED(ratio_restore, (const void *r, size_t elem_size, const float *base, size_t n,
+                              float *out), (r, elem_size, base, n, out))
 
 int ckz_ratio_restore(const void *r, size_t elem_size, const float *base, size_t n, float *out) {
     if (elem_size != 4 && elem_size != 8) return -1;
-    return ratio_restore(r, elem_size, base, n, out);
+    ratio_restore(r, elem_size, base, n, out);
+    return 0;
 }
 
 CKZ_INLINE int step_quotients_impl(const float *x, const float *scale, size_t n, float *out) {
