@@ -80,13 +80,13 @@ def _consuming_cases() -> list[tuple[str, TensorToTensor, torch.Tensor, Transfor
 
 
 def test_decoding_in_place_gives_the_same_bits_in_the_inputs_memory() -> None:
-    """A stage given its input (decode_consuming) writes the result there, bit for bit what
-    its decode writes into new memory."""
+    """A stage given its input (``decoded(..., in_place=True)``) writes the result there, bit
+    for bit what its decode writes into new memory."""
     for name, stage, values, context in _consuming_cases():
         expected = stage.decode(values.clone(), context)
         given = values.clone()
         address = given.data_ptr()
-        found = stage.decode_consuming(given, context)
+        found = stage.decoded(given, context, in_place=True)
         assert found.data_ptr() == address, name
         assert torch.equal(found.view(torch.int32), expected.view(torch.int32)), name
 

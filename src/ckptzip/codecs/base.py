@@ -30,6 +30,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from .. import hostpath
 from ..errors import ConfigError, FormatError
 
 #: Anything with the buffer protocol (bytes, bytearray, memoryview, numpy arrays). Typed as Any
@@ -140,23 +141,15 @@ class TensorToTensor(Codec):
     @abstractmethod
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor: ...
 
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        """:meth:`decode`, where the caller gives ``tensor`` up (nothing else refers to its
-        memory): an element-wise stage may write its result there rather than into new memory.
-        The same values either way; by default, :meth:`decode`."""
-        return self.decode(tensor, context)
-
 
 class InPlaceDecoding(TensorToTensor):
     """A stage whose decoder is an element-wise pass that reads each element before it writes
     it, so that it may write its result into its input's memory: it defines :meth:`decoded`,
-    which serves both :meth:`decode` and :meth:`decode_consuming`."""
+    which :meth:`decode` calls with ``in_place=False`` and :func:`undo` with ``True`` where the
+    input is given up (nothing else refers to its memory)."""
 
     def decode(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
         return self.decoded(tensor, context, in_place=False)
-
-    def decode_consuming(self, tensor: torch.Tensor, context: TransformContext) -> torch.Tensor:
-        return self.decoded(tensor, context, in_place=True)
 
     @abstractmethod
     def decoded(self, tensor: torch.Tensor, context: TransformContext, *,
@@ -164,12 +157,23 @@ class InPlaceDecoding(TensorToTensor):
         """The decoded tensor; ``in_place``: into ``tensor``'s memory where the pass can (the
         input given up: :func:`undo`), else new memory. The same values either way."""
 
+    @staticmethod
+    def output(tensor: torch.Tensor, source: torch.Tensor, dtype: torch.dtype,
+               in_place: bool) -> torch.Tensor:
+        """Where a native pass over ``source`` (``tensor`` as the pass reads it: contiguous, of
+        its dtype) writes a host result of ``dtype``: ``tensor`` itself where it is given up
+        (``in_place``), the pass reads it as it is (``source`` is ``tensor``: no copy made) and
+        it is of ``dtype`` and contiguous; else new memory (:func:`hostpath.empty`)."""
+        if in_place and source is tensor and tensor.dtype == dtype and tensor.is_contiguous():
+            return tensor
+        return hostpath.empty(tensor.shape, dtype)
+
 
 def undo(stages: Sequence[TensorToTensor], tensor: torch.Tensor,
          context: TransformContext) -> torch.Tensor:
     """``tensor`` (the stored array) through the ``stages``' decoders, last first. A stage's
     input that an earlier stage here made, sharing no memory with the stored array, the base,
-    the support or a sibling, is given up to it (:meth:`TensorToTensor.decode_consuming`): a
+    the support or a sibling, is given up to it (:meth:`InPlaceDecoding.decoded`): a
     chain of element-wise stages then writes one tensor's memory, where each wrote new memory
     (faulted in page by page, the most of a lossy load's time on a host that hands out fresh
     memory slowly)."""
@@ -177,13 +181,14 @@ def undo(stages: Sequence[TensorToTensor], tensor: torch.Tensor,
     kept: list[tuple[str, int, int]] | None = None  # looked at once a stage could consume
     made = False
     for stage in reversed(stages):
-        owned = made and type(stage).decode_consuming is not TensorToTensor.decode_consuming
-        if owned:
+        if made and isinstance(stage, InPlaceDecoding):
             if kept is None:
                 kept = [_memory(t) for t in (*(context.siblings or {}).values(), context.base,
                                              context.support, stored) if t is not None]
             owned = not any(_overlap(_memory(tensor), other) for other in kept)
-        tensor = stage.decode_consuming(tensor, context) if owned else stage.decode(tensor, context)
+            tensor = stage.decoded(tensor, context, in_place=owned)
+        else:
+            tensor = stage.decode(tensor, context)
         made = True
     return tensor
 

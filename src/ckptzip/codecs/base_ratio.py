@@ -111,8 +111,7 @@ class BaseRatio(InPlaceDecoding):
                 and native(tensor) and tensor.dtype in (torch.float32, torch.float64)
                 and tensor.numel() == base.numel()):
             ratios = tensor.contiguous()
-            reuse = in_place and ratios is tensor and ratios.dtype == torch.float32
-            out = ratios if reuse else hostpath.empty(tensor.shape, torch.float32)
+            out = self.output(tensor, ratios, torch.float32, in_place)
             _native.ratio_restore(flat_array(ratios), ratios.element_size(),
                                   flat_array(base), flat_array(out))
             return out

@@ -153,8 +153,7 @@ class Dither(InPlaceDecoding):
                 shifted[start:start + part.numel()] = shift  # rounded to dtype as .to() does
             return shifted.reshape(tensor.shape)
         values = tensor.to(dtype).contiguous()
-        reuse = in_place and values is tensor
-        out = values if reuse else hostpath.empty(values.shape, values.dtype)
+        out = self.output(tensor, values, values.dtype, in_place)
         if values.numel():
             _native.dither_shift(flat_array(values), flat_array(out),
                                  values.element_size(), self.seed, self.step, sign)

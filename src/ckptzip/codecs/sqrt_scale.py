@@ -124,8 +124,7 @@ class SqrtScale(InPlaceDecoding):
         if (self.dtype.torch_dtype == torch.float32 and native_float32(scale) and native(tensor)
                 and tensor.dtype in (torch.float32, torch.float64)):
             steps = tensor.contiguous()
-            reuse = in_place and steps is tensor and steps.dtype == torch.float32
-            out = steps if reuse else hostpath.empty(tensor.shape, torch.float32)
+            out = self.output(tensor, steps, torch.float32, in_place)
             if not _native.step_restore(flat_array(steps), steps.element_size(),
                                         flat_array(scale),
                                         flat_array(out)):

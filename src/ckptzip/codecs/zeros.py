@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .. import _native, hostpath
+from .. import _native
 from ..errors import ConfigError
 from ..hostpath import flat_array, native
 from .base import InPlaceDecoding, TransformContext, register
@@ -103,8 +103,7 @@ class ExactZeros(InPlaceDecoding):
         if (packed is not None and tensor.dtype == torch.float32 and native(tensor, packed)
                 and packed.dtype == torch.uint8
                 and packed.numel() == -(-tensor.numel() // 8)):
-            reuse = in_place and tensor.is_contiguous()
-            out = tensor if reuse else hostpath.empty(tensor.shape, torch.float32)
+            out = self.output(tensor, tensor, torch.float32, in_place)
             _native.keep_changed(flat_array(tensor),
                                  flat_array(packed), flat_array(out))
             return out

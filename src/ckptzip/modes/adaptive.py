@@ -62,6 +62,7 @@ from ..codecs import (
     Support,
     TensorToTensor,
     TransformContext,
+    undo,
 )
 from ..codecs.base_ratio import base_ratios, zero_fill
 from ..codecs.kmeans import Fit, lloyd_sorted, nonzero_values, sample_sorted
@@ -76,7 +77,6 @@ from .common import (
     GroupValues,
     JointPolicy,
     coded,
-    decode,
     distance,
     error_record,
     finish,
@@ -349,7 +349,7 @@ class AdaptivePolicy(JointPolicy):
             # error by an ulp (2^-24 of it), in bf16 by up to 2^-9, so there the record and the
             # bound are taken again on what a reader decodes
             context = TransformContext(leaf.name, siblings={v_index: v_decoded})
-            moment = scale.decode(decode(plan.pipeline.transforms, plan.array, context), context)
+            moment = scale.decode(undo(plan.pipeline.transforms, plan.array, context), context)
             decoded = step_quotients(moment, v_decoded)
             assert decoded is not None  # a non-zero moment only where v^ is positive
             record = plan.extra["error"]

@@ -27,7 +27,7 @@ import torch
 
 from .. import hostpath
 from ..chain import Base
-from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext
+from ..codecs import KMeans, LossyResidual, Sparse, TensorToTensor, TransformContext, undo
 from ..codecs.sparse import layout_for
 from ..errors import ConfigError
 from ..hostpath import native
@@ -39,7 +39,6 @@ from .common import (
     JointPolicy,
     by_task,
     coded,
-    decode,
     delta_error,
     device_gate,
     distance,
@@ -141,7 +140,7 @@ class BitsnapPolicy(JointPolicy):
         context = TransformContext(leaf.name, w_base)
         array = sparse.encode(delta.reshape(leaf.shape), context)
         del delta  # stored: on a device the decoding below is the group's peak
-        decoded = decode(stages, array, context)
+        decoded = undo(stages, array, context)  # what a reader will decode
         bound = no_worse(leaf.dtype.itemsize) * distance(leaf.tensor, w_base)
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=kept,

@@ -219,12 +219,6 @@ def _native_floats(tensor: torch.Tensor) -> bool:
     return native(tensor) and tensor.dtype in (torch.float32, torch.float64)
 
 
-def decode(stages: tuple[TensorToTensor, ...], array: torch.Tensor,
-           context: TransformContext) -> torch.Tensor:
-    """What a reader will decode from ``array`` (run the stages backwards, as it does)."""
-    return undo(stages, array, context)
-
-
 _ROLES = (
     ("norm", re.compile(r"(^|[._])(ln|norm|layernorm|rmsnorm|bn)[^.]*[._]", re.I)),
     ("bias", re.compile(r"\.bias$")),
@@ -756,7 +750,7 @@ def finish_decoded(
     if partition is not None:
         array = partition.encode(array, context)
         stages = (*stages, partition)
-    decoded = decode(stages, array, context)
+    decoded = undo(stages, array, context)  # what a reader will decode
     reference = leaf.tensor if original is None else original
     kept = hostpath.count_nonzero(array)  # no boolean copy: one native pass on the host
     more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
