@@ -341,15 +341,16 @@ def test_lossy_groups_are_planned_largest_first_and_numbered_in_state_order(
     assert (tmp_path / "again.ckz").read_bytes() == (tmp_path / "sorted.ckz").read_bytes()
 
 
-def test_small_groups_are_one_task_started_after_the_large_ones() -> None:
-    """On several threads, each group worth its fixed cost is a task of its own, the largest
-    first; the others (norms, biases: their plans mostly hold the GIL) are one task, last, so
-    that two threads never plan two of them at once. On one thread, every group in turn."""
+def test_small_groups_are_one_task_started_before_the_large_ones() -> None:
+    """On several threads, the groups not worth their fixed cost (norms, biases: their plans
+    mostly hold the GIL) are one task, started first, so that two threads never plan two of
+    them at once and no thread idles behind them at the end; then each other group is a task
+    of its own, the largest first. On one thread, every group in turn."""
     from ckptzip.modes.common import GROUP_FIXED_BYTES, plan_tasks
 
     sizes = [GROUP_FIXED_BYTES * 4, 100, GROUP_FIXED_BYTES, 4000, GROUP_FIXED_BYTES * 9, 20]
     assert plan_tasks(sizes, 1) == [[4], [0], [2], [3], [1], [5]]
-    assert plan_tasks(sizes, 2) == [[4], [0], [2], [3, 1, 5]]
+    assert plan_tasks(sizes, 2) == [[3, 1, 5], [4], [0], [2]]
     assert plan_tasks([10, 20], 4) == [[1, 0]]
     assert plan_tasks([GROUP_FIXED_BYTES], 2) == [[0]]
     assert plan_tasks([], 2) == []
@@ -420,7 +421,7 @@ def test_a_task_of_groups_holds_a_device_gate_for_its_largest_group() -> None:
     gate = ByteGate(300)
     per_task = _per_task((gate, sizes.__getitem__))
     assert per_task is not None and per_task[0] is gate
-    assert per_task[1]((None, [1, 2, 0])) == 300 and per_task[1]((None, [1])) == 100
+    assert per_task[1]([1, 2, 0]) == 300 and per_task[1]([1]) == 100
     assert _per_task(None) is None
 
 
@@ -454,13 +455,13 @@ def test_a_save_on_two_threads_plans_the_small_groups_on_one(
     assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
 
 
-def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each large group's arrays are coded on the pool once the group is planned, while the
-    small groups' plans still run, the writer writes those chunks as they are, and the file is
-    the one thread's."""
-    import time
-
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_groups_arrays_are_coded_in_its_own_task_and_written_as_they_are(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Each group's host arrays are coded in the task that planned the group, on the thread
+    that planned it (the threads share the coding as they share the plans), the writer writes
+    those chunks as they are, and the file is the same on 1 and 2 threads and the same as the
+    writer coding every array itself."""
     from ckptzip import writer
     from ckptzip.modes import adaptive, common
     from tests.test_device import training_states
@@ -470,14 +471,26 @@ def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
         states[1]["model"][name] = torch.randn(400, 400)
         states[0]["model"][name] = states[1]["model"][name] + 0.01
     ckptzip.save(states[0], tmp_path / "k.ckz")
-    ckptzip.save(states[1], tmp_path / "one.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+    monkeypatch.setattr(common, "precode", lambda *args: None)
+    ckptzip.save(states[1], tmp_path / "writer.ckz", mode="adaptive", base=tmp_path / "k.ckz",
                  threads=1)
+    monkeypatch.undo()
+
     coded: list[int] = []
     precode = common.precode
+    planned_on: dict[int, int] = {}
+    plan_group = adaptive.AdaptivePolicy.plan_group
 
     def recorded(policy: Any, leaves: Any, plans: Any) -> None:
+        for i in plans:  # the plan and its coding ran on one thread
+            assert planned_on.get(i, threading.get_ident()) == threading.get_ident()
         precode(policy, leaves, plans)
         coded.extend(i for i, plan in plans.items() if getattr(plan, "coded", None) is not None)
+
+    def recording_plan_group(self: Any, leaves: Any, values: Any, base: Any) -> Any:
+        plans = plan_group(self, leaves, values, base)
+        planned_on.update(dict.fromkeys(plans, threading.get_ident()))
+        return plans
 
     written: list[int] = []
     encode_task = writer._encode_task
@@ -489,61 +502,19 @@ def test_on_two_threads_the_large_groups_arrays_are_coded_as_they_are_planned(
                        and plans[index].array is not None and plans[index].array.is_meta)
         return encode_task(plans, task)
 
-    plan_group = adaptive.AdaptivePolicy.plan_group
-
-    def slow_small(self: Any, leaves: Any, values: Any, base: Any) -> Any:
-        if sum(leaves[i].nbytes for i in values.group.members()) < common.GROUP_FIXED_BYTES:
-            time.sleep(0.1)  # the small groups' task outlasts the large groups' plans and coding
-        return plan_group(self, leaves, values, base)
-
     monkeypatch.setattr(common, "precode", recorded)
     monkeypatch.setattr(writer, "_encode_task", writing)
-    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", slow_small)
-    ckptzip.save(states[1], tmp_path / "two.ckz", mode="adaptive", base=tmp_path / "k.ckz",
-                 threads=2)
+    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", recording_plan_group)
+    ckptzip.save(states[1], tmp_path / "x.ckz", mode="adaptive", base=tmp_path / "k.ckz",
+                 threads=threads)
     assert len(coded) >= 2 and len(written) == len(coded)
-    assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
-    coded.clear()
-    ckptzip.save(states[1], tmp_path / "again.ckz", mode="adaptive", base=tmp_path / "k.ckz",
-                 threads=1)
-    assert not coded  # one thread: the writer codes every chunk, as before
-
-
-def test_once_every_group_is_planned_the_writer_codes_the_rest(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large group planned last, with nothing left to plan beside it, is not precoded: the
-    writer codes it, its writes overlapping the coding."""
-    import time
-
-    from ckptzip.modes import adaptive, common
-    from tests.test_device import training_states
-
-    states = training_states(2)
-    states[1]["model"]["head.weight"] = torch.randn(400, 400)
-    states[0]["model"]["head.weight"] = states[1]["model"]["head.weight"] + 0.01
-    ckptzip.save(states[0], tmp_path / "k.ckz")
-    ckptzip.save(states[1], tmp_path / "one.ckz", mode="adaptive", base=tmp_path / "k.ckz",
-                 threads=1)
-    plan_group = adaptive.AdaptivePolicy.plan_group
-
-    def slow_large(self: Any, leaves: Any, values: Any, base: Any) -> Any:
-        if sum(leaves[i].nbytes for i in values.group.members()) >= common.GROUP_FIXED_BYTES:
-            time.sleep(0.3)  # the small groups are planned first, on the other thread
-        return plan_group(self, leaves, values, base)
-
-    coded: list[object] = []
-    monkeypatch.setattr(adaptive.AdaptivePolicy, "plan_group", slow_large)
-    monkeypatch.setattr(common, "precode", lambda *args: coded.append(args))
-    ckptzip.save(states[1], tmp_path / "two.ckz", mode="adaptive", base=tmp_path / "k.ckz",
-                 threads=2)
-    assert not coded
-    assert (tmp_path / "two.ckz").read_bytes() == (tmp_path / "one.ckz").read_bytes()
+    assert (tmp_path / "x.ckz").read_bytes() == (tmp_path / "writer.ckz").read_bytes()
 
 
 def test_a_plan_that_fails_on_two_threads_fails_the_save_and_leaves_the_pool_free(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A group whose plan raises fails the save, with the follow-up tasks queued behind the
-    plans neither hanging nor keeping a pool thread; the next save works."""
+    """A group whose plan raises fails the save, with the other groups' tasks neither hanging
+    nor keeping a pool thread; the next save works."""
     from ckptzip.modes import adaptive
     from tests.test_device import training_states
 

@@ -316,33 +316,6 @@ class JointPolicy(LosslessPolicy):
         if first < len(leaves):
             raise ConfigError(f"{self.mode}: {len(leaves)} tensors are more than a lossy plan numbers")
 
-        # on several host threads, while groups are still being planned (the small groups' task,
-        # mostly the GIL's, at the end), a thread with nothing else to do codes a planned large
-        # group's arrays (precode); once every group is planned the writer codes the rest, its
-        # writes overlapping the coding (precoded chunks are written after all are coded)
-        done = [threading.Event() for _ in members]
-        started: set[int] = set()
-        results: dict[int, _Planned] = {}
-
-        def plan(position: int) -> _Planned:
-            started.add(position)
-            try:
-                results[position] = result = look_and_plan(position)
-                return result
-            finally:
-                done[position].set()
-
-        def code(position: int) -> None:
-            # the pool starts tasks in the order they were queued, so the group's plan has
-            # started (a plan that never started, cancelled after another failed, is not
-            # waited for)
-            if position not in started:
-                return
-            done[position].wait()
-            result = results.pop(position, None)
-            if result is not None and not all(event.is_set() for event in done):
-                precode(self, leaves, result[2])
-
         def look_and_plan(position: int) -> _Planned:
             values = looked[position]
             looked[position] = None  # the group's values, its base tensors among them
@@ -359,6 +332,9 @@ class JointPolicy(LosslessPolicy):
                 values.v_base = _base_value(leaves[exp_avg_sq], base)
             group_plans = self.plan_group(leaves, values.on_device(), base)
             _free_planned_bases(leaves, group_plans, base)
+            # the group's host arrays coded in its own task: the threads share the coding as
+            # they share the plans, and the save holds the coded chunks from here, not the arrays
+            precode(self, leaves, group_plans)
             return kept, start, group_plans
 
         # a plan is kept until the file is written whichever order the groups finish in; then
@@ -366,8 +342,7 @@ class JointPolicy(LosslessPolicy):
         gate = device_gate(leaves, members, sizes)
         planned: dict[int, _Planned] = {}
         total = sum(sizes)
-        for position, result in by_task(plan, sizes, threads, gate,
-                                         then=code if gate is None else None):
+        for position, result in by_task(look_and_plan, sizes, threads, gate):
             planned[position] = result
             if progress is not None:
                 progress(sizes[position], total)
@@ -533,10 +508,11 @@ def precode(policy: LosslessPolicy, leaves: list[Leaf],
     """Code the chunks of each host array a group's plans store, as the writer would (the same
     chunk size, the same native call, the same bytes), and keep them on the plan
     (:attr:`~ckptzip.policy.Encoded.coded`), its array then a meta tensor (its dtype and shape,
-    no memory): a pool thread does it beside the small groups' plans, where it had waited for
-    every plan to finish, and the save holds the coded chunks of a group from then on, not its
-    arrays. Arrays whose pipeline the native core does not code whole are left to the
-    writer."""
+    no memory). A group's task does it once the group is planned: the threads share the coding
+    as they share the plans (the writer had coded every array after the last plan, while one
+    thread planned the small groups alone), and the save holds the coded chunks of a group from
+    then on, not its arrays. Arrays whose pipeline the native core does not code whole are left
+    to the writer."""
     for index, plan in plans.items():
         if not isinstance(plan, Encoded) or not native(plan.array):
             continue
@@ -576,14 +552,17 @@ GROUP_FIXED_BYTES = 512 << 10
 
 
 def plan_tasks(sizes: list[int], threads: int) -> list[list[int]]:
-    """The groups' positions as the pool's tasks, in the order they start: each group whose
-    bytes outweigh its fixed cost (:data:`GROUP_FIXED_BYTES`) alone, the largest first (no
-    thread idles at the end behind one large group, such as an embedding's); then the others
-    together in one task, on one thread, beside the last large ones. Their plans are mostly
-    the GIL's: two threads planning them at once hand it to each other at every torch call,
-    and took twice as long as one (the demo GPT's 50 norms and biases: 0.18-0.26 s against
-    0.09-0.11 s), and a thread planning them beside a large group's first plans held that
-    one up. One thread plans every group in the same order."""
+    """The groups' positions as the pool's tasks, in the order they start: first the groups
+    whose bytes do not outweigh their fixed cost (:data:`GROUP_FIXED_BYTES`) together in one
+    task, on one thread; then each other group alone, the largest first (no thread idles at the
+    end behind one large group, such as an embedding's). The small groups' plans are mostly the
+    GIL's: two threads planning them at once hand it to each other at every torch call, and
+    took twice as long as one (the demo GPT's 50 norms and biases: 0.18-0.26 s against
+    0.09-0.11 s). Started first, beside the first large groups, they leave the end to the large
+    groups, which the threads share evenly; started last, one thread planned them alone while
+    the other idled (the demo GPT's saves on 2 threads, paired against last: adaptive and
+    BitSnap 24 ms faster, ExCP 15 ms slower, of 0.4-0.8 s). One thread plans every group in the
+    same order."""
     order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
     if threads <= 1:
         return [[position] for position in order]
@@ -591,7 +570,7 @@ def plan_tasks(sizes: list[int], threads: int) -> list[list[int]]:
     small = [p for p in order if sizes[p] < GROUP_FIXED_BYTES]
     if not small:
         return large
-    return [*large, small]
+    return [small, *large]
 
 
 def group_bytes(leaves: list[Leaf], group: Group) -> int:
@@ -616,40 +595,28 @@ _Result = TypeVar("_Result")
 
 
 def by_task(fn: Callable[[int], _Result], sizes: list[int], threads: int,
-             gate: tuple[ByteGate, Callable[[int], int]] | None,
-             then: Callable[[int], object] | None = None) -> Iterator[tuple[int, _Result]]:
+            gate: tuple[ByteGate, Callable[[int], int]] | None) -> Iterator[tuple[int, _Result]]:
     """``fn`` of each group's position, the groups run as :func:`plan_tasks`' tasks on
     ``threads`` threads, every task in flight at once (none waits behind a slow one); yields
-    (position, result) in the tasks' order. ``gate``: a device's, over the positions.
-    ``then``: on several threads, a follow-up of each group that has a task of its own, queued
-    behind every group's task (it waits for its group's ``fn`` if that still runs): the small
-    groups' task, mostly the GIL's, is then not alone at the end, the follow-ups (native code)
-    run beside it."""
+    (position, result) in the tasks' order. ``gate``: a device's, over the positions."""
     tasks = plan_tasks(sizes, threads)
-    work: list[tuple[Callable[[int], Any], list[int]]] = [(fn, task) for task in tasks]
-    if then is not None and threads > 1 and len(tasks) > 1:
-        work += [(then, task) for task in tasks if len(task) == 1]
 
-    def run(item: tuple[Callable[[int], Any], list[int]]) -> list[Any]:
-        function, task = item
-        return [function(position) for position in task]
+    def run(task: list[int]) -> list[_Result]:
+        return [fn(position) for position in task]
 
-    for (function, task), results in zip(work, ordered_map(run, work, threads, torch_ops=True,
-                                                           gate=_per_task(gate),
-                                                           in_flight=len(work))):
-        if function is fn:
-            yield from zip(task, results)
+    for task, results in zip(tasks, ordered_map(run, tasks, threads, torch_ops=True,
+                                                gate=_per_task(gate), in_flight=len(tasks))):
+        yield from zip(task, results)
 
 
 def _per_task(gate: tuple[ByteGate, Callable[[int], int]] | None,
-              ) -> tuple[ByteGate, Callable[[tuple[Any, list[int]]], int]] | None:
-    """A gate over groups' positions as one over :func:`by_task`'s items (a function and a
-    task of positions): a task takes its groups one at a time, so it holds the temporaries of
-    one group at most."""
+              ) -> tuple[ByteGate, Callable[[list[int]], int]] | None:
+    """A gate over groups' positions as one over :func:`by_task`'s items (tasks of positions): a
+    task takes its groups one at a time, so it holds the temporaries of one group at most."""
     if gate is None:
         return None
     byte_gate, weigh = gate
-    return byte_gate, lambda item: max(map(weigh, item[1]))
+    return byte_gate, lambda task: max(map(weigh, task))
 
 
 def _base_value(leaf: Leaf, base: Base) -> torch.Tensor | None:
