@@ -857,6 +857,33 @@ def test_count_nonzero_is_torchs(dtype: torch.dtype) -> None:
         N.count_nonzero(np.zeros(4, dtype=np.uint8), 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_equal_is_torchs_all_of_equal(dtype: torch.dtype) -> None:
+    """The native comparison of two tensors is torch's (a == b).all(): -0.0 equals 0.0, a NaN
+    equals nothing, a difference in any element (the first, the last, in a block's tail) is
+    found; strided views and dtypes it does not compare go to torch; lengths must match."""
+    from ckptzip import hostpath
+
+    generator = torch.Generator().manual_seed(4)
+    for n in (0, 1, 255, 256, 257, 1000, 70001):
+        a = torch.randn(n, generator=generator).to(dtype)
+        a[a.abs() < 0.3] = 0.0
+        b = a.clone()
+        b[a == 0] = -0.0  # the same as floats, other bits
+        assert hostpath.equal(a, b) and bool((a == b).all())
+        for where in sorted(i for i in {0, n // 2, 255, 256, n - 1} if 0 <= i < n):
+            c = b.clone()
+            c[where] = float("nan")
+            assert not hostpath.equal(a, c) and not hostpath.equal(c, c)
+            c[where] = a[where] + 1
+            assert hostpath.equal(a, c) == bool((a == c).all()) is False
+    matrix = torch.randn(64, 48, generator=generator).to(dtype)
+    assert hostpath.equal(matrix.T, matrix.T.clone()) and not hostpath.equal(matrix.T, matrix.T + 1)
+    if dtype in (torch.float32, torch.float64):
+        with pytest.raises(ValueError, match="one size"):
+            N.floats_equal(matrix.numpy(), matrix[:10].numpy(), matrix.element_size())
+
+
 #: A child's digest of every element-wise float kernel's outputs (the lossy stages' passes) on
 #: awkward inputs: lengths around the vectors' and blocks' widths, signed zeros, NaN, infinities,
 #: subnormals and scales that are zero or negative.
@@ -905,6 +932,10 @@ for n in (0, 1, 7, 8, 9, 63, 64, 65, 255, 256, 257, 1000, 70001):
             out(N.step_restore(data, es, scale, o32), o32, N.step_restore(data, es, bad_scale, o32))
             N.ratio_restore(data, es, scale, o32)
             out(o32)
+            out(N.sum_squares(data, None, es), N.sum_squares(data, data[::-1].copy(), es))
+            flipped = data.copy()
+            flipped[data == 0] = -0.0
+            out(N.floats_equal(data, flipped, es), N.floats_equal(data, data[::-1].copy(), es))
         out(N.step_quotients(src, scale, o32), o32, N.step_quotients(src, bad_scale, o32))
         out(N.base_ratios(src, scale, o64), o64, N.base_ratios(src, bad_scale, o64))
         out(N.sqrt_error_squares(np.abs(src), scale), N.sqrt_error_squares(scale, np.abs(src)))
@@ -914,8 +945,9 @@ print(h.hexdigest())
 
 
 def test_every_kernel_level_gives_the_float_kernels_same_bits() -> None:
-    """The element-wise float kernels are compiled for the baseline (SSE2) and for AVX2, and the
-    AVX2 variant is vectorized by other rules (selects, whole-vector square roots and floors):
+    """The element-wise float kernels (the sums of squares too) are compiled for the baseline
+    (SSE2) and for AVX2, and the AVX2 variant is vectorized by other rules (selects,
+    whole-vector square roots and floors, four accumulators in a vector):
     capped by CKZ_CPU, each level gives every output, check and count bit for bit the same,
     specials included."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -141,10 +141,12 @@ class BitsnapPolicy(JointPolicy):
         array = sparse.encode(delta.reshape(leaf.shape), context)
         del delta  # stored: on a device the decoding below is the group's peak
         decoded = undo(stages, array, context)  # what a reader will decode
-        bound = no_worse(leaf.dtype.itemsize) * distance(leaf.tensor, w_base)
+        update, error = distance(leaf.tensor, w_base), distance(decoded, leaf.tensor)
+        bound = no_worse(leaf.dtype.itemsize) * update
+        rel_delta = delta_error(leaf.tensor, decoded, w_base, error=error, update=update)
         extra: dict[str, Any] = {
-            "error": error_record(leaf.tensor, decoded, kept=kept,
-                                  rel_delta=delta_error(leaf.tensor, decoded, w_base), bound=bound),
+            "error": error_record(leaf.tensor, decoded, kept=kept, rel_delta=rel_delta, bound=bound,
+                                  error=error),
             "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
         }
         return finished(Encoded(coded(stages, array), array, extra, uses_base=True))

@@ -128,12 +128,14 @@ def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
 
 
 def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float | None = None,
-                 **more: float) -> dict[str, float]:
+                 error: float | None = None, **more: float) -> dict[str, float]:
     """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
     with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
-    up) and a ``within`` flag: whether the achieved error, unrounded, kept it."""
+    up) and a ``within`` flag: whether the achieved error, unrounded, kept it. ``error``:
+    ``|x^ - x|``, where the caller has it already."""
     norm = magnitude(original)
-    error = distance(decoded, original)
+    if error is None:
+        error = distance(decoded, original)
     count = original.numel()
     record = {"mse": error * error / count if count else 0.0,
               "rel": error / norm if norm else float(error > 0)}
@@ -159,10 +161,14 @@ def finished(encoded: Encoded) -> Encoded | Exact:
     return encoded if within else Exact()
 
 
-def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor) -> float:
-    """The error relative to the update since the base: ``|x^ - x| / |x - base|``."""
-    update = distance(original, base)
-    error = distance(decoded, original)
+def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor, *,
+                error: float | None = None, update: float | None = None) -> float:
+    """The error relative to the update since the base: ``|x^ - x| / |x - base|``. ``error``
+    (``|x^ - x|``) and ``update`` (``|x - base|``): where the caller has them already."""
+    if update is None:
+        update = distance(original, base)
+    if error is None:
+        error = distance(decoded, original)
     return error / update if update else float(error > 0)
 
 
@@ -464,7 +470,7 @@ class JointPolicy(LosslessPolicy):
         zero's sign apart, is kept exact too)."""
         group = values.group
         if (values.w is not None and values.w_base is not None
-                and bool((values.w == values.w_base.to(values.w.device)).all())):
+                and hostpath.equal(values.w, values.w_base.to(values.w.device))):
             assert group.weight is not None
             plans[group.weight] = Exact(unchanged=_same_bits(leaves[group.weight], base))
             values.weight = values.w = values.w_base = None
@@ -721,13 +727,15 @@ def finish_decoded(
     reference = leaf.tensor if original is None else original
     kept = hostpath.count_nonzero(array)  # no boolean copy: one native pass on the host
     more.setdefault("kept", kept / reference.numel() if reference.numel() else 0.0)
+    # each norm once: the error enters the record and the error relative to the update, and
+    # the update the default bound too
+    error = distance(decoded, reference)
+    update = distance(reference, base) if residual and base is not None else None
     if bound is None:
-        left_out = (distance(reference, base) if residual and base is not None
-                    else magnitude(reference))
-        bound = no_worse(leaf.dtype.itemsize) * left_out
+        bound = no_worse(leaf.dtype.itemsize) * (magnitude(reference) if update is None else update)
     if residual and base is not None:
-        more["rel_delta"] = delta_error(reference, decoded, base)
-    record = error_record(reference, decoded, bound=bound, **more)
+        more["rel_delta"] = delta_error(reference, decoded, base, error=error, update=update)
+    record = error_record(reference, decoded, bound=bound, error=error, **more)
     return (Encoded(coded(stages, array), array, {"error": record},
                     uses_base=residual or ratio is not None), decoded)
 

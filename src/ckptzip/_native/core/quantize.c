@@ -166,7 +166,9 @@ long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, do
 }
 
 /* Sums of squares with eight accumulators: independent chains the CPU overlaps, in a fixed
- * order (the result depends on n only, not on the machine). DIFF(j) is element j's term. */
+ * order (the result depends on n only, not on the machine or the CPU level: each accumulator's
+ * additions are the same IEEE operations in a vector lane as alone). DIFF(j) is element j's
+ * term. */
 #define SUM_SQUARES(T, DIFF)                                                                     \
     do {                                                                                         \
         const T *p = (const T *)a, *q = (const T *)b;                                            \
@@ -189,7 +191,7 @@ long ckz_uniform_bins(const void *x, size_t elem_size, size_t n, double step, do
 #define DOUBLE_DIFF(j) (p[j] - q[j])
 #define DOUBLE_VALUE(j) (p[j])
 
-double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n) {
+CKZ_INLINE double sum_squares_impl(const void *a, const void *b, size_t elem_size, size_t n) {
     double total = 0.0;
     if (elem_size == 4 && b)
         SUM_SQUARES(float, FLOAT_DIFF);
@@ -202,6 +204,13 @@ double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n)
     else
         return -1.0;
     return total;
+}
+CKZ_VERSIONED_RETURNING(double, sum_squares, (const void *a, const void *b, size_t elem_size,
+                                              size_t n),
+                        (a, b, elem_size, n))
+
+double ckz_sum_squares(const void *a, const void *b, size_t elem_size, size_t n) {
+    return sum_squares(a, b, elem_size, n);
 }
 
 size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n) {
@@ -219,6 +228,35 @@ size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n) {
         return (size_t)-1;
     }
     return count;
+}
+
+/* floats_equal compares a block of EQUAL_BLOCK elements at a time in a loop the compiler
+ * vectorizes (no exit inside it), and stops after the first block that differs: an update
+ * changes a weight's first elements, so a changed weight costs one block. */
+#define EQUAL_BLOCK 256
+#define FLOATS_EQUAL(T)                                                                          \
+    do {                                                                                         \
+        const T *p = (const T *)a, *q = (const T *)b;                                            \
+        for (size_t start = 0; start < n; start += EQUAL_BLOCK) {                                \
+            const size_t end = n - start < EQUAL_BLOCK ? n : start + EQUAL_BLOCK;                \
+            int same = 1;                                                                        \
+            for (size_t i = start; i < end; i++) same &= p[i] == q[i];                           \
+            if (!same) return 0;                                                                 \
+        }                                                                                        \
+        return 1;                                                                                \
+    } while (0)
+
+CKZ_INLINE int floats_equal_impl(const void *a, const void *b, size_t elem_size, size_t n) {
+    if (elem_size == 4) FLOATS_EQUAL(float);
+    if (elem_size == 8) FLOATS_EQUAL(double);
+    return -1;
+}
+CKZ_VERSIONED_RETURNING(int, floats_equal, (const void *a, const void *b, size_t elem_size,
+                                            size_t n),
+                        (a, b, elem_size, n))
+
+int ckz_floats_equal(const void *a, const void *b, size_t elem_size, size_t n) {
+    return floats_equal(a, b, elem_size, n);
 }
 
 /* The magnitude's bits of a float: sign cleared; above 0x7f800000 (infinity) a NaN. */

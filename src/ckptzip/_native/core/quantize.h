@@ -15,6 +15,11 @@ size_t ckz_compact_nonzero(const void *x, size_t elem_size, size_t n, void *out)
  * elem_size. */
 size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n);
 
+/* Whether a[i] == b[i] for each of n floats (elem_size 4) or doubles (8), as the floats compare
+ * (-0.0 equals 0.0, a NaN equals nothing): torch's (a == b).all(), stopping at the first block
+ * of 256 elements that differs. -1 for a bad elem_size. */
+int ckz_floats_equal(const void *a, const void *b, size_t elem_size, size_t n);
+
 /* The k-th smallest (from 0, k < n) of the magnitudes |x[i]| of n floats, into *out: the value of
  * torch's x.abs().kthvalue(k + 1), and its median() at k = (n - 1) / 2. A radix selection over
  * the magnitudes' bits (those of non-negative floats order as the floats do), three passes,

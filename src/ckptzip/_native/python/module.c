@@ -1051,6 +1051,42 @@ static PyObject *py_count_nonzero(PyObject *self, PyObject *args, PyObject *kw) 
     return result;
 }
 
+PyDoc_STRVAR(floats_equal_doc,
+             "floats_equal(a, b, elem_size) -> bool\n\n"
+             "Whether the floats (elem_size 4) or doubles (8) a and b, of one length, are equal\n"
+             "element by element as floats compare (-0.0 == 0.0, a NaN equals nothing): torch's\n"
+             "(a == b).all(), without its boolean copy, stopping at the first block that differs.");
+
+static PyObject *py_floats_equal(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"a", "b", "elem_size", NULL};
+    PyObject *ao, *bo;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOl:floats_equal", kwlist, &ao, &bo, &elem_size))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer a, b;
+    if (get_buffer(ao, &a, 0, "a")) return NULL;
+    if (get_buffer(bo, &b, 0, "b")) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (a.len != b.len) {
+        PyErr_Format(PyExc_ValueError, "a holds %zd bytes and b %zd: compare tensors of one size",
+                     a.len, b.len);
+    } else if (check_len(a.len, elem_size, "a") == 0) {
+        int same;
+        Py_BEGIN_ALLOW_THREADS
+        same = ckz_floats_equal(a.buf, b.buf, (size_t)elem_size, (size_t)a.len / (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(same == 1);
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return result;
+}
+
 PyDoc_STRVAR(kth_magnitude_doc,
              "kth_magnitude(src, k) -> float | None\n\n"
              "The k-th smallest (from 0) of the magnitudes of the float32 values src: torch's\n"
@@ -2179,6 +2215,7 @@ static PyMethodDef methods[] = {
     KW("table_lookup", py_table_lookup, table_lookup_doc),
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("count_nonzero", py_count_nonzero, count_nonzero_doc),
+    KW("floats_equal", py_floats_equal, floats_equal_doc),
     KW("kth_magnitude", py_kth_magnitude, kth_magnitude_doc),
     KW("sort_floats", py_sort_floats, sort_floats_doc),
     KW("spread_gather", py_spread_gather, spread_gather_doc),
