@@ -19,7 +19,18 @@
  *   at a marked element;
  * - base_ratios (ratio.h) refuses exactly the non-zero values over a base that is zero,
  *   negative or not finite, gives 0 at zeros, and ratio_restore gives the value back within
- *   two float roundings where it is normal; sqrt_error_squares is never negative.
+ *   two float roundings where it is normal; sqrt_error_squares is never negative;
+ * - the later stages' decode passes, on the data's floats (check_later_stages, session 38):
+ *   residual_add gives the base's bits where the difference is zero (either sign) and the float
+ *   sum elsewhere, in place on either input as well; keep_changed keeps exactly the marked
+ *   elements (the most significant bit first) and +0.0 elsewhere, in place too; step_quotients
+ *   refuses exactly the non-zero values over a scale that is zero, negative or not finite, and
+ *   step_restore gives the value back within two float roundings where it is normal, refuses a
+ *   bad element size and a non-zero step over a negative scale; mask_scatter accepts exactly the
+ *   masks that mark `count` elements and puts the values there, in order, and mask_gather takes
+ *   them back; floats_equal and count_nonzero agree with the element-by-element answer (and
+ *   refuse a bad element size); kth_magnitude gives the k-th smallest magnitude of a copy
+ *   sorted here, or refuses a NaN or k beyond n.
  * Any outcome but a crash or a sanitizer report is fine otherwise.
  */
 #include <math.h>
@@ -29,6 +40,7 @@
 
 #include "common.h"
 #include "dither.h"
+#include "masks.h"
 #include "quantize.h"
 #include "ratio.h"
 #include "search.h"
@@ -41,6 +53,124 @@ static double finite_or_zero(double v) { return isfinite(v) ? v : 0.0; }
 static int ascending(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static int ascending_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int same_float(float a, float b) {
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* The decode passes of the stages added after session 16 (masks.h, ratio.h's steps, quantize.h's
+ * support scatter and checks), on the data read as n floats: x the data, y the same data one
+ * float on, the mask its first bytes. */
+static void check_later_stages(const uint8_t *data, size_t size, unsigned control) {
+    size_t n = size / 4 > 1 ? size / 4 - 1 : 0;
+    float *x = malloc(n * 4 + 8), *y = malloc(n * 4 + 8), *out = malloc(n * 4 + 8);
+    float *again = malloc(n * 4 + 8);
+    memcpy(x, data, n * 4);
+    memcpy(y, data + 4, n * 4);
+
+    /* lossy residual: the base y plus the difference x */
+    ckz_residual_add(y, x, n, out);
+    for (size_t i = 0; i < n; i++) {
+        float expected = x[i] == 0.0f ? y[i] : y[i] + x[i];
+        if (!same_float(out[i], expected)) abort();
+    }
+    memcpy(again, x, n * 4);
+    ckz_residual_add(y, again, n, again);  /* into the difference's memory */
+    if (memcmp(again, out, n * 4)) abort();
+    memcpy(again, y, n * 4);
+    ckz_residual_add(again, x, n, again);  /* into the base's memory */
+    if (memcmp(again, out, n * 4)) abort();
+
+    /* zeros: a change mask over x, the data's bytes from the start */
+    ckz_keep_changed(x, data, n, out);
+    for (size_t i = 0; i < n; i++) {
+        int marked = data[i / 8] >> (7 - i % 8) & 1u;
+        float expected = marked ? x[i] : 0.0f;
+        if (memcmp(&out[i], &expected, sizeof expected)) abort();
+    }
+    memcpy(again, x, n * 4);
+    ckz_keep_changed(again, data, n, again);
+    if (memcmp(again, out, n * 4)) abort();
+
+    /* the step coding: x over sqrt(y), and back */
+    int has_steps = ckz_step_quotients(x, y, n, out) == 0, usable = 1;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f && !(isfinite(y[i]) && y[i] > 0.0f)) usable = 0;
+    if (has_steps != usable) abort();
+    if (has_steps) {
+        if (ckz_step_restore(out, 4, y, n, again)) abort();
+        for (size_t i = 0; i < n; i++) {
+            if (x[i] == 0.0f) {
+                if (out[i] != 0.0f || again[i] != 0.0f) abort();
+            } else if (isnormal(x[i]) && isnormal(out[i]) && isnormal(again[i])
+                       && fabsf(again[i] - x[i]) > fabsf(x[i]) * 0x1p-22f) {
+                abort();
+            }
+        }
+    }
+    if (ckz_step_restore(x, 3, y, n, again) != -1) abort();
+    int damaged = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f && !(isfinite(y[i]) && y[i] >= 0.0f)) damaged = 1;
+    int restored = ckz_step_restore(x, 4, y, n, again);
+    if ((restored == -2) != damaged || (restored != 0 && restored != -2)) abort();
+
+    /* the support stage: values scattered at a mask's marked elements (a byte each), and back */
+    size_t marked = 0;
+    for (size_t i = 0; i < n; i++) marked += data[i] != 0;
+    size_t count = marked + (control >> 1 & 1);  /* one more than marked, sometimes */
+    if (count > n) count = n;
+    int scattered = ckz_mask_scatter(y, count, data, 4, n, out);
+    if ((scattered == 0) != (count == marked)) abort();
+    if (scattered == 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            float expected = data[i] ? y[k++] : 0.0f;
+            if (memcmp(&out[i], &expected, sizeof expected)) abort();
+        }
+        /* gathered back: the same values, unless a marked value is zero where the mask
+         * says so (a gather refuses only non-zeros outside the mask) */
+        long gathered = ckz_mask_gather(out, data, 4, n, again, n);
+        if (gathered != (long)count || memcmp(again, y, count * 4)) abort();
+    }
+
+    /* the checks: floats_equal and count_nonzero against the element-by-element answer */
+    int equal = 1;
+    size_t nonzero = 0, bytes_nonzero = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(x[i] == y[i])) equal = 0;
+        nonzero += x[i] != 0.0f;
+    }
+    for (size_t i = 0; i < size; i++) bytes_nonzero += data[i] != 0;
+    int self = 1;  /* x equals itself unless it holds a NaN */
+    for (size_t i = 0; i < n; i++) self &= x[i] == x[i];
+    if (ckz_floats_equal(x, y, 4, n) != equal || ckz_floats_equal(x, x, 4, n) != self) abort();
+    if (ckz_floats_equal(x, y, 3, n) != -1) abort();
+    if (ckz_count_nonzero(x, 4, n) != nonzero || ckz_count_nonzero(data, 1, size) != bytes_nonzero)
+        abort();
+    if (ckz_count_nonzero(x, 3, n) != (size_t)-1) abort();
+
+    /* the k-th magnitude: against a sorted copy of the magnitudes */
+    int has_nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        again[i] = fabsf(x[i]);
+        has_nan |= isnan(x[i]);
+    }
+    size_t k = n ? (size_t)(data[0] | data[1] << 8) % (n + 1) : 0;  /* k == n sometimes */
+    float kth = -1.0f;
+    int selected = ckz_kth_magnitude(x, n, k, &kth);
+    if ((selected == 0) != (k < n && !has_nan)) abort();
+    if (selected == 0) {
+        qsort(again, n, sizeof(float), ascending_float);
+        if (memcmp(&kth, &again[k], sizeof kth)) abort();
+    }
+    free(x), free(y), free(out), free(again);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -232,5 +362,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(x), free(base), free(restored), free(ratios);
     free(out), free(values), free(thresholds), free(codes), free(pruned), free(shifted);
     free(compact), free(decoded);
+    check_later_stages(data, size, control);
     return 0;
 }
