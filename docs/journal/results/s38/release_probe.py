@@ -4,7 +4,11 @@ thread to give it back. usage: release_probe.py"""
 import threading, time, torch, resource, numpy as np, sys
 torch.set_num_threads(1)
 a = torch.ones(384, 1536); s = torch.ones(64); arr = np.ones(1000, np.float32)
-ops = {"item": lambda: s[3:4].item(), "s.item": lambda: s.sum().item(), "tolist": lambda: s.tolist(), "view": lambda: a.view(-1),
+ops = {"numpy": lambda: a.numpy(), "reshape": lambda: a.reshape(-1), "torch.empty": lambda: torch.empty(100), "getitem": lambda: a[:, :8],
+       "float()": lambda: float(s[0]), "from_numpy": lambda: torch.from_numpy(arr), "contiguous": lambda: a.contiguous(), "np_sum_small": lambda: arr.sum(),
+       "np.linalg.solve 8x8": (lambda A=np.eye(8) + 0.1, B=np.ones((8, 50)): np.linalg.solve(A, B)),
+       "torch.linalg.solve 8x8": (lambda A=torch.eye(8, dtype=torch.float64) + 0.1, B=torch.ones((8, 50), dtype=torch.float64): torch.linalg.solve(A, B)),
+       "item": lambda: s[3:4].item(), "s.item": lambda: s.sum().item(), "tolist": lambda: s.tolist(), "view": lambda: a.view(-1),
        "untyped_storage": lambda: a.untyped_storage(),
        "data_ptr": lambda: a.data_ptr(), "shape": lambda: a.shape, "numel": lambda: a.numel(), "detach": lambda: a.detach(),
        "is_cpu": lambda: a.is_cpu, "dtype": lambda: a.dtype, "requires_grad": lambda: a.requires_grad, "storage_offset": lambda: a.storage_offset(),
