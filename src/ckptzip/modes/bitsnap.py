@@ -143,7 +143,7 @@ class BitsnapPolicy(JointPolicy):
         decoded = undo(stages, array, context)  # what a reader will decode
         update, error = distance(leaf.tensor, w_base), distance(decoded, leaf.tensor)
         bound = no_worse(leaf.dtype.itemsize) * update
-        rel_delta = delta_error(leaf.tensor, decoded, w_base, error=error, update=update)
+        rel_delta = delta_error(error, update)
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=kept, rel_delta=rel_delta, bound=bound,
                                   error=error),

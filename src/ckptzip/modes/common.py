@@ -161,14 +161,9 @@ def finished(encoded: Encoded) -> Encoded | Exact:
     return encoded if within else Exact()
 
 
-def delta_error(original: torch.Tensor, decoded: torch.Tensor, base: torch.Tensor, *,
-                error: float | None = None, update: float | None = None) -> float:
-    """The error relative to the update since the base: ``|x^ - x| / |x - base|``. ``error``
-    (``|x^ - x|``) and ``update`` (``|x - base|``): where the caller has them already."""
-    if update is None:
-        update = distance(original, base)
-    if error is None:
-        error = distance(decoded, original)
+def delta_error(error: float, update: float) -> float:
+    """The error relative to the update since the base, ``|x^ - x| / |x - base|``, from the
+    two norms (``error`` and ``update``) the caller has taken already."""
     return error / update if update else float(error > 0)
 
 
@@ -733,8 +728,8 @@ def finish_decoded(
     update = distance(reference, base) if residual and base is not None else None
     if bound is None:
         bound = no_worse(leaf.dtype.itemsize) * (magnitude(reference) if update is None else update)
-    if residual and base is not None:
-        more["rel_delta"] = delta_error(reference, decoded, base, error=error, update=update)
+    if update is not None:  # a residual against a base
+        more["rel_delta"] = delta_error(error, update)
     record = error_record(reference, decoded, bound=bound, error=error, **more)
     return (Encoded(coded(stages, array), array, {"error": record},
                     uses_base=residual or ratio is not None), decoded)
