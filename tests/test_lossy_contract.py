@@ -479,7 +479,7 @@ def test_a_pairing_that_cannot_work_is_refused_at_save_time(tmp_path):
     trainer = Trainer(SETUPS["adamw-defaults"])
     trainer.train(1)
     with pytest.raises(ConfigError, match="pairing must map"):
-        ckptzip.CheckpointManager(tmp_path / "a", mode="excp", pairing={"x": "0"})
+        ckptzip.CheckpointManager(tmp_path / "a", mode="excp", pairing={"x": 0.5})
     with ckptzip.CheckpointManager(tmp_path / "b", mode="adaptive",
                                    pairing={"model.nope.weight": 0}) as manager:
         with pytest.raises(ConfigError, match="names no float weight"):
@@ -715,3 +715,218 @@ def test_on_a_device_a_changed_moment_is_not_copied_whole_to_the_host(tmp_path, 
                     "optimizer.state.1.exp_avg": True, "optimizer.state.1.exp_avg_sq": False}
     # its first HEAD_CHECK_BYTES are all of this second moment: only the equal moment is copied
     assert copied == ["optimizer.state.1.exp_avg"]
+
+
+# Cases a demanding user met (session 39's hunt): each failed before its fix.
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_a_tensor_never_negative_never_decodes_negative(tmp_path, mode):
+    """BatchNorm's running variance, coded lossy by default: the L2 bound let the adaptive mode's
+    rounding take small variances below zero (43 of 256 channels here), and the model evaluated
+    from the checkpoint gave NaN. A tensor with no negative value now decodes to none."""
+    torch.manual_seed(0)
+    channels = 256
+    scale = torch.logspace(-0.5, 1, channels)  # variances 0.1 .. 100 across channels
+    norm = nn.BatchNorm1d(channels)
+    previous = None
+    for k in range(8):
+        for _ in range(5):
+            norm(torch.randn(64, channels) * scale * (1 + 0.3 * torch.rand(1)))
+        state = {"model": norm.state_dict()}
+        ckptzip.save(state, tmp_path / f"{k}.ckz", mode=mode, base=previous)
+        previous = tmp_path / f"{k}.ckz"
+    variance = ckptzip.load(previous)["model"]["running_var"]
+    assert not bool((variance < 0).any())
+    probe = nn.BatchNorm1d(channels).eval()
+    probe.load_state_dict(ckptzip.load(previous)["model"])
+    assert bool(torch.isfinite(probe(torch.randn(8, channels) * scale)).all())
+
+
+def _named_optimizer_states(mode: str, tmp_path) -> tuple[dict[str, object], list[str]]:
+    """Three checkpoints of a model and AdamW as torch.distributed.checkpoint's
+    get_state_dict lays them out (the optimizer's states keyed by parameter name); the last one
+    decoded, and each moment's first stage in it."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
+    inputs = torch.randn(512, 64)
+    previous = None
+    for k in range(3):
+        for _ in range(5):
+            batch = inputs[torch.randint(0, 512, (16,))]
+            loss = (model(batch) - batch).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        path = tmp_path / f"{mode}{k}.ckz"
+        ckptzip.save({"model": model_state, "optimizer": optimizer_state}, path, mode=mode,
+                     base=previous)
+        previous = path
+    with ckptzip.open(previous) as checkpoint:
+        first = [type(leaf.pipeline.transforms[0]).__name__ for leaf in checkpoint.leaves
+                 if leaf.name.endswith(("exp_avg", "exp_avg_sq")) and leaf.pipeline.transforms]
+    return ckptzip.load(previous), first
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_optimizer_states_keyed_by_parameter_name_are_moments(tmp_path, mode):
+    """get_state_dict keys the optimizer's states by parameter name (``state["0.weight"]``):
+    they were taken for weights, coded as residuals, and exp_avg_sq decoded below zero (NaN on
+    the next Adam step). They are now Adam's moments, paired with their weights by name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # paired by name: no PairingWarning
+        decoded, first = _named_optimizer_states(mode, tmp_path)
+    assert first and "LossyResidual" not in first
+    for name, states in decoded["optimizer"]["state"].items():
+        assert not bool((states["exp_avg_sq"] < 0).any()), name
+        assert torch.equal(states["step"], torch.tensor(15.0))
+
+
+def test_pairing_by_name_and_its_refusals():
+    """Optimizer states keyed by name pair with the weight whose last key is that name; a name
+    no weight has is left on its own with a warning; a dict of the model's called ``state`` is
+    not an optimizer's."""
+    from ckptzip.dtypes import from_name
+    from ckptzip.modes.pairing import PairingWarning, group_state, optimizer_state_key
+    from ckptzip.tree import Leaf
+
+    def leaf(*path: object, shape: tuple[int, ...] = (8, 4)) -> Leaf:
+        return Leaf(".".join(map(str, path)), path, from_name("float32"), shape, torch.zeros(shape))
+
+    leaves = [leaf("model", "0.weight"), leaf("model", "1.weight", shape=(4, 8)),
+              leaf("optim", "state", "0.weight", "exp_avg"),
+              leaf("optim", "state", "0.weight", "exp_avg_sq"),
+              leaf("optim", "state", "1.weight", "exp_avg", shape=(4, 8))]
+    groups = group_state(leaves, None, "excp")
+    assert {(g.weight, g.exp_avg, g.exp_avg_sq) for g in groups} == {(0, 2, 3), (1, 4, None)}
+    with pytest.warns(PairingWarning, match="2.weight"):
+        groups = group_state([*leaves, leaf("optim", "state", "2.weight", "exp_avg")], None, "excp")
+    assert (None, 5, None) in {(g.weight, g.exp_avg, g.exp_avg_sq) for g in groups}
+    assert optimizer_state_key(leaf("state", "model", "layer.weight")) is None
+    assert optimizer_state_key(leaf("optim", "state", "layer.weight", "momentum_buffer")) == "momentum_buffer"
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_fp8_tensors_stay_exact_in_lossy_deltas(tmp_path, mode):
+    """An fp8 tensor made every lossy delta fail with torch's promotion error; fp8 stays
+    lossless (a byte an element already) and the rest is coded as before."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(64, 64, generator=generator)
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        first = {"w": weight, "q": torch.randn(64, 64, generator=generator).to(dtype)}
+        second = {"w": weight + 0.01 * torch.randn(64, 64, generator=generator),
+                  "q": (first["q"].float() * 1.5).to(dtype)}
+        ckptzip.save(first, tmp_path / "a.ckz", mode=mode)
+        ckptzip.save(second, tmp_path / "b.ckz", mode=mode, base=tmp_path / "a.ckz")
+        decoded = ckptzip.load(tmp_path / "b.ckz")
+        assert decoded["q"].dtype == dtype
+        assert torch.equal(decoded["q"].view(torch.uint8), second["q"].view(torch.uint8))
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_a_signed_exp_avg_sq_stays_exact_with_a_warning(tmp_path, mode):
+    """A custom optimizer's signed statistic called ``exp_avg_sq``: the adaptive and BitSnap
+    modes refused the whole save ("the log domain needs positive values"); it now stays
+    lossless, named in a warning, and the rest is coded lossy."""
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(64, 64, generator=generator)]
+    weights.append(weights[0] + 0.01 * torch.randn(64, 64, generator=generator))
+
+    def state(w: torch.Tensor, step: float) -> dict[str, object]:
+        return {"model": {"w": w}, "optimizer": {
+            "state": {0: {"step": torch.tensor(step), "exp_avg": 1e-3 * w,
+                          "exp_avg_sq": -1e-6 * (w * w + step)}},
+            "param_groups": [{"params": [0], "betas": (0.9, 0.999)}]}}
+
+    ckptzip.save(state(weights[0], 1.0), tmp_path / "a.ckz", mode=mode)
+    second = state(weights[1], 2.0)
+    with pytest.warns(UnhandledStateWarning, match="optimizer.state.0.exp_avg_sq"):
+        ckptzip.save(second, tmp_path / "b.ckz", mode=mode, base=tmp_path / "a.ckz")
+    decoded = ckptzip.load(tmp_path / "b.ckz")
+    assert torch.equal(decoded["optimizer"]["state"][0]["exp_avg_sq"],
+                       second["optimizer"]["state"][0]["exp_avg_sq"])  # type: ignore[index]
+    with ckptzip.open(tmp_path / "b.ckz") as checkpoint:
+        assert any(leaf.name == "model.w" and "error" in leaf.extra for leaf in checkpoint.leaves)
+
+
+@pytest.mark.parametrize("mode", LOSSY)
+def test_values_whose_squares_overflow_float32(tmp_path, mode):
+    """Weights near 1e20 (finite): BitSnap's training-stage measure summed their squares in
+    float32, got inf / inf, and the header's NaN failed the save with a bare ValueError."""
+    generator = torch.Generator().manual_seed(0)
+    first = 1e20 * torch.randn(64, 64, generator=generator)
+    second = first + 1e18 * torch.randn(64, 64, generator=generator)
+    ckptzip.save({"w": first}, tmp_path / "a.ckz", mode=mode)
+    ckptzip.save({"w": second}, tmp_path / "b.ckz", mode=mode, base=tmp_path / "a.ckz")
+    decoded = ckptzip.load(tmp_path / "b.ckz")["w"]
+    assert float((decoded - second).norm()) <= float((second - first).norm())
+
+
+def test_resumed_must_be_a_bool(tmp_path):
+    """``resumed="no"`` (a config file's string) read as True, the setting that lets errors
+    grow when it does not hold; save and dumps now refuse anything but a bool."""
+    state = {"w": torch.randn(32, 32)}
+    ckptzip.save(state, tmp_path / "a.ckz", mode="adaptive")
+    for bad in ("no", "False", 0.0, None):
+        with pytest.raises(ConfigError, match="resumed must be True or False"):
+            ckptzip.save(state, tmp_path / "b.ckz", mode="adaptive", base=tmp_path / "a.ckz",
+                         resumed=bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="resumed must be True or False"):
+            ckptzip.dumps(state, mode="adaptive", base=tmp_path / "a.ckz", resumed=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "b.ckz").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_loading_onto_a_device_torch_lacks_names_the_file(tmp_path):
+    ckptzip.save({"w": torch.randn(8)}, tmp_path / "a.ckz")
+    with pytest.raises(ckptzip.Error, match=r"a\.ckz: cannot load onto cuda"):
+        ckptzip.load(tmp_path / "a.ckz", map_location="cuda")
+
+
+def test_the_guard_judges_non_finite_scores_and_leaves_nothing_unjudged(tmp_path, caplog):
+    """A decoded state scored inf or NaN is the largest gap there is: the checkpoint is
+    rewritten losslessly (it raised and left the lossy file restorable). A true state scored
+    inf cannot judge anything: rewritten too, with a warning. A guard that returns no number
+    raises, after the rewrite."""
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(64, 32, generator=generator)]
+    for _ in range(3):
+        weights.append(weights[-1] + 0.01 * torch.randn(64, 32, generator=generator))
+    with caplog.at_level("WARNING", logger="ckptzip"):
+        with ckptzip.CheckpointManager(tmp_path, mode="adaptive", async_save=False) as manager:
+            manager.save(0, {"w": weights[0]})
+        calls: list[tuple[int, object]] = []
+
+        def decoded_worse(state: dict[str, torch.Tensor]) -> object:
+            exact = torch.equal(state["w"], weights[len(calls) // 2 + 1])
+            value = 1.0 if exact else [math.inf, math.nan][len(calls) // 2]
+            calls.append((len(calls), value))
+            return value
+
+        with ckptzip.CheckpointManager(tmp_path, mode="adaptive", guard=decoded_worse,
+                                       async_save=False) as manager:
+            manager.save(1, {"w": weights[1]})
+            manager.save(2, {"w": weights[2]})
+            assert manager.guard_rewrites == 2
+        for step in (1, 2):
+            assert torch.equal(ckptzip.load(tmp_path / f"step-{step:08d}.ckz")["w"], weights[step])
+
+        def truth_inf(state: dict[str, torch.Tensor]) -> float:
+            return math.inf
+
+        with ckptzip.CheckpointManager(tmp_path, mode="adaptive", guard=truth_inf,
+                                       async_save=False) as manager:
+            manager.save(3, {"w": weights[3]})
+            assert manager.guard_rewrites == 1
+        assert "cannot be judged" in caplog.text
+        assert torch.equal(ckptzip.load(tmp_path / "step-00000003.ckz")["w"], weights[3])
+
+        with (ckptzip.CheckpointManager(tmp_path, mode="adaptive", guard=lambda s: "bad",
+                                        async_save=False) as manager,
+              pytest.raises(ckptzip.Error, match="must return a number")):
+            manager.save(4, {"w": weights[3] + 1e-3})
+        assert torch.equal(ckptzip.load(tmp_path / "step-00000004.ckz")["w"], weights[3] + 1e-3)

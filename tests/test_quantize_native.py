@@ -884,6 +884,31 @@ def test_equal_is_torchs_all_of_equal(dtype: torch.dtype) -> None:
             N.floats_equal(matrix.numpy(), matrix[:10].numpy(), matrix.element_size())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_has_negative_is_torchs_any_below_zero(dtype: torch.dtype) -> None:
+    """The native check is torch's (x < 0).any(): -0.0 and NaN are not below zero, one negative
+    anywhere (the first element, the last, a block's tail, a subnormal) is found; strided views
+    and dtypes it does not scan go to torch."""
+    from ckptzip import hostpath
+
+    generator = torch.Generator().manual_seed(5)
+    for n in (0, 1, 255, 256, 257, 1000, 70001):
+        x = torch.rand(n, generator=generator).to(dtype)
+        x[::7] = -0.0
+        if n:
+            x[n // 3] = float("nan")
+        assert hostpath.has_negative(x) is False
+        for where in sorted(i for i in {0, n // 2, 255, 256, n - 1} if 0 <= i < n):
+            y = x.clone()
+            y[where] = -1e-40 if dtype is not torch.float16 else -1e-7
+            assert hostpath.has_negative(y) is bool((y < 0).any()) is True
+    matrix = torch.rand(64, 48, generator=generator).to(dtype)
+    matrix[63, 0] = -1.0
+    assert hostpath.has_negative(matrix.T) and not hostpath.has_negative(matrix.T[:, :63])
+    with pytest.raises(ValueError):
+        N.has_negative(np.zeros(4, dtype=np.uint8), 3)
+
+
 #: A child's digest of every element-wise float kernel's outputs (the lossy stages' passes) on
 #: awkward inputs: lengths around the vectors' and blocks' widths, signed zeros, NaN, infinities,
 #: subnormals and scales that are zero or negative.

@@ -59,27 +59,43 @@ class FidelityGuard:
         return sum(event.rewritten for event in self.events)
 
     def _evaluate(self, state: Any, what: str, step: int) -> float:
+        """The guard's figure for ``state`` as a float (an infinity or a NaN included); an Error
+        where it returns no number at all."""
         value = self.function(state)
         try:
-            number = float(value)
+            return float(value)
         except (TypeError, ValueError):
-            number = math.nan
-        if not math.isfinite(number):
-            raise Error(f"step {step}: the fidelity guard returned {value!r} for the {what} state; "
-                        f"it must return a finite number (a loss on a fixed batch)")
-        return number
+            raise Error(f"step {step}: the fidelity guard returned {value!r:.80} for the {what} "
+                        f"state; it must return a number (a loss on a fixed batch)") from None
 
     def check(self, step: int, true_state: Any, decoded_state: Any,
               rewrite: Callable[[], object]) -> GuardEvent:
-        """Judge one checkpoint; ``rewrite()`` writes it again losslessly when it fails."""
-        truth = self._evaluate(true_state, "true", step)
-        decoded = self._evaluate(decoded_state, "decoded", step)
-        gap = (decoded - truth) / max(abs(truth), 1e-30)
-        failed = gap > self.max_gap
+        """Judge one checkpoint; ``rewrite()`` writes it again losslessly when it fails. A
+        decoded state that scores an infinity or a NaN where the true one scores a finite number
+        fails; where the true one scores none, or the guard raises or returns no number, the
+        checkpoint cannot be judged and is rewritten too (then the guard's error is raised):
+        no lossy checkpoint stays unjudged."""
+        try:
+            truth = self._evaluate(true_state, "true", step)
+            decoded = self._evaluate(decoded_state, "decoded", step)
+        except BaseException:
+            rewrite()
+            raise
+        if not math.isfinite(truth):
+            gap, failed = math.nan, True
+            log.warning("ckptzip guard: step %d: the guard scored the true state %r, so the "
+                        "decoded one cannot be judged; rewritten losslessly", step, truth)
+        else:
+            # an infinite or NaN decoded score is the largest gap there is
+            gap = ((decoded - truth) / max(abs(truth), 1e-30) if math.isfinite(decoded)
+                   else math.inf)
+            failed = gap > self.max_gap
+            if failed:
+                log.warning("ckptzip guard: step %d decoded %.6g against %.6g (gap %+.3g%% > "
+                            "%.3g%%); rewritten losslessly", step, decoded, truth, 100 * gap,
+                            100 * self.max_gap)
         if failed:
             rewrite()
-            log.warning("ckptzip guard: step %d decoded %.6g against %.6g (gap %+.3g%% > %.3g%%); "
-                        "rewritten losslessly", step, decoded, truth, 100 * gap, 100 * self.max_gap)
         event = GuardEvent(step, truth, decoded, gap, failed)
         self.events.append(event)
         return event

@@ -102,6 +102,15 @@ def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
+def has_negative(tensor: torch.Tensor) -> bool:
+    """``bool((tensor < 0).any())`` (-0.0 and NaN are not below zero): for a host float32 or
+    float64 tensor one native pass without the boolean copy, stopping at the first block of 256
+    that holds a negative value (a weight's first); the same answer."""
+    if tensor.dtype in (torch.float32, torch.float64) and native(tensor):
+        return _native.has_negative(flat_array(tensor), tensor.element_size())
+    return bool((tensor < 0).any())
+
+
 def kth_magnitude(tensor: torch.Tensor, k: int) -> torch.Tensor:
     """``tensor.abs().kthvalue(k + 1).values`` of all its elements (the k-th smallest magnitude,
     from 0): a 0-dim tensor of its dtype. A host float32 tensor's is the native core's radix

@@ -218,6 +218,8 @@ def prepare(
     cached until the write. ``progress``: a bar on a terminal while the transforms run
     (minutes for a large state on a CPU). ``resumed``: the training that made ``state`` went
     on from ``base`` as decoded (see :func:`ckptzip.save`)."""
+    if not isinstance(resumed, bool):  # "no" from a config file would read as True
+        raise ConfigError(f"resumed must be True or False, not {resumed!r:.80}")
     policy = policy_for(mode, **(mode_options or {}))
     if isinstance(policy, JointPolicy):
         policy.observe_state(state)

@@ -131,8 +131,10 @@ class CheckpointFile:
             location = ref.path
             if location is None:
                 raise BaseMismatchError(
-                    f"{self.name}: this delta was coded against an in-memory state; pass that "
-                    f"state as base= to load it"
+                    f"{self.name}: this delta was coded against an in-memory base (a state or "
+                    f"a checkpoint's bytes) and needs it: pass that base as base= (a delta's "
+                    f"bytes are no base by themselves: pass their decoded state, "
+                    f"ckptzip.loads(delta, base=its_base))"
                 )
             path = resolve_relative(self.name, location)
             if not base_exists(path):
@@ -185,10 +187,10 @@ class CheckpointFile:
         return self._build(self.header.tree, map_location, progress=progress)
 
     def _build(self, node: Any, map_location: Any, progress: bool = False) -> Any:
+        device = _device(map_location, self.name)  # before any decoding: a device torch lacks
         wanted = {n.get("i") for _, n in leaf_refs(node)}
         valid = sorted(i for i in wanted if type(i) is int and 0 <= i < len(self.leaves))
         decoded = self.read_leaves(valid, progress=progress)
-        device = _device(map_location)
 
         def get_leaf(index: int) -> torch.Tensor:
             if index not in decoded:  # referenced where leaf_refs does not look (a key, metadata)
@@ -494,14 +496,23 @@ def _group(jobs: list[_Job], size_limit: int) -> Iterator[list[_Job]]:
         yield task
 
 
-def _device(map_location: Any) -> torch.device | None:
+def _device(map_location: Any, name: str) -> torch.device | None:
+    """The device ``map_location`` names (None: where the tensors are decoded, the host), once
+    torch has shown it can place a tensor there."""
     if map_location is None:
         return None
     try:
         device = torch.device(map_location)
     except (RuntimeError, TypeError):
         raise Error(f"map_location must be a device or device string, not {map_location!r}") from None
-    return None if device.type == "cpu" else device
+    if device.type == "cpu":
+        return None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:  # a CPU-only torch asserts for CUDA
+        raise Error(f"{name}: cannot load onto {device} ({error}); pass map_location='cpu', or "
+                    f"a device this process has") from None
+    return device
 
 
 class FileBase(Base):

@@ -225,7 +225,7 @@ class AdaptivePolicy(JointPolicy):
     state_roles = MOMENTUM_ROLES
 
     def __init__(self, error_budget: float | Mapping[str, float] | None = None,
-                 pairing: Mapping[str, int] | None = None,
+                 pairing: Mapping[str, int | str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = (), joint_restart: bool | None = None,
                  ratio_coding: bool = True, step_coding: bool = True) -> None:

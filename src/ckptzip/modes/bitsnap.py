@@ -46,6 +46,7 @@ from .common import (
     finish,
     finished,
     group_bytes,
+    magnitude,
     no_worse,
     role_of,
 )
@@ -76,7 +77,7 @@ class BitsnapPolicy(JointPolicy):
     mode = "bitsnap"
 
     def __init__(self, density: float = 1.0, moment_bits: int = 8,
-                 pairing: Mapping[str, int] | None = None,
+                 pairing: Mapping[str, int | str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = ()) -> None:
         if (type(density) not in (int, float) or not 0 < density <= 1
@@ -113,7 +114,10 @@ class BitsnapPolicy(JointPolicy):
         delta = hostpath.subtract(w, w_base).reshape(-1)
         role = role_of(leaf.name, len(leaf.shape))
         changed = float((delta != 0).float().mean())
-        rel = float(delta.norm()) / max(float(w.norm()), 1e-30)
+        delta_norm, weight_norm = float(delta.norm()), float(w.norm())
+        if not (math.isfinite(delta_norm) and math.isfinite(weight_norm)):  # past float32's range
+            delta_norm, weight_norm = magnitude(delta), magnitude(w)
+        rel = delta_norm / max(weight_norm, 1e-30)
         size_scale = min(2.0, max(0.5, math.sqrt(rel / self.stage.rel_update))) if (
             self.stage.rel_update > 0) else 1.0
         density = min(changed, self.density * ROLE_SCALE[role] * PHASE_SCALE[self.stage.phase]
@@ -176,9 +180,15 @@ def _group_stage(values: GroupValues) -> _GroupStage | None:
         scratch = hostpath.empty(w.shape, w.dtype) if native(w) else torch.empty_like(w)
     squares = delta.pow(2) if scratch is None else torch.pow(delta, 2, out=scratch)
     changed, delta_sq = hostpath.count_nonzero(delta), float(squares.sum())
+    # squares past float32's range (values beyond 1.8e19) make an infinite sum: those groups
+    # are summed in float64 instead (the others keep their figures, and their files)
+    if not math.isfinite(delta_sq):
+        delta_sq = magnitude(delta) ** 2
     moves = None
     if m is not None and v is not None:
         mean_sq = float(squares.mean())
+        if not math.isfinite(mean_sq):
+            mean_sq = delta_sq / delta.numel()
         if scratch is None or not (m.shape == v.shape == delta.shape
                                    and m.dtype == v.dtype == delta.dtype
                                    and m.device == v.device == delta.device):
@@ -188,6 +198,8 @@ def _group_stage(values: GroupValues) -> _GroupStage | None:
             direction = torch.div(m, direction, out=direction).pow_(2)
         moves = (mean_sq, float(direction.mean()))
     weight_sq = float((w.pow(2) if scratch is None else torch.pow(w, 2, out=scratch)).sum())
+    if not math.isfinite(weight_sq):
+        weight_sq = magnitude(w) ** 2
     return (changed, w.numel(), delta_sq, weight_sq, *(moves or (None, None)))
 
 

@@ -131,8 +131,9 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float 
                  error: float | None = None, **more: float) -> dict[str, float]:
     """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
     with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
-    up) and a ``within`` flag: whether the achieved error, unrounded, kept it. ``error``:
-    ``|x^ - x|``, where the caller has it already."""
+    up) and a ``within`` flag: whether the achieved error, unrounded, kept it, and the decoded
+    tensor kept the original's sign (:func:`keeps_sign`). ``error``: ``|x^ - x|``, where the
+    caller has it already."""
     norm = magnitude(original)
     if error is None:
         error = distance(decoded, original)
@@ -143,8 +144,18 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float 
     rounded = {k: float(f"{v:.4g}") for k, v in record.items()}
     if bound is not None:
         rounded["bound"] = round_up(bound / norm) if norm else float(bound > 0)
-        rounded["within"] = float(error <= bound)
+        rounded["within"] = float(error <= bound and keeps_sign(original, decoded))
     return rounded
+
+
+def keeps_sign(original: torch.Tensor, decoded: torch.Tensor) -> bool:
+    """Whether ``decoded`` has no negative value where ``original`` has none. A tensor that is
+    never negative (a variance such as BatchNorm's ``running_var``, Adam's ``exp_avg_sq`` where
+    it could not be told from a weight) may feed a square root or a log: the L2 bound allows a
+    small value to round below zero, this does not (a plan that misses it is stored bit-exact).
+    Costs a block of each of the two where both have a negative value near their start (nearly
+    every weight); one pass over a decoded tensor that has none (a second moment)."""
+    return not hostpath.has_negative(decoded) or hostpath.has_negative(original)
 
 
 def honoured(encoded: Encoded) -> bool:
@@ -258,16 +269,17 @@ class JointPolicy(LosslessPolicy):
         ``values`` without the tensors kept as unchanged."""
         return False
 
-    def __init__(self, pairing: Mapping[str, int] | None = None,
+    def __init__(self, pairing: Mapping[str, int | str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = ()) -> None:
         super().__init__(chunk_bytes)
         if scope not in SCOPES:
             raise ConfigError(f"{self.mode}: scope must be one of {SCOPES}, not {scope!r}")
         if pairing is not None and not (isinstance(pairing, Mapping) and all(
-                isinstance(k, str) and type(v) is int for k, v in pairing.items())):
+                isinstance(k, str) and type(v) in (int, str) for k, v in pairing.items())):
             raise ConfigError(f"{self.mode}: pairing must map weight names (as `ckptzip inspect` "
-                              f"lists them) to optimizer state indices, not {pairing!r:.80}")
+                              f"lists them) to optimizer state keys (indices, or parameter names), "
+                              f"not {pairing!r:.80}")
         if isinstance(keep_exact, str) or not all(isinstance(p, str) for p in keep_exact):
             raise ConfigError(f"{self.mode}: keep_exact must be a list of glob patterns of tensor "
                               f"names (such as 'model.ema.*'), not {keep_exact!r}")
@@ -278,9 +290,9 @@ class JointPolicy(LosslessPolicy):
         self.resumed = False
         #: The next added leaf's provisional index, per planning thread (:meth:`add_leaf`).
         self._numbering = threading.local()
-        #: Adam's ``beta2`` by (optimizer root path, parameter index), as the state's optimizer
-        #: dicts say (:meth:`observe_state`); empty where unknown.
-        self.betas: dict[tuple[tuple[object, ...], int], float] = {}
+        #: Adam's ``beta2`` by (optimizer root path, parameter index or name), as the state's
+        #: optimizer dicts say (:meth:`observe_state`); empty where unknown.
+        self.betas: dict[tuple[tuple[object, ...], int | str], float] = {}
 
     def observe_state(self, state: Any) -> None:
         """Read what the state says of its optimizers (their ``betas``) before planning it."""
@@ -424,6 +436,15 @@ class JointPolicy(LosslessPolicy):
         tensors = (values.w, values.w_base, values.m, values.v)
         if not all(_all_finite(t) for t in tensors if t is not None):
             return None
+        if values.v is not None and hostpath.has_negative(values.v):
+            # no Adam second moment (a custom optimizer's signed statistic of that name): the
+            # modes' log-domain codings and step arithmetic need v >= 0, so it stays as it is
+            assert group.exp_avg_sq is not None
+            kept[group.exp_avg_sq] = Exact()
+            values.v = None
+            warnings.warn(f"{leaves[group.exp_avg_sq].name}: an exp_avg_sq with negative values "
+                          f"is not Adam's second moment; stored lossless, not as {self.mode} "
+                          f"deltas", UnhandledStateWarning, stacklevel=2)
         self._keep_unchanged(leaves, values, base, kept)
         return values
 

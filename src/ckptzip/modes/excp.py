@@ -37,7 +37,7 @@ class ExcpPolicy(JointPolicy):
     mode = "excp"
 
     def __init__(self, alpha: float = 5e-5, beta: float = 2.0, bits: int = 4,
-                 pairing: Mapping[str, int] | None = None,
+                 pairing: Mapping[str, int | str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, scope: str = "floats",
                  keep_exact: Sequence[str] = ()) -> None:
         if (type(alpha) not in (int, float) or not 0 < alpha < float("inf")

@@ -8,8 +8,10 @@ parameters (tied ones once, frozen ones left out) in one ordered run, or two (we
 no decay, as the HF Trainer and nanoGPT make them); they are paired by matching shapes along the
 model's order, trying each split into two runs. Equal shapes in both groups could be told apart
 only by the optimizer's ``param_groups``: pass ``pairing`` for layouts of more groups. An
-explicit ``pairing`` (weight name -> optimizer state index) overrides this; where neither
-works, the moments are coded on their own, with a warning.
+optimizer state keyed by parameter names instead (``torch.distributed.checkpoint.state_dict.
+get_state_dict``'s layout: ``state["0.weight"]["exp_avg"]``) pairs each name with the weight
+whose last key is that name. An explicit ``pairing`` (weight name -> optimizer state index or
+name) overrides this; where neither works, the moments are coded on their own, with a warning.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ ADAM_ROLES: Mapping[str, str] = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq
 MOMENTUM_ROLES: Mapping[str, str] = {**ADAM_ROLES, "momentum_buffer": "exp_avg"}
 #: Float tensors smaller than this stay lossless: nothing to gain, and statistics are meaningless.
 MIN_LOSSY_ELEMENTS = 16
+#: The per-parameter states of torch.optim's optimizers, by their keys: under a ``state`` dict
+#: keyed by parameter names (not indices), a leaf is taken for an optimizer state only when its
+#: key is one of these, so that a model's own dict called ``state`` is not.
+TORCH_STATE_KEYS = frozenset({
+    "step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg",
+    "grad_avg", "acc_delta", "exp_inf", "mu_product", "eta", "mu", "ax", "prev", "step_size",
+})
 
 
 class PairingWarning(UserWarning):
@@ -44,8 +53,9 @@ class Group:
     weight: int | None = None
     exp_avg: int | None = None
     exp_avg_sq: int | None = None
-    #: The optimizer's index of the parameter, when the moments come from an optimizer state.
-    param_id: int | None = None
+    #: The optimizer's index (or name) of the parameter, when the moments come from an
+    #: optimizer state.
+    param_id: int | str | None = None
 
     def members(self) -> tuple[int, ...]:
         """The leaf indices the group has: its weight, then its moments."""
@@ -53,25 +63,27 @@ class Group:
 
 
 def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
-               ) -> tuple[tuple[object, ...], int, str] | None:
+               ) -> tuple[tuple[object, ...], int | str, str] | None:
     """``(optimizer root path, parameter index, moment)`` for a leaf like
     ``optimizer.state.3.exp_avg`` whose state key ``roles`` names (the moment: its role)."""
     key = optimizer_state_key(leaf)
     if key is None or key not in roles:
         return None
-    return leaf.path[:-3], leaf.path[-2], roles[key]
+    param = leaf.path[-2]
+    assert isinstance(param, (int, str))  # optimizer_state_key saw to it
+    return leaf.path[:-3], param, roles[key]
 
 
 #: How deep :func:`second_moment_betas` looks for optimizer state dicts.
 BETAS_DEPTH = 6
 
 
-def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int], float]:
+def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int | str], float]:
     """``beta2`` by ``(optimizer root path, parameter index)``, read from each optimizer state
     dict in ``state`` (a dict with ``state`` and ``param_groups``, whose groups list their
     ``params`` and ``betas``, as torch's Adam and AdamW save them), at most
     :data:`BETAS_DEPTH` levels down; nothing where no group says."""
-    found: dict[tuple[tuple[object, ...], int], float] = {}
+    found: dict[tuple[tuple[object, ...], int | str], float] = {}
 
     def visit(node: Any, path: tuple[object, ...]) -> None:
         if len(path) > BETAS_DEPTH:
@@ -85,7 +97,7 @@ def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int], floa
                     if (isinstance(betas, (list, tuple)) and len(betas) == 2
                             and isinstance(betas[1], (int, float)) and isinstance(params, list)):
                         for index in params:
-                            if type(index) is int:
+                            if type(index) in (int, str):  # an index, or a parameter's name
                                 found[(path, index)] = float(betas[1])
                 return
             for key, value in node.items():
@@ -98,7 +110,7 @@ def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int], floa
     return found
 
 
-def moment_key(leaf: Leaf) -> tuple[tuple[object, ...], int] | None:
+def moment_key(leaf: Leaf) -> tuple[tuple[object, ...], int | str] | None:
     """``(optimizer root path, parameter index)`` of a moment leaf, the key of
     :func:`second_moment_betas`."""
     moment = _moment_of(leaf)
@@ -107,27 +119,33 @@ def moment_key(leaf: Leaf) -> tuple[tuple[object, ...], int] | None:
 
 def optimizer_state_key(leaf: Leaf) -> str | None:
     """The key of a per-parameter optimizer state (``exp_avg``, ``momentum_buffer``, ...) for a
-    leaf like ``optimizer.state.3.momentum_buffer``, else None."""
+    leaf like ``optimizer.state.3.momentum_buffer``, or, keyed by the parameter's name,
+    ``optimizer.state.0.weight.exp_avg`` (a key of :data:`TORCH_STATE_KEYS`), else None."""
     path = leaf.path
-    if len(path) >= 3 and path[-3] == "state" and type(path[-2]) is int and isinstance(path[-1], str):
+    if len(path) >= 3 and path[-3] == "state" and isinstance(path[-1], str) and (
+            type(path[-2]) is int or (type(path[-2]) is str and path[-1] in TORCH_STATE_KEYS)):
         return path[-1]
     return None
 
 
 def _in_optimizer_state(leaf: Leaf) -> bool:
     """Under some optimizer's per-parameter ``state`` (moments, momentum buffers, steps)."""
-    return any(a == "state" and type(b) is int for a, b in zip(leaf.path, leaf.path[1:]))
+    return (optimizer_state_key(leaf) is not None
+            or any(a == "state" and type(b) is int for a, b in zip(leaf.path, leaf.path[1:])))
 
 
 def lossy_candidate(leaf: Leaf) -> bool:
-    return leaf.dtype.kind == "float" and leaf.numel >= MIN_LOSSY_ELEMENTS
+    """Whether a lossy mode may code the leaf: a float of 16 bits or more (an fp8 tensor is a
+    byte an element already, its grid too coarse to round onto another) of at least
+    :data:`MIN_LOSSY_ELEMENTS` elements."""
+    return leaf.dtype.kind == "float" and leaf.dtype.itemsize >= 2 and leaf.numel >= MIN_LOSSY_ELEMENTS
 
 
-def group_state(leaves: list[Leaf], pairing: Mapping[str, int] | None, mode: str,
+def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mode: str,
                 roles: Mapping[str, str] = ADAM_ROLES) -> list[Group]:
     """Every lossy-coded tensor of the state, grouped as weight + moments where possible (the
     optimizer states ``roles`` names are the moments)."""
-    states: dict[int, Group] = {}
+    states: dict[int | str, Group] = {}
     roots: set[tuple[object, ...]] = set()
     for index, leaf in enumerate(leaves):
         found = _moment_of(leaf, roles)
@@ -145,9 +163,16 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int] | None, mode: str
         return [Group(weight=w) for w in weights]
     if len(roots) > 1:
         return _unpaired(weights, states, mode, f"the state holds {len(roots)} optimizers")
-    matched = _explicit(leaves, weights, states, pairing) if pairing is not None else (
-        _by_order(leaves, weights, states)
-    )
+    named = all(type(param_id) is str for param_id in states)
+    if not named and not all(type(param_id) is int for param_id in states):
+        return _unpaired(weights, states, mode, "its state mixes parameter indices and names")
+    matched: dict[int | str, int] | None
+    if pairing is not None:
+        matched = _explicit(leaves, weights, states, pairing)
+    elif named:
+        matched = _by_name(leaves, weights, states, mode)
+    else:
+        matched = _by_order(leaves, weights, states)
     if matched is None:
         return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
     for param_id, weight in matched.items():
@@ -162,10 +187,38 @@ def _shape(leaves: list[Leaf], group: Group) -> tuple[int, ...]:
     return leaves[index].shape
 
 
-def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int, Group]) -> dict[int, int] | None:
+def _by_name(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
+             mode: str) -> dict[int | str, int]:
+    """Pair optimizer states keyed by parameter names with the weights whose last key is that
+    name (``model.state_dict()``'s keys are those names) and whose shape is the states'; a name
+    that no weight, or several, answer to leaves its states on their own, with a warning."""
+    by_key: dict[object, list[int]] = {}
+    for w in weights:
+        by_key.setdefault(leaves[w].path[-1], []).append(w)
+    matched: dict[int | str, int] = {}
+    lost = []
+    for param_id, group in states.items():
+        found = [w for w in by_key.get(param_id, []) if leaves[w].shape == _shape(leaves, group)]
+        if len(found) == 1:
+            matched[param_id] = found[0]
+        else:
+            lost.append(str(param_id))
+    if lost:
+        warnings.warn(
+            f"ckptzip mode {mode!r}: {len(lost)} optimizer states keyed by parameter name match "
+            f"no single weight of their name and shape ({', '.join(lost[:3])}"
+            f"{', ...' if len(lost) > 3 else ''}); coding their moments on their own, which "
+            f"compresses less. Pass pairing={{weight name: parameter name}} to pair them.",
+            PairingWarning, stacklevel=6,
+        )
+    return matched
+
+
+def _by_order(leaves: list[Leaf], weights: list[int],
+              states: dict[int | str, Group]) -> dict[int | str, int] | None:
     """Pair optimizer states (by index) with weights (in model order): one run in model order,
     or two (decay and no-decay groups), split where both runs fit."""
-    ids = sorted(states)
+    ids = sorted(states, key=int)
     wanted = [_shape(leaves, states[i]) for i in ids]
     shapes = [leaves[w].shape for w in weights]
     for split in [len(ids), *range(len(ids) - 1, 0, -1)]:
@@ -191,16 +244,18 @@ def _run(wanted: list[tuple[int, ...]], shapes: list[tuple[int, ...]], used: set
 
 
 def _explicit(
-    leaves: list[Leaf], weights: list[int], states: dict[int, Group], pairing: Mapping[str, int]
-) -> dict[int, int]:
+    leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
+    pairing: Mapping[str, int | str],
+) -> dict[int | str, int]:
     by_name = {leaves[w].name: w for w in weights}
-    matched: dict[int, int] = {}
+    matched: dict[int | str, int] = {}
     for name, param_id in pairing.items():
         weight = by_name.get(name)
         if weight is None or param_id not in states:
             raise ConfigError(
                 f"pairing: {name!r} -> {param_id!r} names no float weight or no optimizer state; "
-                f"use dotted key paths (as `ckptzip inspect` lists them) and state indices"
+                f"use dotted key paths (as `ckptzip inspect` lists them) and the optimizer "
+                f"state's keys (indices, or parameter names)"
             )
         if leaves[weight].shape != _shape(leaves, states[param_id]):
             raise ConfigError(f"pairing: {name!r} and optimizer state {param_id} differ in shape")
@@ -208,7 +263,8 @@ def _explicit(
     return matched
 
 
-def _unpaired(weights: list[int], states: dict[int, Group], mode: str, why: str) -> list[Group]:
+def _unpaired(weights: list[int], states: dict[int | str, Group], mode: str,
+              why: str) -> list[Group]:
     warnings.warn(
         f"ckptzip mode {mode!r}: cannot pair the optimizer's moments with the model's weights "
         f"({why}); coding them on their own, which compresses less. Pass pairing={{weight name: "

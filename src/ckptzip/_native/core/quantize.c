@@ -259,6 +259,32 @@ int ckz_floats_equal(const void *a, const void *b, size_t elem_size, size_t n) {
     return floats_equal(a, b, elem_size, n);
 }
 
+/* has_negative looks at a block of EQUAL_BLOCK elements at a time, as floats_equal does, and
+ * stops after the first block that holds a negative value: a weight's first block holds one. */
+#define HAS_NEGATIVE(T)                                                                          \
+    do {                                                                                         \
+        const T *p = (const T *)x;                                                               \
+        for (size_t start = 0; start < n; start += EQUAL_BLOCK) {                                \
+            const size_t end = n - start < EQUAL_BLOCK ? n : start + EQUAL_BLOCK;                \
+            int negative = 0;                                                                    \
+            for (size_t i = start; i < end; i++) negative |= p[i] < 0;                           \
+            if (negative) return 1;                                                              \
+        }                                                                                        \
+        return 0;                                                                                \
+    } while (0)
+
+CKZ_INLINE int has_negative_impl(const void *x, size_t elem_size, size_t n) {
+    if (elem_size == 4) HAS_NEGATIVE(float);
+    if (elem_size == 8) HAS_NEGATIVE(double);
+    return -1;
+}
+CKZ_VERSIONED_RETURNING(int, has_negative, (const void *x, size_t elem_size, size_t n),
+                        (x, elem_size, n))
+
+int ckz_has_negative(const void *x, size_t elem_size, size_t n) {
+    return has_negative(x, elem_size, n);
+}
+
 /* The magnitude's bits of a float: sign cleared; above 0x7f800000 (infinity) a NaN. */
 static inline uint32_t magnitude_bits(float value) {
     uint32_t bits;

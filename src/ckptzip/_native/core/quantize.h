@@ -19,6 +19,9 @@ size_t ckz_count_nonzero(const void *x, size_t elem_size, size_t n);
  * (-0.0 equals 0.0, a NaN equals nothing): torch's (a == b).all(), stopping at the first block
  * of 256 elements that differs. -1 for a bad elem_size. */
 int ckz_floats_equal(const void *a, const void *b, size_t elem_size, size_t n);
+/* 1 where a float (elem_size 4) or double (8) of x is below zero (-0.0 and NaN are not), else 0;
+ * -1 for another elem_size. Stops at the first block that holds one. */
+int ckz_has_negative(const void *x, size_t elem_size, size_t n);
 
 /* The k-th smallest (from 0, k < n) of the magnitudes |x[i]| of n floats, into *out: the value of
  * torch's x.abs().kthvalue(k + 1), and its median() at k = (n - 1) / 2. A radix selection over

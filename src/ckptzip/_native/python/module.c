@@ -1087,6 +1087,34 @@ static PyObject *py_floats_equal(PyObject *self, PyObject *args, PyObject *kw) {
     return result;
 }
 
+PyDoc_STRVAR(has_negative_doc,
+             "has_negative(x, elem_size) -> bool\n\n"
+             "Whether a float (elem_size 4) or double (8) of x is below zero as floats compare (-0.0\n"
+             "and NaN are not): torch's (x < 0).any(), without its boolean copy, stopping at the\n"
+             "first block that holds one.");
+
+static PyObject *py_has_negative(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"x", "elem_size", NULL};
+    PyObject *xo;
+    long elem_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Ol:has_negative", kwlist, &xo, &elem_size))
+        return NULL;
+    if (check_float_size(elem_size)) return NULL;
+    Py_buffer x;
+    if (get_buffer(xo, &x, 0, "x")) return NULL;
+    PyObject *result = NULL;
+    if (check_len(x.len, elem_size, "x") == 0) {
+        int negative;
+        Py_BEGIN_ALLOW_THREADS
+        negative = ckz_has_negative(x.buf, (size_t)elem_size, (size_t)x.len / (size_t)elem_size);
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(negative == 1);
+    }
+    PyBuffer_Release(&x);
+    return result;
+}
+
 PyDoc_STRVAR(kth_magnitude_doc,
              "kth_magnitude(src, k) -> float | None\n\n"
              "The k-th smallest (from 0) of the magnitudes of the float32 values src: torch's\n"
@@ -2216,6 +2244,7 @@ static PyMethodDef methods[] = {
     KW("compact_nonzero", py_compact_nonzero, compact_nonzero_doc),
     KW("count_nonzero", py_count_nonzero, count_nonzero_doc),
     KW("floats_equal", py_floats_equal, floats_equal_doc),
+    KW("has_negative", py_has_negative, has_negative_doc),
     KW("kth_magnitude", py_kth_magnitude, kth_magnitude_doc),
     KW("sort_floats", py_sort_floats, sort_floats_doc),
     KW("spread_gather", py_spread_gather, spread_gather_doc),
