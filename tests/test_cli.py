@@ -257,3 +257,147 @@ def test_tune_malloc_sets_glibc_and_the_process_still_works() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# What a user hunt found the command line doing to their files (session 39); each lost data
+# or failed with a traceback before its fix.
+
+
+def _save(path: Path, value: float = 1.0) -> None:
+    torch.save({"w": torch.full((100,), value)}, path)
+
+
+def test_outputs_never_land_on_their_inputs(tmp_path: Path, monkeypatch, capsys) -> None:
+    """-o over SRC, over --base, inside a SRC directory, or with several SRCs is refused, and
+    nothing is removed; ``compress --rm .`` writes beside the directory, not into it."""
+    _save(tmp_path / "a.pt")
+    _save(tmp_path / "b.pt", 2.0)
+    refusals = [
+        (["compress", "-f", "--rm", "-o", str(tmp_path / "a.pt"), str(tmp_path / "a.pt")],
+         "would overwrite its input"),
+        (["compress", "-f", "--rm", "-o", str(tmp_path / "x.ckz"), str(tmp_path / "a.pt"),
+          str(tmp_path / "b.pt")], "-o takes one SRC only"),
+    ]
+    for argv, message in refusals:
+        assert main(["-q", *argv] if argv[0] == "-q" else argv) == 1
+        assert message in capsys.readouterr().err
+    assert (tmp_path / "a.pt").exists() and (tmp_path / "b.pt").exists()
+    assert main(["compress", "-q", str(tmp_path / "a.pt")]) == 0
+    _save(tmp_path / "a.pt", 3.0)
+    base = str(tmp_path / "a.pt.ckz")
+    assert main(["compress", "-q", "-f", "--rm", "--base", base, "-o", base,
+                 str(tmp_path / "a.pt")]) == 1
+    assert "is the --base" in capsys.readouterr().err
+    assert torch.equal(ckptzip.load(base)["w"], torch.full((100,), 1.0))
+
+    directory = tmp_path / "run"
+    directory.mkdir()
+    _save(directory / "model.pt")
+    assert main(["compress", "-q", "--rm", "-o", str(directory / "run.ckz"), str(directory)]) == 1
+    assert "inside the directory" in capsys.readouterr().err and (directory / "model.pt").exists()
+    monkeypatch.chdir(directory)
+    assert main(["compress", "-q", "--rm", "."]) == 0
+    assert not directory.exists()
+    assert torch.equal(ckptzip.load(tmp_path / "run.ckz")["files"]["model.pt"]["w"],
+                       torch.full((100,), 1.0))
+
+
+def test_decompressed_names_keep_their_dotted_parts(tmp_path: Path) -> None:
+    """Files saved from Python as run.step1.ckz and run.step2.ckz both became run.pt (the
+    second overwrote the first under -f)."""
+    for step in (1, 2):
+        ckptzip.save({"w": torch.full((3,), float(step))}, tmp_path / f"run.step{step}.ckz")
+    ckptzip.save({"w": torch.zeros(3)}, tmp_path / "model.pt.ckz")
+    assert main(["decompress", "-q", "-f", "--rm", str(tmp_path / "run.step1.ckz"),
+                 str(tmp_path / "run.step2.ckz"), str(tmp_path / "model.pt.ckz")]) == 0
+    for step in (1, 2):
+        assert torch.load(tmp_path / f"run.step{step}.pt")["w"][0] == step
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_flatten_in_place_keeps_the_deltas_that_need_it(tmp_path: Path, capsys) -> None:
+    """Flattened in place, a delta gets another id: the deltas coded against it would never
+    load again. It is refused (naming them) unless -o or -f; -o refuses an existing file."""
+    paths = [str(tmp_path / f"step-{k}.ckz") for k in range(3)]
+    weights = [torch.randn(4096, generator=torch.Generator().manual_seed(0))]
+    for k, path in enumerate(paths):
+        if k:
+            weights.append(weights[-1].clone())
+            weights[-1][:10] += 1.0  # a delta that codes against its base
+        ckptzip.save({"w": weights[k]}, path, base=paths[k - 1] if k else None)
+    assert ckptzip.open(paths[2]).chain_depth == 2
+    assert main(["flatten", "-q", paths[1]]) == 1
+    assert "step-2.ckz" in capsys.readouterr().err
+    assert torch.equal(ckptzip.load(paths[2])["w"], weights[2])
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["flatten", "-q", "-o", str(tmp_path / "notes.txt"), paths[1]]) == 1
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert main(["flatten", "-q", paths[2]]) == 0  # nothing depends on the last one
+    assert ckptzip.open(paths[2]).chain_depth == 0
+
+
+def test_several_sources_each_get_their_turn(tmp_path: Path, capsys) -> None:
+    """As zstd: a SRC that fails is reported, the others still run, the exit status is 1."""
+    _save(tmp_path / "a.pt")
+    (tmp_path / "bad.pt").write_bytes(b"")
+    _save(tmp_path / "c.pt")
+    assert main(["compress", "-q", str(tmp_path / "a.pt"), str(tmp_path / "bad.pt"),
+                 str(tmp_path / "c.pt")]) == 1
+    err = capsys.readouterr().err
+    assert "bad.pt: cannot read with torch.load" in err and "Traceback" not in err
+    assert (tmp_path / "a.pt.ckz").exists() and (tmp_path / "c.pt.ckz").exists()
+    assert main(["inspect", str(tmp_path / "missing.ckz"), str(tmp_path / "c.pt.ckz")]) == 1
+    assert "c.pt.ckz: ckz format" in capsys.readouterr().out
+
+
+class TrainingArguments:
+    """What pickle stores and loading with weights_only refuses, as a Trainer's
+    training_args.bin."""
+
+
+def test_directories_keep_what_torch_cannot_load_safely_and_decompress_whole(
+        tmp_path: Path, capsys) -> None:
+    """A Trainer directory's training_args.bin (a pickled object) is kept as bytes, not a
+    refusal; a link to a file is stored as the file; decompress -f replaces the directory
+    whole, and a failure leaves the old one as it was."""
+    directory = tmp_path / "checkpoint-2"
+    directory.mkdir()
+    _save(directory / "optimizer.pt")
+
+    torch.save(TrainingArguments(), directory / "training_args.bin")
+    (tmp_path / "blob").write_text('{"a": 1}')
+    (directory / "config.json").symlink_to(tmp_path / "blob")
+    assert main(["compress", "-q", str(directory)]) == 0
+    old = (directory / "training_args.bin").read_bytes()
+    (directory / "stale.txt").write_text("from before")
+    assert main(["decompress", "-q", "-f", str(tmp_path / "checkpoint-2.ckz")]) == 0
+    assert (directory / "training_args.bin").read_bytes() == old
+    assert (directory / "config.json").read_text() == '{"a": 1}'
+    assert not (directory / "config.json").is_symlink() and not (directory / "stale.txt").exists()
+    (directory / "dangling").symlink_to(tmp_path / "nothing")
+    assert main(["compress", "-q", "-f", str(directory)]) == 1
+    assert "a link to nothing" in capsys.readouterr().err
+
+
+def test_sigterm_removes_the_temporary_file(tmp_path: Path) -> None:
+    """SIGTERM (timeout, docker stop, a scheduler's preemption) mid-write cleans up as Ctrl-C
+    does: no temporary file, no output, exit status 143."""
+    save_file({f"l{i}": torch.randn(1024, 1024) for i in range(8)}, str(tmp_path / "big.safetensors"))
+    process = subprocess.Popen([sys.executable, "-m", "ckptzip.cli", "compress", "-q", "-T", "1",
+                                str(tmp_path / "big.safetensors")], stderr=subprocess.PIPE)
+    for _ in range(4000):
+        if any(".ckz-tmp-" in p.name for p in tmp_path.iterdir()) or process.poll() is not None:
+            break
+        import time
+
+        time.sleep(0.002)
+    process.terminate()
+    assert process.wait(60) in (143, 0)  # 0: it had finished first (a fast machine)
+    assert not any(".ckz-tmp-" in p.name for p in tmp_path.iterdir())
+
+
+def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
+    ckptzip.save({f"t{i}": torch.zeros(4) for i in range(3000)}, tmp_path / "many.ckz")
+    run = subprocess.run(f"{sys.executable} -m ckptzip.cli inspect {tmp_path / 'many.ckz'} | head -1",
+                         shell=True, capture_output=True, text=True, timeout=120)
+    assert "many.ckz: ckz format" in run.stdout and "Traceback" not in run.stderr

@@ -18,7 +18,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
@@ -28,10 +28,17 @@ from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
 from .objstore import StorageOptions
+from .parallel import resolve_threads
 from .reader import CheckpointFile, open_base
 from .sinks import open_sink
-from .sources import read_source, write_directory, write_safetensors, write_torch
-from .storage import exists
+from .sources import (
+    TORCH_SUFFIXES,
+    read_source,
+    write_directory,
+    write_safetensors,
+    write_torch,
+)
+from .storage import exists, is_url
 from .writer import encode_state
 
 SUFFIX = ".ckz"
@@ -170,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "standalone (in place unless -o), so that it no longer needs them.")
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")
     p.add_argument("-o", "--output", metavar="DST", help="output path (one SRC only)")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="overwrite an existing -o DST; flatten in place although deltas beside "
+                        "SRC are coded against it (they will no longer load)")
     p.add_argument("--base", metavar="B", help="the base of the delta, if not beside it")
     _common(p)
 
@@ -220,10 +230,62 @@ def storage_options(args: argparse.Namespace) -> StorageOptions:
 
 
 def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
+    """Where SRC's result goes: ``-o`` or ``default``; never over SRC, inside a SRC directory,
+    over the ``--base`` the result is coded against, or over an existing file without -f."""
     out = args.output or default
+    if _same_place(out, src):
+        raise Error(f"{out}: would overwrite its input {src}; pick another -o")
+    if not is_url(src) and os.path.isdir(src) and not is_url(out) and _inside(out, src):
+        raise Error(f"{out}: would be written inside the directory it is made from ({src}); "
+                    f"pick an -o outside it")
+    base = getattr(args, "base", None)
+    if base and _same_place(out, base):
+        raise Error(f"{out}: is the --base this checkpoint is coded against; overwriting it "
+                    f"would lose both. Write the new checkpoint to another -o")
     if exists(out, storage_options(args)) and not args.force:
         raise Error(f"{out}: already exists; use -f to overwrite")
     return out
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Whether two paths (or URLs) name one file."""
+    if is_url(a) or is_url(b):
+        return a.rstrip("/") == b.rstrip("/")
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _inside(path: str, directory: str) -> bool:
+    root = os.path.realpath(directory)
+    return os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _one_source_for_output(args: argparse.Namespace) -> None:
+    if args.output and len(args.sources) > 1:
+        raise Error("-o takes one SRC only; without -o each SRC gets its own output beside it")
+
+
+def _each_source(args: argparse.Namespace, work: Callable[[str], None]) -> int:
+    """``work`` on every SRC, as zstd does: a SRC that fails is reported and the others still
+    run; the exit status is 1 if any failed."""
+    failures = 0
+    for src in args.sources:
+        try:
+            work(src)
+        except Error as exc:
+            failures += 1
+            print(f"ckptzip: error: {exc}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _default_compressed_name(src: str) -> str:
+    """``SRC.ckz`` beside SRC; for a directory given as ``.`` or ``..`` (or with a trailing
+    slash), beside the directory it names, not inside it."""
+    name = os.path.normpath(src) if not is_url(src) else src.rstrip("/")
+    if os.path.basename(name) in (".", ".."):
+        name = os.path.abspath(name)
+    return name + SUFFIX
 
 
 _BUDGET_TEXT = ",".join(f"{state}={value:g}" for state, value in DEFAULT_BUDGET.items())
@@ -246,6 +308,7 @@ def parse_error_budget(text: str) -> float | dict[str, float]:
 
 
 def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
+    _one_source_for_output(args)
     if args.keyframe_every is not None and not args.base:
         raise Error("--keyframe-every needs --base")
     mode_options = {}
@@ -263,10 +326,11 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
         mode_options["scope"] = args.scope
     if args.keep_exact:
         mode_options["keep_exact"] = args.keep_exact
-    for src in args.sources:
+
+    def compress(src: str) -> None:
         if src.endswith(SUFFIX):
             raise Error(f"{src}: already a .ckz; nothing to do")
-        out = _output_for(src, args, src.rstrip("/" + os.sep) + SUFFIX)
+        out = _output_for(src, args, _default_compressed_name(src))
         loaded = read_source(src)
         base = open_base(args.base, threads=args.threads, storage_options=storage_options(args))
         try:
@@ -288,33 +352,55 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
                 say.tensors(written)
         if args.rm:
             _remove(src)
-    return 0
+
+    return _each_source(args, compress)
 
 
 def _remove(path: str) -> None:
-    if os.path.isdir(path):
-        import shutil
+    """--rm: remove a SRC (a directory whole, ``.`` included) once its output is written."""
+    path = os.path.abspath(path)
+    try:
+        if os.path.isdir(path):
+            import shutil
 
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        raise Error(f"{path}: written, but cannot remove it ({exc.strerror or exc}); remove it "
+                    f"by hand") from None
 
 
 FORMAT_OF_SOURCE = {"safetensors": "safetensors", "directory": "dir"}
 EXTENSION = {"safetensors": ".safetensors", "pt": ".pt", "dir": ""}
+#: Extensions a decompressed name may carry already; another dotted part (``run.step1``) is the
+#: name's own, and stays.
+KNOWN_EXTENSIONS = (".safetensors", *TORCH_SUFFIXES)
+
+
+def _decompressed_name(src: str, kind: str, same_format: bool) -> str:
+    """SRC without ``.ckz``; where the format changes (or the file came from Python, not from
+    a file), its checkpoint extension swapped for the new one."""
+    stem = src[: -len(SUFFIX)] if src.endswith(SUFFIX) else src + ".restored"
+    if same_format:
+        return stem
+    root, extension = os.path.splitext(stem)
+    if extension.lower() in KNOWN_EXTENSIONS:
+        stem = root
+    return stem + EXTENSION[kind]
 
 
 def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
-    for src in args.sources:
+    _one_source_for_output(args)
+
+    def decompress(src: str) -> None:
         with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
             source = ckpt.header.source or {}
             native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
-            stem = src[: -len(SUFFIX)] if src.endswith(SUFFIX) else src + ".restored"
-            if kind != native_format or not source:
-                stem = os.path.splitext(stem)[0] + EXTENSION[kind]
-            out = _output_for(src, args, stem)
+            out = _output_for(src, args, _decompressed_name(src, kind,
+                                                            kind == native_format and bool(source)))
             state = ckpt.load(progress=args.quiet == 0)
             say.tensors(ckpt)
         if kind == "safetensors":
@@ -325,22 +411,57 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
             write_torch(state, out, storage_options(args))
         say.info(f"{src} -> {out}")
         if args.rm:
-            os.unlink(src)
-    return 0
+            _remove(src)
+
+    return _each_source(args, decompress)
+
+
+def _dependents(src: str, file_id: str) -> list[str]:
+    """The ``.ckz`` files beside a local ``src`` coded against it (their header names it as
+    their base, by path and id): rewriting ``src`` gives it another id, and they would no
+    longer load."""
+    if is_url(src):
+        return []
+    directory = os.path.dirname(os.path.abspath(src))
+    found = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not name.endswith(SUFFIX) or _same_place(path, src) or not os.path.isfile(path):
+            continue
+        try:
+            with CheckpointFile.open(path) as other:
+                ref = other.header.base
+        except Error:
+            continue  # not a checkpoint we can read: not one that loads from src either
+        if (ref is not None and ref.id == file_id and ref.path is not None
+                and _same_place(resolve_relative(path, ref.path), src)):
+            found.append(path)
+    return found
 
 
 def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
-    if args.output and len(args.sources) > 1:
-        raise Error("-o takes one SRC only")
-    for src in args.sources:
+    _one_source_for_output(args)
+
+    def flatten(src: str) -> None:
         with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
             header = ckpt.header
             if header.base is None:
                 say.info(f"{src}: already a keyframe; nothing to do")
-                continue
+                return
+            if args.output:
+                out = _output_for(src, args, args.output)
+            else:
+                out = src
+                dependents = [] if args.force else _dependents(src, ckpt.id)
+                if dependents:
+                    raise Error(
+                        f"{src}: {len(dependents)} delta(s) beside it are coded against it "
+                        f"({', '.join(os.path.basename(d) for d in dependents[:3])}"
+                        f"{', ...' if len(dependents) > 3 else ''}); flattened in place it gets "
+                        f"another id and they would no longer load. Write it to -o NEW, flatten "
+                        f"them first, or pass -f to flatten it anyway")
             state = ckpt.load(progress=args.quiet == 0)
-        out = args.output or src
         with open_sink(out, storage_options(args)) as sink:
             report = encode_state(
                 state, sink, mode=header.mode,
@@ -348,7 +469,8 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
                 progress=args.quiet == 0, source=header.source,
             )
         say.info(f"{src} -> {out}: standalone, {report.stored_bytes:,} bytes ({report.ratio:.3f}x)")
-    return 0
+
+    return _each_source(args, flatten)
 
 
 def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
@@ -415,7 +537,7 @@ def _leaf_line(row: dict[str, Any]) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
-    for src in args.sources:
+    def inspect(src: str) -> None:
         with CheckpointFile.open(src, threads=args.threads,
                                      storage_options=storage_options(args)) as ckpt:
             header = ckpt.header
@@ -433,7 +555,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
             }
         if args.json:
             print(json.dumps({**summary, "leaves": rows}, indent=2))
-            continue
+            return
         print(f"{src}: ckz format {'.'.join(map(str, summary['format'] or []))}, "
               f"{summary['creator']}, mode {summary['mode']}, id {summary['id']}")
         if summary["metadata"]:
@@ -458,7 +580,8 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
             counted += f" (+{summary['added_leaves']} added: low-rank factors, change masks)"
         print(f"{'total':<{width}}  {counted:<52} {raw_total:>12,} "
               f"{summary['file_bytes']:>12,} {total_ratio:>7}")
-    return 0
+
+    return _each_source(args, inspect)
 
 
 def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
@@ -480,12 +603,14 @@ def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
 def cmd_bench(args: argparse.Namespace, say: Reporter) -> int:
     from .benchtool import compare, format_table
 
-    threads = args.threads or None
-    for src in args.sources:
+    threads = resolve_threads(args.threads or None)  # 0: every core, as -T says
+
+    def bench(src: str) -> None:
         state = read_source(src).state
-        rows = compare(state, threads=threads or 1, repeat=args.repeat, progress=args.quiet == 0)
-        print(format_table(rows, f"{src} ({threads or 1} thread{'s' if (threads or 1) > 1 else ''})"))
-    return 0
+        rows = compare(state, threads=threads, repeat=args.repeat, progress=args.quiet == 0)
+        print(format_table(rows, f"{src} ({threads} thread{'s' if threads > 1 else ''})"))
+
+    return _each_source(args, bench)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -502,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     say = Reporter(1 + args.verbose - args.quiet)
+    restore_sigterm = _terminate_as_interrupt()
     handler = {"compress": cmd_compress, "decompress": cmd_decompress, "inspect": cmd_inspect,
                "verify": cmd_verify, "flatten": cmd_flatten, "bench": cmd_bench}[args.command]
     try:
@@ -509,9 +635,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Error as exc:
         print(f"ckptzip: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("ckptzip: interrupted; no partial output was left behind", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, _Terminated) as stop:
+        print("ckptzip: interrupted; outputs are written whole or not at all, so no partial "
+              "one was left behind", file=sys.stderr)
+        return 143 if isinstance(stop, _Terminated) else 130
+    except BrokenPipeError:  # `ckptzip inspect x.ckz | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush does not fail again
+        return 141
+    finally:
+        restore_sigterm()
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that every write's clean-up runs as it does
+    for Ctrl-C (the temporary file removed, the previous output intact)."""
+
+
+def _terminate_as_interrupt() -> Callable[[], object]:
+    """Have SIGTERM raise :class:`_Terminated` while a command runs; returns what puts the
+    caller's handler back (``main`` may run inside another program, a test)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals reach the main thread only
+
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

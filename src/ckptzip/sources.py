@@ -8,17 +8,21 @@ the same file, byte for byte. Directories keep every file: tensor files as state
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import struct
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from .errors import Error, UnsupportedError
 from .objstore import StorageOptions
-from .storage import atomic_write, is_url
+from .storage import TEMP_MARKER, atomic_write, is_url
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -37,7 +41,7 @@ class Loaded:
 def read_safetensors(path: str) -> Loaded:
     from safetensors.torch import load_file
 
-    with open(path, "rb") as handle:
+    with _opened(path) as handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
             raise Error(f"{path}: not a safetensors file (shorter than 8 bytes)")
@@ -53,18 +57,37 @@ def read_safetensors(path: str) -> Loaded:
     return Loaded(tensors, {"kind": "safetensors", "header": header.decode("utf-8"), "metadata": meta})
 
 
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[IO[bytes]]:
+    """``open(path, "rb")``, its failure (no permission, a directory) a ckptzip Error."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        raise Error(f"{path}: cannot read ({exc.strerror or exc}); check that it is a file "
+                    f"you may read") from None
+    with handle:
+        yield handle
+
+
 def read_torch(path: str) -> Loaded:
+    with _opened(path):
+        pass  # a file we cannot read is said so, not blamed on its contents
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types here; report them all the same way
+        first = next(iter(str(exc).splitlines()), "") or type(exc).__name__  # EOFError: none
         raise Error(
-            f"{path}: cannot read with torch.load(weights_only=True): {str(exc).splitlines()[0]}; "
+            f"{path}: cannot read with torch.load(weights_only=True): {first}; "
             f"ckptzip only reads files that load without running code"
         ) from None
     return Loaded(state, {"kind": "torch"})
 
 
 def read_directory(path: str) -> Loaded:
+    """Every file under ``path``: tensor files as states, the rest as bytes. A symbolic link
+    to a file is read as the file it names (a Hugging Face cache's snapshot is links into its
+    blobs) and restored as a plain file; a link that names nothing is an error, not a file
+    silently left out. Empty directories are not kept."""
     files: dict[str, Any] = {}
     kinds: dict[str, Any] = {}
     for root, dirs, names in os.walk(path):
@@ -72,8 +95,10 @@ def read_directory(path: str) -> Loaded:
         for name in sorted(names):
             full = os.path.join(root, name)
             rel = os.path.relpath(full, path).replace(os.sep, "/")
-            if os.path.islink(full) or not os.path.isfile(full):
-                continue
+            if not os.path.isfile(full):  # follows links
+                what = "a link to nothing" if os.path.islink(full) else "not a regular file"
+                raise Error(f"{full}: {what}; remove it or copy what it should hold, then "
+                            f"compress the directory again")
             loaded = read_file(full, inside_directory=True)
             files[rel] = loaded.state
             kinds[rel] = loaded.source
@@ -83,13 +108,20 @@ def read_directory(path: str) -> Loaded:
 
 
 def read_file(path: str, *, inside_directory: bool = False) -> Loaded:
+    """A file as a state. Inside a directory, a torch file that does not load without running
+    code (a Trainer's ``training_args.bin``, ``rng_state.pth`` with numpy's state) is kept as
+    bytes, as every other file there is; alone, it is an error."""
     lower = path.lower()
     if lower.endswith(SAFETENSORS_SUFFIXES):
         return read_safetensors(path)
     if lower.endswith(TORCH_SUFFIXES):
-        return read_torch(path)
+        try:
+            return read_torch(path)
+        except Error:
+            if not inside_directory:
+                raise
     if inside_directory:
-        with open(path, "rb") as handle:
+        with _opened(path) as handle:
             return Loaded(handle.read(), {"kind": "bytes"})
     raise Error(
         f"{path}: unknown input; ckptzip compresses .safetensors files, torch.save files "
@@ -188,6 +220,9 @@ def write_torch(state: Any, path: str, storage_options: StorageOptions = None) -
 
 
 def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
+    """Write a directory's files back. They go into a new directory beside ``path``, which then
+    takes its place: an existing ``path`` (decompress -f) is replaced whole, never left half
+    old and half new, and a failure or an interrupt leaves it as it was."""
     files = state.get("files") if isinstance(state, dict) else None
     if not isinstance(files, dict):
         raise Error(f"{path}: this checkpoint was not compressed from a directory; use --to pt")
@@ -195,17 +230,55 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
         raise Error(f"{path}: a checkpoint directory is written to a local path only; pass "
                     f"-o DIR, or --to pt for one file")
     kinds = source.get("files", {})
-    os.makedirs(path, exist_ok=True)
-    for rel, content in files.items():
-        target = os.path.join(path, *rel.split("/"))
-        if os.path.isabs(rel) or ".." in rel.split("/"):
-            raise Error(f"{path}: refusing to write outside the output directory: {rel!r}")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        kind = kinds.get(rel, {})
-        if isinstance(content, bytes):
-            with atomic_write(target) as handle:
-                handle.write(content)
-        elif kind.get("kind") == "safetensors":
-            write_safetensors(content, kind, target)
-        else:
-            write_torch(content, target)
+    if not isinstance(kinds, dict):
+        raise Error(f"{path}: the checkpoint's header lists its files' kinds as a "
+                    f"{type(kinds).__name__}, not a mapping: it is damaged; use --to pt")
+    target = os.path.abspath(path.rstrip("/" + os.sep) or path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise Error(f"{path}: exists and is not a directory; remove it or pass another -o")
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fresh = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}{TEMP_MARKER}", dir=parent)
+    except OSError as exc:
+        raise Error(f"{path}: cannot create a directory in {parent} ({exc.strerror or exc}); "
+                    f"check that it is writable") from None
+    try:
+        for rel, content in files.items():
+            parts = rel.split("/") if isinstance(rel, str) else []
+            if not parts or os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
+                raise Error(f"{path}: refusing to write outside the output directory: {rel!r}")
+            file = os.path.join(fresh, *parts)
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            kind = kinds.get(rel, {})
+            kind = kind if isinstance(kind, dict) else {}
+            if isinstance(content, bytes):
+                with atomic_write(file) as handle:
+                    handle.write(content)
+            elif kind.get("kind") == "safetensors":
+                write_safetensors(content, kind, file)
+            else:
+                write_torch(content, file)
+        _swap_in(fresh, target)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+
+
+def _swap_in(fresh: str, target: str) -> None:
+    """Put the finished directory ``fresh`` at ``target``: a rename where nothing is there;
+    else the old one is renamed aside first and removed once the new one is in place."""
+    old = None
+    if os.path.exists(target):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-",
+                               dir=os.path.dirname(target))
+        os.rmdir(old)
+        os.rename(target, old)
+    try:
+        os.rename(fresh, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old, target)  # the previous directory back where it was
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

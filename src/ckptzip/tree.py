@@ -132,6 +132,9 @@ class _Flattener:
     def visit(self, value: Any, path: KeyPath) -> Any:
         if value is None or isinstance(value, (bool, str)):
             return value
+        if len(path) > MAX_DEPTH:  # a reader refuses deeper trees: never write one
+            raise UnsupportedError(f"{render_path(path[:8])}...: the state nests deeper than "
+                                   f"{MAX_DEPTH} levels, more than a checkpoint may; flatten it")
         if isinstance(value, int) and type(value) is int:
             return value
         if type(value) is float:
