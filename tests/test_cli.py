@@ -401,3 +401,15 @@ def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
     run = subprocess.run(f"{sys.executable} -m ckptzip.cli inspect {tmp_path / 'many.ckz'} | head -1",
                          shell=True, capture_output=True, text=True, timeout=120)
     assert "many.ckz: ckz format" in run.stdout and "Traceback" not in run.stderr
+
+
+def test_outputs_keep_their_inputs_permissions(tmp_path: Path) -> None:
+    """A private checkpoint stays private: compress and decompress keep SRC's permission bits,
+    as gzip and zstd do (they were 0644 whatever SRC's)."""
+    _save(tmp_path / "secret.pt")
+    (tmp_path / "secret.pt").chmod(0o600)
+    assert main(["compress", "-q", str(tmp_path / "secret.pt")]) == 0
+    assert (tmp_path / "secret.pt.ckz").stat().st_mode & 0o777 == 0o600
+    assert main(["decompress", "-q", "-o", str(tmp_path / "back.pt"),
+                 str(tmp_path / "secret.pt.ckz")]) == 0
+    assert (tmp_path / "back.pt").stat().st_mode & 0o777 == 0o600

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -247,6 +248,14 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     return out
 
 
+def _permissions(src: str) -> int | None:
+    """A local file SRC's permission bits, for its output (as gzip and zstd keep them: a
+    private checkpoint stays private); None for a directory or a URL."""
+    if is_url(src) or not os.path.isfile(src):
+        return None
+    return stat.S_IMODE(os.stat(src).st_mode)
+
+
 def _same_place(a: str, b: str) -> bool:
     """Whether two paths (or URLs) name one file."""
     if is_url(a) or is_url(b):
@@ -334,7 +343,7 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
         loaded = read_source(src)
         base = open_base(args.base, threads=args.threads, storage_options=storage_options(args))
         try:
-            with open_sink(out, storage_options(args)) as sink:
+            with open_sink(out, storage_options(args), _permissions(src)) as sink:
                 report = encode_state(
                     loaded.state, sink, mode=args.mode, threads=args.threads, path=out,
                     progress=args.quiet == 0, source=loaded.source, base=base,
@@ -404,11 +413,11 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
             state = ckpt.load(progress=args.quiet == 0)
             say.tensors(ckpt)
         if kind == "safetensors":
-            write_safetensors(state, source, out, storage_options(args))
+            write_safetensors(state, source, out, storage_options(args), _permissions(src))
         elif kind == "dir":
             write_directory(state, source, out)
         else:
-            write_torch(state, out, storage_options(args))
+            write_torch(state, out, storage_options(args), _permissions(src))
         say.info(f"{src} -> {out}")
         if args.rm:
             _remove(src)
@@ -462,7 +471,7 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
                         f"another id and they would no longer load. Write it to -o NEW, flatten "
                         f"them first, or pass -f to flatten it anyway")
             state = ckpt.load(progress=args.quiet == 0)
-        with open_sink(out, storage_options(args)) as sink:
+        with open_sink(out, storage_options(args), _permissions(src)) as sink:
             report = encode_state(
                 state, sink, mode=header.mode,
                 threads=args.threads, metadata=header.metadata, path=out,

@@ -320,13 +320,15 @@ class StreamSink(Sink):
 
 
 @contextlib.contextmanager
-def open_sink(path: str, storage_options: StorageOptions = None) -> Iterator[Sink]:
+def open_sink(path: str, storage_options: StorageOptions = None,
+              mode: int | None = None) -> Iterator[Sink]:
     """The sink of a save to ``path``, all or nothing: a local file (temporary name, fsync,
-    rename), a streamed multipart upload on S3 (aborted on failure), or on other fsspec stores
-    a local temporary file put whole at the end."""
+    rename; ``mode``: its permission bits, see :func:`~ckptzip.storage.atomic_write`), a
+    streamed multipart upload on S3 (aborted on failure), or on other fsspec stores a local
+    temporary file put whole at the end."""
     upload = remote_upload(path, storage_options)
     if upload is None:
-        with atomic_write(path, storage_options) as handle:
+        with atomic_write(path, storage_options, mode) as handle:
             yield FileSink(handle)
         return
     try:

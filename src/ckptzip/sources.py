@@ -161,20 +161,33 @@ def flat_tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
 
 
 def write_safetensors(state: Any, source: dict[str, Any], path: str,
-                      storage_options: StorageOptions = None) -> None:
+                      storage_options: StorageOptions = None, mode: int | None = None) -> None:
     """Write tensors as safetensors; reproduce the original file exactly when its header is
     known and still describes these tensors."""
     tensors = flat_tensors(state, path)
     header_text = source.get("header") if source.get("kind") == "safetensors" else None
     if isinstance(header_text, str) and _write_original_layout(tensors, header_text, path,
-                                                               storage_options):
+                                                               storage_options, mode):
         return
     from safetensors.torch import save
 
     meta = source.get("metadata") if isinstance(source.get("metadata"), dict) else None
-    data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=meta)
-    with atomic_write(path, storage_options) as handle:
+    data = save({k: _dense(v, k, path) for k, v in tensors.items()}, metadata=meta)
+    with atomic_write(path, storage_options, mode) as handle:
         handle.write(data)
+
+
+def _dense(tensor: torch.Tensor, name: str, path: str) -> torch.Tensor:
+    """``tensor.contiguous()``, as safetensors stores it. A view whose stride repeats elements
+    (an expanded tensor) grows to its full size here: its failure to fit in memory is an
+    Error naming it, not torch's."""
+    try:
+        return tensor.contiguous()
+    except RuntimeError as exc:
+        raise Error(f"{path}: {name} takes {tensor.numel() * tensor.element_size():,} bytes "
+                    f"stored densely, as safetensors must, and they cannot be had "
+                    f"({str(exc).splitlines()[0][:120]}); decompress with --to pt, which keeps "
+                    f"views as views") from None
 
 
 _ST_DTYPES = {
@@ -182,12 +195,14 @@ _ST_DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
     "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
     "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "F8_E8M0": torch.float8_e8m0fnu,
     "C64": torch.complex64,
 }
 
 
 def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, path: str,
-                           storage_options: StorageOptions = None) -> bool:
+                           storage_options: StorageOptions = None,
+                           mode: int | None = None) -> bool:
     try:
         header = json.loads(header_text)
     except ValueError:
@@ -204,7 +219,7 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
             return False
         data_size = max(data_size, end)
     raw_header = header_text.encode("utf-8")
-    with atomic_write(path, storage_options) as handle:
+    with atomic_write(path, storage_options, mode) as handle:
         handle.write(struct.pack("<Q", len(raw_header)) + raw_header)
         handle.truncate(8 + len(raw_header) + data_size)
         for name, entry in entries.items():
@@ -214,8 +229,9 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
     return True
 
 
-def write_torch(state: Any, path: str, storage_options: StorageOptions = None) -> None:
-    with atomic_write(path, storage_options) as handle:
+def write_torch(state: Any, path: str, storage_options: StorageOptions = None,
+                mode: int | None = None) -> None:
+    with atomic_write(path, storage_options, mode) as handle:
         torch.save(state, handle)
 
 

@@ -278,10 +278,13 @@ def _fsync_dir(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathLike, storage_options: StorageOptions = None) -> Iterator[IO[bytes]]:
+def atomic_write(path: PathLike, storage_options: StorageOptions = None,
+                 mode: int | None = None) -> Iterator[IO[bytes]]:
     """Yield a seekable binary file; on success it becomes ``path`` atomically, on error it is
     removed and ``path`` is untouched. A URL's file is a local temporary one, put whole at the
-    end (``sinks.open_sink`` streams to S3 instead)."""
+    end (``sinks.open_sink`` streams to S3 instead). ``mode``: a local file's permission bits
+    (the command line passes its input's, as gzip and zstd do), set before the file appears;
+    by default what ``open()`` gives."""
     remote = is_url(path)
     target = os.fspath(path) if remote else local_path(path)
     directory = tempfile.gettempdir() if remote else (os.path.dirname(os.path.abspath(target)))
@@ -295,7 +298,8 @@ def atomic_write(path: PathLike, storage_options: StorageOptions = None) -> Iter
         ) from exc
     try:
         with os.fdopen(fd, "w+b") as handle:
-            os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; match open()
+            # mkstemp makes 0600; match open(), or the mode asked for
+            os.fchmod(handle.fileno(), 0o666 & ~_umask() if mode is None else mode)
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
