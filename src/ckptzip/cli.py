@@ -47,7 +47,14 @@ COMMANDS = ("compress", "decompress", "inspect", "verify", "flatten", "bench", "
 SHORTCUTS = {"-d": "decompress", "--decompress": "decompress", "-l": "inspect", "--list": "inspect",
              "-t": "verify", "--test": "verify"}
 
-EPILOG = """examples:
+EPILOG = """shortcuts, as zstd's: ckptzip FILE (compress), -d FILE (decompress), -l FILE (inspect),
+-t FILE (verify).
+
+Several SRCs are each done in turn; one that fails is reported and the others still run (exit
+status 1). An output never overwrites its input, its --base or an existing file (without -f),
+and never lands inside a SRC directory; it keeps SRC's permission bits.
+
+examples:
   ckptzip compress model.safetensors               writes model.safetensors.ckz
   ckptzip compress -T 8 checkpoint-500/            a Hugging Face checkpoint directory
   ckptzip decompress model.safetensors.ckz         the original file, bit for bit

@@ -127,7 +127,8 @@ class ObjectStore:
         try:
             info = self.fs.info(path)
         except FileNotFoundError:
-            raise Error(f"{url}: no such object") from None
+            raise Error(f"{url}: no such object; check the bucket and the key (a missing "
+                        f"bucket reads the same), e.g. by listing the prefix") from None
         except Exception as exc:
             raise Error(f"{url}: cannot stat ({_describe(exc)}); check the endpoint and the "
                         f"credentials") from exc
