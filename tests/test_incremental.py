@@ -196,8 +196,54 @@ def test_missing_and_wrong_bases_are_reported(tmp_path: Path) -> None:
     wrong_state = training_states(20, 10, seed=1)[0]
     with pytest.raises(ckptzip.BaseMismatchError, match="CRC mismatch"):
         ckptzip.loads(ckptzip.dumps(states[1], base=states[0]), base=wrong_state)
-    with pytest.raises(ckptzip.BaseMismatchError, match="in-memory state"):
+    with pytest.raises(ckptzip.BaseMismatchError, match="coded against an in-memory base"):
         ckptzip.loads(ckptzip.dumps(states[1], base=states[0]))
+
+
+def test_a_delta_saved_over_its_own_base_is_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """save(state, P, base=P) would replace the base with a delta naming itself as its base:
+    both checkpoints lost while the save succeeds. Refused, however the two name one file (the
+    same string, a relative path, ``..``, a symlink either way, an open checkpoint, a prepared
+    state's base); a hard link's other name survives the atomic replace and is allowed."""
+    from ckptzip.chain import same_file
+    from ckptzip.planning import prepare
+    from ckptzip.reader import open_base
+
+    states = training_states(20, 10)
+    (tmp_path / "run").mkdir()
+    base = tmp_path / "run" / "a.ckz"
+    ckptzip.save(states[0], base)
+    written = base.read_bytes()
+    (tmp_path / "latest.ckz").symlink_to(base)
+    (tmp_path / "linked").symlink_to(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    for target, named in [(base, base), (str(base), base), ("run/a.ckz", base),
+                          (tmp_path / "run" / ".." / "run" / "a.ckz", base),
+                          (f"file://{base}", base), (base, "latest.ckz"), ("latest.ckz", base),
+                          (tmp_path / "linked" / "a.ckz", base)]:
+        with pytest.raises(ckptzip.ConfigError, match=r"a\.ckz.*base.*both lost.*new path"):
+            ckptzip.save(states[1], target, base=named)
+    with ckptzip.open(base) as checkpoint, pytest.raises(ckptzip.ConfigError, match="new path"):
+        ckptzip.save(states[1], base, base=checkpoint)
+    opened = open_base(base)
+    assert opened is not None
+    with pytest.raises(ckptzip.ConfigError, match="new path"):
+        ckptzip.save(prepare(states[1], base=opened), "run/a.ckz")
+    assert base.read_bytes() == written and sorted(os.listdir(tmp_path / "run")) == ["a.ckz"]
+    assert (tmp_path / "latest.ckz").is_symlink()
+    assert_states_equal(states[0], ckptzip.load(base))
+
+    ckptzip.save(states[1], tmp_path / "run" / "b.ckz", base=base)  # a new path: fine
+    assert_states_equal(states[1], ckptzip.load(tmp_path / "run" / "b.ckz"))
+    os.link(base, tmp_path / "hard.ckz")  # one file, two names: the save replaces one name only
+    assert not same_file(tmp_path / "hard.ckz", base)
+    ckptzip.save(states[1], tmp_path / "hard.ckz", base=base)
+    assert_states_equal(states[1], ckptzip.load(tmp_path / "hard.ckz"))
+    assert base.read_bytes() == written
+    assert same_file("s3://bucket/run/a.ckz", "S3A://Bucket/run/a.ckz/")
+    assert not same_file("s3://bucket/run/a.ckz", "s3://bucket/run/b.ckz")
+    assert not same_file("s3://bucket/a.ckz", str(base)) and not same_file("memory://a/b", "s3://a/b")
 
 
 def test_one_flipped_bit_of_the_base_is_a_mismatch_not_damage() -> None:

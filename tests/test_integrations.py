@@ -271,10 +271,12 @@ def test_lightning_plugin_saves_prunes_and_resumes(tmp_path: Path, use_async: bo
     assert same_weights(full.state_dict(), resumed.state_dict())
 
 
-def lightning_deltas_fit(root: Path, max_steps: int, mode: str, *,
-                         ckpt_path: str | None = None) -> Any:
+def lightning_deltas_fit(root: Path | str, max_steps: int, mode: str, *,
+                         ckpt_path: str | None = None, storage_options: Any = None,
+                         workdir: Path | None = None) -> Any:
     """A 64-wide MLP (lossy modes code tensors of 16 elements and more) fitted with
-    CkptzipCheckpoint every 2 steps into ``root``, resumed from ``ckpt_path``."""
+    CkptzipCheckpoint every 2 steps into ``root`` (a bucket prefix with ``storage_options``,
+    Lightning's own directory then ``workdir``), resumed from ``ckpt_path``."""
     lightning = pytest.importorskip("lightning")
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -295,11 +297,13 @@ def lightning_deltas_fit(root: Path, max_steps: int, mode: str, *,
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32, 64), torch.randn(32, 1))  # 4 steps an epoch
-    callback = CkptzipCheckpoint(root, every_n_train_steps=2, mode=mode, async_save=True)
+    callback = CkptzipCheckpoint(root, every_n_train_steps=2, mode=mode, async_save=True,
+                                 storage_options=storage_options)
     trainer = lightning.Trainer(
-        max_steps=max_steps, default_root_dir=root, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu", enable_checkpointing=False,
-        plugins=[CkptzipCheckpointIO()], callbacks=[callback])
+        max_steps=max_steps, default_root_dir=workdir or root, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        enable_checkpointing=False, plugins=[CkptzipCheckpointIO(storage_options=storage_options)],
+        callbacks=[callback])
     module = Regression()
     trainer.fit(module, DataLoader(data, batch_size=8), ckpt_path=ckpt_path)
     assert callback.manager is None  # closed at teardown
@@ -349,6 +353,47 @@ def test_lightning_callback_writes_deltas_and_resumes(
     sharded = types.SimpleNamespace(strategy=object(), is_global_zero=True)  # FSDP, DeepSpeed
     with pytest.raises(ckptzip.ConfigError, match="CompressedWriter"):
         CkptzipCheckpoint(tmp_path, every_n_train_steps=2).setup(sharded, None, "fit")
+
+
+def test_lightning_callback_on_a_bucket_prefix_resumes_from_latest(
+        s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket prefix as ``dirpath`` (docs/INTEGRATIONS.md): ``latest()`` returned None there
+    (it asked ``os.path.isdir``), so a restarted run trained from scratch and wrote over the
+    chain. It names the newest step's URL now, the plugin reads it with its storage_options, the
+    resumed flag is set as on a directory, and a lossless resume ends bit for bit."""
+    pytest.importorskip("lightning")
+    from ckptzip.integrations.lightning import CkptzipCheckpoint, CkptzipCheckpointIO
+    from ckptzip.manager import CheckpointManager
+
+    resumed_flags: list[tuple[int, bool | None]] = []
+    real_save = CheckpointManager.save
+
+    def recording_save(manager: Any, step: int, state: Any, **options: Any) -> None:
+        resumed_flags.append((step, options.get("resumed")))
+        real_save(manager, step, state, **options)
+
+    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    monkeypatch.chdir(tmp_path)
+    bucket, options = s3_server.bucket(), s3_server.storage_options()
+    prefix = f"s3://{bucket}/run"
+    assert CkptzipCheckpoint.latest(prefix, storage_options=options) is None
+    full = lightning_deltas_fit(prefix, 8, "lossless", storage_options=options, workdir=tmp_path)
+    names = [f"step-{n:08d}.ckz" for n in (2, 4, 6, 8)]
+    assert sorted(p.rsplit("/", 1)[-1] for p in s3_server.filesystem().ls(f"{bucket}/run")) == names
+    assert CkptzipCheckpoint.latest(prefix, storage_options=options) == f"{prefix}/{names[-1]}"
+    resumed_flags.clear()
+    again = lightning_deltas_fit(prefix, 8, "lossless", storage_options=options, workdir=tmp_path,
+                                 ckpt_path=f"{prefix}/{names[1]}")  # step 4
+    assert resumed_flags == [(6, True), (8, None)]
+    assert same_weights(full.state_dict(), again.state_dict())
+    assert os.listdir(tmp_path) == []  # nothing local: no directory named "s3:"
+
+    plugin = CkptzipCheckpointIO(storage_options=options)  # Lightning's own files, in the bucket
+    path = f"s3://{bucket}/plain/epoch=0-step=2.ckpt"
+    plugin.save_checkpoint({"w": torch.arange(3.0)}, path)
+    assert torch.equal(plugin.load_checkpoint(path)["w"], torch.arange(3.0))
+    plugin.remove_checkpoint(path)
+    assert not s3_server.filesystem().exists(path[len("s3://"):])
 
 
 def test_lightning_callback_under_ddp_on_two_ranks(tmp_path: Path) -> None:

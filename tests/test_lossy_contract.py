@@ -930,3 +930,36 @@ def test_the_guard_judges_non_finite_scores_and_leaves_nothing_unjudged(tmp_path
               pytest.raises(ckptzip.Error, match="must return a number")):
             manager.save(4, {"w": weights[3] + 1e-3})
         assert torch.equal(ckptzip.load(tmp_path / "step-00000004.ckz")["w"], weights[3] + 1e-3)
+
+
+def test_frozen_layers_do_not_shift_the_pairing(tmp_path):
+    """Layers 0 and 1 of four alike frozen: pairing by shape along the model's order gave
+    layer 2's moments to layer 0, layer 3's to layer 1. Weights unchanged since the base are
+    now left out where a shape has more weights than states: the file is the one an explicit
+    pairing writes. (ExCP's: its joint momentum mask is the paired weight's.)"""
+    mode = "excp"
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+    for parameter in [*model[0].parameters(), *model[1].parameters()]:
+        parameter.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], 1e-2)
+    inputs = torch.randn(64, 64)
+
+    def train() -> dict[str, object]:
+        for _ in range(3):
+            loss = model(inputs).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return {"model": {k: v.clone() for k, v in model.state_dict().items()},
+                "optimizer": optimizer.state_dict()}
+
+    ckptzip.save(train(), tmp_path / "a.ckz", mode=mode)
+    second = train()
+    true_pairing = {"model.2.weight": 0, "model.2.bias": 1, "model.3.weight": 2,
+                    "model.3.bias": 3}
+    for name, pairing in (("inferred", None), ("explicit", true_pairing)):
+        options = {"pairing": pairing} if pairing else {}
+        ckptzip.save(second, tmp_path / f"{name}.ckz", mode=mode, base=tmp_path / "a.ckz",
+                     **options)
+    assert (tmp_path / "inferred.ckz").read_bytes() == (tmp_path / "explicit.ckz").read_bytes()

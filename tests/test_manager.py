@@ -128,6 +128,34 @@ def test_only_complete_restorable_steps_are_listed(tmp_path: Path) -> None:
             assert six.base_ref is not None and six.base_ref["path"] == step_file(1)
 
 
+def test_files_not_named_as_the_manager_names_them_are_not_its_files(tmp_path: Path) -> None:
+    """``step-1000.ckz`` saved by hand (the README's Python section, then a manager on the same
+    directory) matched the manager's pattern, so it was listed as step 1000, while restore,
+    bases and retention rebuild the path as ``step-00001000.ckz``: restore and every later
+    save failed. Only the exact name ``step_file(step)`` is the manager's; the others are left
+    alone, never listed, taken as a base or deleted."""
+    by_hand = {"step-1000.ckz": 1000, "step-0000002.ckz": 2, "step-000000003.ckz": 3}
+    for name, step in by_hand.items():
+        ckptzip.save(training_state(step), tmp_path / name)
+    assert [manager_module.step_of(name) for name in by_hand] == [None, None, None]
+    assert manager_module.step_of(step_file(2)) == 2
+    assert manager_module.step_of(step_file(123_456_789)) == 123_456_789  # past 8 digits
+    with CheckpointManager(tmp_path, async_save=False, keep_last=1, keyframe_every=1) as manager:
+        assert manager.steps() == [] and manager.latest_step() is None
+        found = r"step-1000\.ckz, not named as.*step-00000002\.ckz for step 2.*ckptzip\.load"
+        with pytest.raises(ckptzip.Error, match=found):
+            manager.restore()
+        with pytest.raises(ckptzip.Error, match=r"step 1000.*step-1000\.ckz"):
+            manager.restore(1000)
+        for step in (1000, 2000, 3000):  # its own step 1000 beside the one by hand, pruned
+            manager.save(step, training_state(step % 7))
+            assert manager.steps() == [step]
+            assert_same(manager.restore(), training_state(step % 7))
+    assert sorted(p.name for p in tmp_path.glob("step-*.ckz")) == sorted([*by_hand, step_file(3000)])
+    for name, step in by_hand.items():
+        assert_same(ckptzip.load(tmp_path / name), training_state(step))
+
+
 def test_reopening_continues_the_chain_and_drops_stale_temp_files(tmp_path: Path) -> None:
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, training_state(1))

@@ -90,16 +90,20 @@ def test_manager_on_a_bucket_prefix_keeps_everything_in_the_bucket(
     prefix = f"s3://{bucket}/run3"
     options = s3_server.storage_options()
     states = {step: training_state(step) for step in range(5)}
+    # saved by hand under a name the manager does not write: not its file (listed, it would be
+    # restored and taken as a base as step-00000001.ckz, which is not there)
+    ckptzip.save(training_state(9), f"{prefix}/step-1.ckz", storage_options=options)
     with ckptzip.CheckpointManager(prefix, keep_last=2, keyframe_every=2,
                                    storage_options=options) as manager:
-        assert manager.directory == prefix
+        assert manager.directory == prefix and manager.steps() == []
         for step, state in states.items():
             manager.save(step, state)
         manager.wait()
         # keyframes 0, 2, 4; deltas 1 (on 0) and 3 (on 2): keeping 3 and 4 keeps 2
         assert manager.steps() == [2, 3, 4]
         assert objects(s3_server, f"{bucket}/run3") == [
-            LOCK_NAME, "step-00000002.ckz", "step-00000003.ckz", "step-00000004.ckz"]
+            LOCK_NAME, "step-00000002.ckz", "step-00000003.ckz", "step-00000004.ckz",
+            "step-1.ckz"]
         with pytest.raises(ckptzip.Error, match=r"another CheckpointManager .*holds this prefix"):
             ckptzip.CheckpointManager(prefix, storage_options=options)
     assert os.listdir(tmp_path) == []  # no local directory named "s3:", nor anything else
@@ -295,6 +299,13 @@ def test_deltas_chain_across_the_bucket(s3_server: SeaweedS3) -> None:
     with ckptzip.open(f"{prefix}/b.ckz", storage_options=options) as delta:
         assert delta.base_ref is not None and delta.base_ref["path"] == "a.ckz"
         assert any(leaf.pipeline.residual is not None for leaf in delta.leaves)
+    assert_same(ckptzip.load(f"{prefix}/b.ckz", storage_options=options), second)
+    # a delta over its own base (the same object, however the URL is spelt): refused, nothing
+    # written, both objects as they were
+    for target in (f"{prefix}/b.ckz", f"s3a://{prefix[len('s3://'):]}/b.ckz"):
+        with pytest.raises(ckptzip.ConfigError, match=r"b\.ckz.*base.*both lost.*new path"):
+            ckptzip.save(first, target, base=f"{prefix}/b.ckz", storage_options=options)
+    assert objects(s3_server, prefix[len("s3://"):]) == ["a.ckz", "b.ckz"]
     assert_same(ckptzip.load(f"{prefix}/b.ckz", storage_options=options), second)
 
 

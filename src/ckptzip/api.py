@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .chain import relative_location
+from .chain import relative_location, same_file
 from .errors import ConfigError
 from .objstore import StorageOptions
 from .parallel import gc_paused
@@ -60,13 +60,16 @@ def save(
             raise ConfigError("a prepared state carries its base: pass base= to prepare(), not save()")
         opened = state.base
     else:
+        if isinstance(base, (str, os.PathLike)):
+            _refuse_own_base(target, os.fspath(base))  # before the base is even opened
         opened = open_base(base, threads=threads, storage_options=storage_options)
     location = None
-    if isinstance(base, (str, os.PathLike)):
-        location = relative_location(os.fspath(base), target)
-    elif opened is not None and opened.location is not None and not opened.location.startswith("<"):
-        location = relative_location(opened.location, target)
     try:
+        if isinstance(base, (str, os.PathLike)):
+            location = relative_location(os.fspath(base), target)
+        elif opened is not None and opened.location is not None and not opened.location.startswith("<"):
+            _refuse_own_base(target, opened.location)  # an open checkpoint, a prepared state's base
+            location = relative_location(opened.location, target)
         with open_sink(target, storage_options) as sink:
             report = encode_state(
                 state, sink, mode=mode, threads=threads, metadata=metadata,
@@ -78,6 +81,17 @@ def save(
             opened.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _refuse_own_base(target: str, base: str) -> None:
+    """A delta saved over its own base would replace the base and name itself as its base:
+    both checkpoints lost, and the save would succeed. Refused before anything is written."""
+    if same_file(target, base):
+        also = "" if target == base else f" ({base})"
+        raise ConfigError(
+            f"{target}: is the base{also} this delta is coded against; saving over it would "
+            f"replace the base and leave a delta that names itself as its base, both lost. "
+            f"Save the delta to a new path (the next step's file) with base={base!r}")
 
 
 def load(

@@ -23,7 +23,7 @@ import torch
 from . import _native
 from .dtypes import DType
 from .errors import BaseMismatchError
-from .storage import is_url, local_path
+from .storage import PathLike, is_url, local_path
 from .tree import flatten
 
 if TYPE_CHECKING:
@@ -183,6 +183,42 @@ def walk_chain(path: str, base_of: Callable[[str], str | None]) -> list[str]:
 def _origin(url: str) -> tuple[str, str]:
     parts = urllib.parse.urlsplit(url)
     return parts.scheme.lower(), parts.netloc.lower()
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether the paths or URLs ``a`` and ``b`` name one checkpoint (or one folder): a save to
+    ``a`` would replace ``b`` (a delta coded against ``b`` would then name itself). Local paths
+    are compared resolved (symlinks, ``..``), or as one file where both exist and it has one link
+    only (a case-insensitive filesystem, a bind mount): a hard link's other name survives the
+    atomic replace, so it is not the same; URLs are compared normalised."""
+    a, b = os.fspath(a), os.fspath(b)
+    if is_url(a) or is_url(b):
+        return is_url(a) and is_url(b) and _url_key(a) == _url_key(b)
+    a, b = local_path(a), local_path(b)
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        found, other = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return os.path.samestat(found, other) and found.st_nlink == 1
+
+
+def _url_key(url: str) -> tuple[str, str, str]:
+    """A URL as compared by :func:`same_file`: the filesystem's canonical protocol (``s3a`` is
+    ``s3``), the host or bucket in lower case, the path without trailing slashes (an object
+    store's keys are literal otherwise: ``a//b`` and ``a/./b`` are other objects)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        import fsspec
+
+        protocol = fsspec.get_filesystem_class(scheme).protocol
+        scheme = protocol if isinstance(protocol, str) else protocol[0]
+    except (ImportError, ValueError):
+        pass  # a protocol fsspec does not know (or whose package is missing): as written
+    path = parts.path.rstrip("/") + (f"?{parts.query}" if parts.query else "")
+    return scheme, parts.netloc.lower(), path
 
 
 def relative_location(base: str, delta: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import __version__
 from .allocator import tune_malloc
-from .chain import base_exists, relative_location, resolve_relative
+from .chain import base_exists, relative_location, resolve_relative, same_file
 from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
@@ -264,12 +264,8 @@ def _permissions(src: str) -> int | None:
 
 
 def _same_place(a: str, b: str) -> bool:
-    """Whether two paths (or URLs) name one file."""
-    if is_url(a) or is_url(b):
-        return a.rstrip("/") == b.rstrip("/")
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return os.path.realpath(a) == os.path.realpath(b)
+    """Whether a write to ``a`` replaces ``b`` (paths or URLs; :func:`chain.same_file`)."""
+    return same_file(a, b)
 
 
 def _inside(path: str, directory: str) -> bool:

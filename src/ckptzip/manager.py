@@ -1,10 +1,12 @@
 """CheckpointManager: a directory of compressed checkpoints, one file per step, saved in the
 background while training goes on.
 
-Layout: ``step-00000100.ckz`` per step; there is no manifest, because each file's header already
-names its base (path and content id) and temporary files carry the ``.ckz-tmp-`` marker, so the
-directory itself is the truth. A step is *restorable* when its file is complete and every base of
-its chain is present with the content id it was coded against; ``steps()`` lists only those.
+Layout: ``step-00000100.ckz`` per step (``step_file``; other names, ``step-100.ckz`` saved by
+hand among them, are not the manager's files: not listed, never deleted); there is no manifest,
+because each file's header already names its base (path and content id) and temporary files
+carry the ``.ckz-tmp-`` marker, so the directory itself is the truth. A step is *restorable*
+when its file is complete and every base of its chain is present with the content id it was
+coded against; ``steps()`` lists only those.
 
 One manager writes a directory at a time: it holds an advisory lock (``.ckptzip.lock``, flock) for
 its whole life, so two trainers pointed at one directory fail at once instead of deleting each
@@ -49,6 +51,17 @@ DEFAULT_KEYFRAME_EVERY = 8
 
 def step_file(step: int) -> str:
     return f"step-{step:08d}.ckz"
+
+
+def step_of(name: str) -> int | None:
+    """The step whose file is named ``name``, or None where it is not a manager's file name.
+    Only the exact name :func:`step_file` gives counts: the manager rebuilds every other path
+    (restore, bases, retention) from the step, so ``step-1000.ckz`` saved by hand beside
+    ``step-00001000.ckz``'s place would be listed, then never found."""
+    match = STEP_FILE.match(name)
+    if match is None or name != step_file(int(match.group(1))):
+        return None
+    return int(match.group(1))
 
 
 @dataclass(frozen=True)
@@ -196,12 +209,12 @@ class CheckpointManager:
             steps = self._restorable()
             if step is None:
                 if not steps:
-                    raise Error(f"{self.directory}: no checkpoint to restore")
+                    raise Error(f"{self.directory}: no checkpoint to restore{self._foreign()}")
                 step = steps[-1]
             elif step not in steps:
                 raise Error(
                     f"{self.directory}: no restorable checkpoint for step {step}; "
-                    f"steps are {steps or 'none'}"
+                    f"steps are {steps or 'none'}{self._foreign()}"
                 )
             # checked and claimed in one hold of the lock: retention spares the chain until the
             # read is done
@@ -473,14 +486,28 @@ class CheckpointManager:
         found: dict[str, int] = {}
         self._stamps = self._home.listing()
         for path in self._stamps:
-            match = STEP_FILE.match(path[len(self.directory) + 1 :])
-            if match:
-                found[path] = int(match.group(1))
+            step = step_of(path[len(self.directory) + 1 :])
+            if step is not None:
+                found[path] = step
         for path in list(self._headers):
             if path not in found:
                 del self._headers[path]
         ok: dict[str, bool] = {}
         return sorted(step for path, step in found.items() if self._chain_ok(path, ok))
+
+    def _foreign(self) -> str:
+        """For a restore that found nothing: the files of the last listing named like steps but
+        not as the manager names them (``step-1000.ckz``, saved by hand), which it ignores."""
+        found = sorted((int(match.group(1)), name) for path in self._stamps
+                       if (match := STEP_FILE.match(name := path[len(self.directory) + 1 :]))
+                       and step_of(name) is None)
+        if not found:
+            return ""
+        names = ", ".join(name for _, name in found[:3]) + (", ..." if len(found) > 3 else "")
+        step = found[0][0]
+        return (f" (found {names}, not named as the manager names its files, "
+                f"{step_file(step)} for step {step}: not its files; read one with "
+                f"ckptzip.load(path))")
 
     def _header(self, path: str) -> _Header | None:
         stamp = self._stamps.get(path) or self._home.stamp(path)

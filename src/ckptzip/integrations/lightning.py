@@ -39,8 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from ..api import load, save
+from ..chain import same_file
 from ..errors import ConfigError, DependencyError
-from ..manager import STEP_FILE, CheckpointManager
+from ..manager import CheckpointManager, step_of
+from ..objstore import StorageOptions
+from ..storage import is_url, local_path
 from . import standalone_mode
 
 try:
@@ -57,12 +60,16 @@ log = logging.getLogger("ckptzip")
 
 class CkptzipCheckpointIO(CheckpointIO):
     """Save and load Lightning checkpoints with ckptzip. ``mode``, ``threads`` and
-    ``mode_options`` go to :func:`ckptzip.save`."""
+    ``mode_options`` go to :func:`ckptzip.save`; ``storage_options`` to the fsspec filesystem of
+    a URL path (``s3://...``) on every save, load and removal: give it the ``storage_options``
+    of a :class:`CkptzipCheckpoint` on a bucket prefix, whose step files this plugin reads."""
 
-    def __init__(self, *, mode: str = "lossless", threads: int | None = None, **mode_options: Any) -> None:
+    def __init__(self, *, mode: str = "lossless", threads: int | None = None,
+                 storage_options: StorageOptions = None, **mode_options: Any) -> None:
         super().__init__()
         self.mode = standalone_mode(mode, "Lightning's CheckpointIO")
         self.threads = threads
+        self.storage_options = storage_options
         self.mode_options = mode_options
         # Under AsyncCheckpointIO a save runs in the background while ModelCheckpoint may
         # already prune its file; the file appears only when the save ends (atomic writes), so a
@@ -75,16 +82,17 @@ class CkptzipCheckpointIO(CheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError(
-                f"CkptzipCheckpointIO takes no storage_options (got {storage_options!r}); "
-                f"pass mode options to CkptzipCheckpointIO(...) instead"
+                f"CkptzipCheckpointIO's save_checkpoint takes no storage_options (got "
+                f"{storage_options!r}); pass them, and mode options, to CkptzipCheckpointIO(...)"
             )
-        fs = get_filesystem(path)
+        fs = self._filesystem(path)
         fs.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
         key = os.fspath(path)
         with self._lock:
             self._saving[key] = False
         try:
-            save(checkpoint, path, mode=self.mode, threads=self.threads, **self.mode_options)
+            save(checkpoint, path, mode=self.mode, threads=self.threads,
+                 storage_options=self.storage_options, **self.mode_options)
         finally:
             with self._lock:
                 removal_asked = self._saving.pop(key)
@@ -97,7 +105,8 @@ class CkptzipCheckpointIO(CheckpointIO):
         """Read a checkpoint; ``weights_only`` is moot (a .ckz never runs code) and a callable
         ``map_location`` means "where it was saved", which for a .ckz is the CPU."""
         location = "cpu" if map_location is None or callable(map_location) else map_location
-        state: dict[str, Any] = load(path, map_location=location, threads=self.threads)
+        state: dict[str, Any] = load(path, map_location=location, threads=self.threads,
+                                     storage_options=self.storage_options)
         return state
 
     def remove_checkpoint(self, path: str | Path) -> None:
@@ -105,9 +114,12 @@ class CkptzipCheckpointIO(CheckpointIO):
             if os.fspath(path) in self._saving:  # still being written: removed when it is done
                 self._saving[os.fspath(path)] = True
                 return
-        fs = get_filesystem(path)
+        fs = self._filesystem(path)
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+    def _filesystem(self, path: str | Path) -> Any:
+        return get_filesystem(path, **(self.storage_options or {}))
 
 
 class CkptzipCheckpoint(Callback):
@@ -141,11 +153,14 @@ class CkptzipCheckpoint(Callback):
     @staticmethod
     def latest(dirpath: str | os.PathLike[str], **manager_options: Any) -> str | None:
         """The newest restorable step file in ``dirpath`` (None where there is none yet), for
-        ``trainer.fit(ckpt_path=...)``. It opens the directory as a manager for the moment
-        (its lock or lease; unfinished files a crash left are cleaned up): call it before the
+        ``trainer.fit(ckpt_path=...)``; a bucket prefix (``s3://bucket/run``, with the
+        ``storage_options`` the callback was given) gives a URL, which the plugin reads given the
+        same ``storage_options``. It opens the directory as a manager for the moment (its lock
+        or lease; unfinished files or uploads a crash left are cleaned up): call it before the
         fit, not while another trainer writes there."""
-        if not os.path.isdir(os.fspath(dirpath)):
-            return None
+        location = os.fspath(dirpath)
+        if not is_url(location) and not os.path.isdir(local_path(location)):
+            return None  # nothing saved yet: not created here
         with CheckpointManager(dirpath, **manager_options) as manager:
             step = manager.latest_step()
             return None if step is None else manager.path(step)
@@ -167,10 +182,11 @@ class CkptzipCheckpoint(Callback):
                          "alone", self.dirpath, ", ".join(others))
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        path = trainer.ckpt_path
-        inside = path is not None and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
-            self.dirpath) and STEP_FILE.match(os.path.basename(path)) is not None
-        self._resumed_from = os.path.abspath(path) if inside else None
+        # one of this callback's step files (a path, or a URL on a bucket prefix)?
+        path = None if trainer.ckpt_path is None else os.fspath(trainer.ckpt_path)
+        inside = (path is not None and step_of(os.path.basename(path)) is not None
+                  and same_file(os.path.dirname(path), self.dirpath))
+        self._resumed_from = path if inside else None
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -185,8 +201,8 @@ class CkptzipCheckpoint(Callback):
         if self._resumed_from is not None:
             # trained from that checkpoint as decoded: say so where this delta is coded against it
             earlier = [s for s in self.manager.steps() if s < step]
-            resumed = bool(earlier) and os.path.abspath(
-                self.manager.path(earlier[-1])) == self._resumed_from
+            resumed = bool(earlier) and same_file(self.manager.path(earlier[-1]),
+                                                  self._resumed_from)
             self._resumed_from = None
         self.manager.save(step, checkpoint, resumed=resumed)
 

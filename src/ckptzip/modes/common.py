@@ -314,7 +314,7 @@ class JointPolicy(LosslessPolicy):
         plans: dict[int, Encoded | Exact] = {}
         self.resumed = resumed
         self._warn_unhandled(leaves)
-        candidates = self._candidate_groups(leaves)
+        candidates = self._candidate_groups(leaves, base)
         surveys = type(self).survey is not JointPolicy.survey
         looked: list[GroupValues | None]
         if surveys:
@@ -412,11 +412,12 @@ class JointPolicy(LosslessPolicy):
             warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
                           f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
 
-    def _candidate_groups(self, leaves: list[Leaf]) -> list[Group]:
+    def _candidate_groups(self, leaves: list[Leaf], base: Base | None = None) -> list[Group]:
         """The weight groups a lossy plan may code, without the tensors the scope or
-        ``keep_exact`` leaves out."""
+        ``keep_exact`` leaves out; with ``base``, paired around the weights frozen since it."""
         candidates = []
-        for group in group_state(leaves, self.pairing, self.mode, self.state_roles):
+        unchanged = None if base is None else (lambda index: _same_bits(leaves[index], base))
+        for group in group_state(leaves, self.pairing, self.mode, self.state_roles, unchanged):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
                 continue  # a weight no Adam moment pairs with: outside the scope, lossless
             for role in ("weight", "exp_avg", "exp_avg_sq"):
@@ -457,7 +458,7 @@ class JointPolicy(LosslessPolicy):
         the base), with a :class:`NonFiniteWarning`. The groups are looked at on ``threads``
         threads, after one parallel decode of every weight's base."""
         if candidates is None:
-            candidates = self._candidate_groups(leaves)
+            candidates = self._candidate_groups(leaves, base)
         base.prefetch([leaves[g.weight].name for g in candidates if g.weight is not None])
 
         def look(position: int) -> tuple[GroupValues | None, dict[int, Encoded | Exact]]:

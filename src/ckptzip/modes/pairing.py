@@ -17,7 +17,8 @@ name) overrides this; where neither works, the moments are coded on their own, w
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,9 +143,11 @@ def lossy_candidate(leaf: Leaf) -> bool:
 
 
 def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mode: str,
-                roles: Mapping[str, str] = ADAM_ROLES) -> list[Group]:
+                roles: Mapping[str, str] = ADAM_ROLES,
+                unchanged: Callable[[int], bool] | None = None) -> list[Group]:
     """Every lossy-coded tensor of the state, grouped as weight + moments where possible (the
-    optimizer states ``roles`` names are the moments)."""
+    optimizer states ``roles`` names are the moments). ``unchanged(index)``: whether a weight
+    equals its base's, to pair by order around frozen weights (see :func:`_by_order`)."""
     states: dict[int | str, Group] = {}
     roots: set[tuple[object, ...]] = set()
     for index, leaf in enumerate(leaves):
@@ -172,7 +175,7 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
     elif named:
         matched = _by_name(leaves, weights, states, mode)
     else:
-        matched = _by_order(leaves, weights, states)
+        matched = _by_order(leaves, weights, states, unchanged)
     if matched is None:
         return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
     for param_id, weight in matched.items():
@@ -214,10 +217,25 @@ def _by_name(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gro
     return matched
 
 
-def _by_order(leaves: list[Leaf], weights: list[int],
-              states: dict[int | str, Group]) -> dict[int | str, int] | None:
+def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
+              unchanged: Callable[[int], bool] | None = None) -> dict[int | str, int] | None:
     """Pair optimizer states (by index) with weights (in model order): one run in model order,
-    or two (decay and no-decay groups), split where both runs fit."""
+    or two (decay and no-decay groups), split where both runs fit.
+
+    Where a shape has more weights than states (frozen layers, buffers), the earliest weights
+    of it would be taken: a frozen first layer of several alike took the next layer's moments,
+    and each later layer its successor's. So, given ``unchanged``, the weights of such shapes
+    that equal their base (frozen: the optimizer has no state for them) are left out first;
+    where the states no longer fit, all are matched as before."""
+    if unchanged is not None:
+        states_of = Counter(_shape(leaves, group) for group in states.values())
+        weights_of = Counter(leaves[w].shape for w in weights)
+        frozen = {w for w in weights
+                  if weights_of[leaves[w].shape] > states_of[leaves[w].shape] > 0 and unchanged(w)}
+        if frozen:
+            found = _by_order(leaves, [w for w in weights if w not in frozen], states)
+            if found is not None:
+                return found
     ids = sorted(states, key=int)
     wanted = [_shape(leaves, states[i]) for i in ids]
     shapes = [leaves[w].shape for w in weights]
