@@ -261,3 +261,25 @@ def test_headers_are_deflated_and_bounded() -> None:
     with pytest.raises(ckptzip.VersionError, match="flags"):
         raw = json.dumps(header).encode()
         ckptzip.loads(pack_prelude(raw, 0x80) + raw + data)
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda tree: {"t": "exec", "v": "os.system('x')"}, "unknown node type 'exec'"),
+    (lambda tree: {"t": "tensor", "i": 9999}, "leaf index 9999 out of range"),
+    (lambda tree: {"t": "view", "i": 0, "offset": 0, "shape": [10**6], "stride": [1]},
+     "view reaches past its storage"),
+])
+def test_verify_checks_the_tree_a_load_builds(tmp_path, tamper, message) -> None:
+    """verify said OK of a file whose every checksum holds around a tree a load refuses (an
+    unknown node, a leaf index out of range): it now checks the tree too, nothing decoded."""
+    header, data = split(BLOB)
+    header["tree"] = tamper(header["tree"])
+    (tmp_path / "bad.ckz").write_bytes(rebuild(header, data))
+    with ckptzip.open(tmp_path / "bad.ckz") as checkpoint, pytest.raises(ckptzip.FormatError,
+                                                                          match=re.escape(message)):
+        checkpoint.verify()
+    with pytest.raises(ckptzip.FormatError, match=re.escape(message)):
+        ckptzip.load(tmp_path / "bad.ckz")
+    (tmp_path / "ok.ckz").write_bytes(BLOB)
+    with ckptzip.open(tmp_path / "ok.ckz") as good:
+        assert good.verify().tensors == len(good.leaves)

@@ -60,7 +60,7 @@ examples:
   ckptzip decompress model.safetensors.ckz         the original file, bit for bit
   ckptzip decompress step.ckz --to pt -o step.pt   as a torch.save file
   ckptzip inspect step.ckz                         what each tensor gained
-  ckptzip verify *.ckz && echo all good            checksums; exit status 1 on damage
+  ckptzip verify *.ckz && echo all good            checksums and tree; exit status 1 on damage
   ckptzip compress --base step-100.ckz step-200.pt a delta: only what changed since step 100
   ckptzip flatten step-200.pt.ckz                  the delta rewritten as a standalone keyframe
   ckptzip bench model.safetensors                  against zstd, blosc2 and zipnn

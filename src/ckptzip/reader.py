@@ -23,7 +23,7 @@ from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
 from .storage import BytesSource, PathLike, Source, open_source
-from .tree import TENSOR_KINDS, leaf_refs, tensor_bytes, unflatten, unique_name
+from .tree import TENSOR_KINDS, check_tree, leaf_refs, tensor_bytes, unflatten, unique_name
 
 # leaf, chunk index, chunk, output slice, base slice (for residuals)
 _Job = tuple[LeafInfo, int, ChunkRef, np.ndarray, np.ndarray | None]
@@ -412,7 +412,11 @@ class CheckpointFile:
         )
 
     def verify(self) -> VerifyReport:
-        """Check every checksum by decoding every chunk; raises :class:`CorruptError` on damage."""
+        """Check every checksum by decoding every chunk, and the tree as a load builds it;
+        raises :class:`CorruptError` on damage, :class:`FormatError` on a tree a load refuses."""
+        check_tree(self.header.tree,
+                   [(leaf.dtype.torch_dtype or torch.uint8, leaf.shape) for leaf in self.leaves],
+                   self.name)
         for i in range(len(self.leaves)):
             self.read_leaves([i])
         return VerifyReport(

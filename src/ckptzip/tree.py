@@ -550,6 +550,36 @@ class _Builder:
         return bytearray(self.build_bytes(node, path))
 
 
+class _Checker(_Builder):
+    """A :class:`_Builder` over stand-ins of the leaves (meta tensors of their dtypes and
+    shapes): every check a load makes of the tree, nothing decoded or allocated."""
+
+    def build_ndarray(self, node: dict[str, Any], path: KeyPath) -> np.ndarray:
+        tensor = self.leaf(node, path)
+        if dtypes.from_torch(tensor.dtype, render_path(path)).numpy_dtype is None:
+            raise self.fail(path, f"dtype {tensor.dtype} has no numpy equivalent")
+        return np.empty(0)
+
+    def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
+        tensor = self.leaf(node, path)
+        if tensor.dtype != torch.uint8 or tensor.dim() != 1:
+            raise self.fail(path, f"bytes from a {tensor.dtype}{list(tensor.shape)} leaf")
+        return b""
+
+
+def check_tree(node: Any, leaves: list[tuple[torch.dtype, tuple[int, ...]]],
+               source: str = "<memory>") -> None:
+    """Raise the :class:`FormatError` a load of ``node`` would (a leaf index out of range, a
+    view past its storage, an unknown node type, nesting too deep), given each leaf's dtype and
+    shape, without the leaves' data: ``ckptzip verify`` says OK only of a file that loads."""
+
+    def stand_in(index: int) -> torch.Tensor:
+        dtype, shape = leaves[index]
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    _Checker(stand_in, len(leaves), source).build(node, ())
+
+
 def unflatten(node: Any, get_leaf: LeafGetter, n_leaves: int, source: str = "<memory>") -> Any:
     """Rebuild a state from its node; ``get_leaf(i)`` gives leaf ``i`` as a torch tensor with its
     stored dtype and shape. Leaves referenced several times are fetched once and shared."""
