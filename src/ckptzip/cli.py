@@ -102,7 +102,7 @@ class Reporter:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-T", "--threads", type=int, default=0, metavar="N",
+    parser.add_argument("-T", "--threads", type=_count(0), default=0, metavar="N",
                         help="worker threads (default 0: all cores)")
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                         dest="storage_option", type=parse_storage_option,
@@ -113,6 +113,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="say more: a line per tensor (dtype, shape, raw and stored bytes, ratio, "
                              "pipeline, a lossy tensor's recorded error)")
+
+
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least``, refused in the flag's words."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of {least} or more")
+        return value
+
+    return parse
 
 
 def _output_options(parser: argparse.ArgumentParser, done: str) -> None:
@@ -157,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", metavar="B",
                    help="an earlier .ckz to code against: an incremental checkpoint, bit-exact, "
                         "that needs B (found beside it) to load")
-    p.add_argument("--keyframe-every", type=int, metavar="K",
+    p.add_argument("--keyframe-every", type=_count(1), metavar="K",
                    help="with --base: write a standalone keyframe instead when B already heads a "
                         "chain of K-1 deltas")
     _output_options(p, "compressed")
@@ -176,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _common(p)
 
-    p = sub.add_parser("verify", help="check every checksum; exit status 0 only if all hold")
+    p = sub.add_parser("verify", help="check every checksum and the tree a load builds; exit "
+                                      "status 0 only if all hold")
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")
     _common(p)
 

@@ -140,7 +140,8 @@ class CheckpointFile:
             if not base_exists(path):
                 raise BaseMismatchError(
                     f"{self.name}: its base {location!r} (id {expected}) is missing: looked for "
-                    f"{path}; put it back beside the delta or pass base=PATH"
+                    f"{path}; put it back beside the delta or pass base=PATH (--base on the command "
+                    f"line)"
                 )
             try:
                 base = open_base(path, threads=self.threads, storage_options=self.storage_options)

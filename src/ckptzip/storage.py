@@ -247,6 +247,9 @@ def exists(path: PathLike, storage_options: StorageOptions = None) -> bool:
 def open_source(path: PathLike, storage_options: StorageOptions = None) -> Source:
     if is_url(path):
         return RemoteSource(os.fspath(path), storage_options)
+    if os.path.isdir(local_path(path)):
+        raise Error(f"{os.fspath(path)}: a directory, not a .ckz file; name the .ckz (a "
+                    f"directory is compressed into one: ckptzip compress DIR)")
     return FileSource(local_path(path))
 
 
