@@ -512,3 +512,47 @@ def test_the_chain_benchmark_quick(tmp_path: Path) -> None:
         # delta it just wrote)
         assert held[2]["down_mb"] < unheld[2]["down_mb"] / 2, (held, unheld)
     assert saves["torch.save+s3fs"][0][2]["down_mb"] == 0
+
+
+def test_a_frozen_server_fails_a_save_within_its_deadline(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that stops answering (SIGSTOP) mid-save: the save hung for good, since botocore
+    bounds the wait for an answer but not a PUT whose body is being sent. Every request now has
+    a deadline from the configured timeouts (``objstore.request_deadline``): the save fails
+    with an error naming the URL, and the previous object is intact once the server is back."""
+    import signal
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no S3 server for this test: {reason}")
+    assert objstore.request_deadline({}) == 1440.0  # botocore's defaults: 2 x 120 s x 6 tries
+    assert objstore.request_deadline({"connect_timeout": 2, "read_timeout": 3,
+                                      "retries": {"max_attempts": 1}}) == objstore.MIN_REQUEST_DEADLINE
+    monkeypatch.setattr(objstore, "MIN_REQUEST_DEADLINE", 1.0)
+    with SeaweedS3(tmp_path / "weed") as server:
+        url = f"s3://{server.bucket()}/a.ckz"
+        options = server.storage_options(retries=1)
+        options["config_kwargs"].update(connect_timeout=1, read_timeout=2)  # a deadline of 12 s
+        ckptzip.save(training_state(1), url, storage_options=options)
+        assert server.process is not None
+        failed: list[BaseException] = []
+
+        def save() -> None:
+            try:
+                ckptzip.save(big_state(), url, storage_options=options)
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                failed.append(exc)
+
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            thread = threading.Thread(target=save, daemon=True)
+            thread.start()
+            thread.join(120)
+            assert not thread.is_alive(), "the save still hangs"
+            assert time.monotonic() - started < 100
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert failed and isinstance(failed[0], ckptzip.Error), failed
+        assert url in str(failed[0]) and "no " in str(failed[0])
+        assert_same(ckptzip.load(url, storage_options=options), training_state(1))

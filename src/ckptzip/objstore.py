@@ -233,11 +233,48 @@ class ObjectStore:
             self.fs.rm_file(path)
 
 
+#: The least time ckptzip waits for one request to an S3 store before it gives up on it.
+MIN_REQUEST_DEADLINE = 300.0
+
+
+def request_deadline(config: dict[str, Any]) -> float:
+    """How long one request may take in all, from botocore's ``Config`` (``config_kwargs``):
+    twice its connect and read timeouts over every attempt, at least
+    :data:`MIN_REQUEST_DEADLINE` (botocore's defaults: 1,440 s). botocore bounds the wait for
+    an answer, but not a request whose body is being sent to a server that stopped reading (a
+    PUT to a frozen server hung for good), so ckptzip bounds the whole."""
+    found = config.get("retries")
+    retries: dict[str, Any] = found if isinstance(found, dict) else {}
+    attempts: Any = retries.get("max_attempts", retries.get("total_max_attempts", 5))
+    timeouts: list[Any] = [config.get("connect_timeout", 60), config.get("read_timeout", 60)]
+    try:
+        per_attempt = sum(float(t) for t in timeouts)
+        return max(MIN_REQUEST_DEADLINE, 2 * per_attempt * (int(attempts) + 1))
+    except (TypeError, ValueError):
+        return MIN_REQUEST_DEADLINE * 4
+
+
 class S3Store(ObjectStore):
-    """S3 and S3-compatible stores through s3fs: multipart uploads and conditional writes."""
+    """S3 and S3-compatible stores through s3fs: multipart uploads and conditional writes.
+    No request is waited for longer than :func:`request_deadline`."""
+
+    def __init__(self, fs: Any) -> None:
+        super().__init__(fs)
+        config = getattr(fs, "config_kwargs", None)
+        self.deadline = request_deadline(config if isinstance(config, dict) else {})
 
     def call(self, method: str, **kwargs: Any) -> Any:
-        return self._submit(self.fs._call_s3(method, **kwargs)).result()
+        return self.wait(self._submit(self.fs._call_s3(method, **kwargs)))
+
+    def wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        """``future.result()``, or a TimeoutError (an OSError: a store's failure, reported as
+        such) once :attr:`deadline` has passed, the request cancelled."""
+        try:
+            return future.result(timeout=self.deadline)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer in {self.deadline:g} s; is the store up and "
+                               f"reachable?") from None
 
     def submit(self, method: str, **kwargs: Any) -> concurrent.futures.Future[Any]:
         return self._submit(self.fs._call_s3(method, **kwargs))
@@ -286,7 +323,7 @@ class S3Store(ObjectStore):
             return None
         body = reply["Body"]
         try:
-            data = self._submit(body.read()).result()
+            data = self.wait(self._submit(body.read()))
         finally:
             body.close()
         return data, str(reply["ETag"])
@@ -361,8 +398,13 @@ class MultipartUpload:
     def _settle(self, room: int) -> None:
         """Wait until at most ``room`` parts are in flight; raise the first failure."""
         while len(self.pending) > room:
-            done, _ = concurrent.futures.wait(self.pending.values(),
+            done, _ = concurrent.futures.wait(self.pending.values(), timeout=self.store.deadline,
                                               return_when=concurrent.futures.FIRST_COMPLETED)
+            if not done:
+                number = min(self.pending)
+                raise self._failed(f"uploading part {number}", TimeoutError(
+                    f"no part answered in {self.store.deadline:g} s; is the store up and "
+                    f"reachable?"))
             for number, future in list(self.pending.items()):
                 if future in done:
                     del self.pending[number]

@@ -3,7 +3,8 @@ the demo delta on one thread at the same time (no GIL between them, the same cor
 memory), against one process alone, and against one process saving on two threads (the
 library's `threads=2`). Rounds rotate the order.
 
-usage: [GB=x] ceiling.py MODE ROUNDS SAVES_PER_RUN (GB: the synthetic state of that size, not the demo)
+usage: [GB=x] [TUNE=1] ceiling.py MODE ROUNDS SAVES_PER_RUN (GB: the synthetic state of that size,
+not the demo; TUNE: each worker calls ckptzip.tune_malloc() first, as the command does)
 """
 import os
 import statistics
@@ -17,6 +18,8 @@ WORKER = r"""
 import os, sys, tempfile, time
 sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
 import lossy_speed, ckptzip, torch
+if os.environ.get("TUNE"):  # the allocator as the ckptzip command sets it for itself
+    assert ckptzip.tune_malloc()
 mode = sys.argv[2]
 first, second, _ = lossy_speed.synthetic_states(float(os.environ["GB"])) if os.environ.get("GB") else lossy_speed.demo_states(20, 5)
 d = tempfile.mkdtemp(); key = os.path.join(d, "k.ckz"); out = os.path.join(d, "d.ckz")
