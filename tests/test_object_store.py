@@ -540,7 +540,7 @@ def test_a_frozen_server_fails_a_save_within_its_deadline(tmp_path: Path,
         def save() -> None:
             try:
                 ckptzip.save(big_state(), url, storage_options=options)
-            except BaseException as exc:  # noqa: BLE001 (reported below)
+            except BaseException as exc:  # reported below
                 failed.append(exc)
 
         os.kill(server.process.pid, signal.SIGSTOP)
