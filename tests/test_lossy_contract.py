@@ -963,3 +963,39 @@ def test_frozen_layers_do_not_shift_the_pairing(tmp_path):
         ckptzip.save(second, tmp_path / f"{name}.ckz", mode=mode, base=tmp_path / "a.ckz",
                      **options)
     assert (tmp_path / "inferred.ckz").read_bytes() == (tmp_path / "explicit.ckz").read_bytes()
+
+
+def test_a_rewrite_that_fails_leaves_no_rejected_checkpoint(tmp_path, monkeypatch):
+    """The guard rejected a lossy checkpoint and its lossless rewrite failed (a full disk): the
+    rejected file stayed as the step and restore() served it as the latest. It is removed: the
+    previous step is the latest, as after any failed save. A guard that fails is counted."""
+    from ckptzip import manager as manager_module
+
+    real = manager_module.save
+
+    def full_disk(state, path, **kwargs):
+        if kwargs.get("mode") == "lossless" and "guard" in (kwargs.get("metadata") or {}):
+            raise ckptzip.Error(f"{path}: write failed (No space left on device)")
+        return real(state, path, **kwargs)
+
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(64, 32, generator=generator)]
+    weights.append(weights[0] + 0.01 * torch.randn(64, 32, generator=generator))
+    monkeypatch.setattr(manager_module, "save", full_disk)
+    with ckptzip.CheckpointManager(tmp_path, mode="adaptive", async_save=False,
+                                   guard=lambda state: 1.0 if torch.equal(state["w"], weights[1])
+                                   else 2.0, max_gap=0.0) as manager:
+        manager.save(0, {"w": weights[0]})
+        with pytest.raises(ckptzip.Error, match="No space left"):
+            manager.save(1, {"w": weights[1]})
+        assert manager.steps() == [0] and manager.latest_step() == 0
+    assert not (tmp_path / "step-00000001.ckz").exists()
+    monkeypatch.undo()
+
+    def broken(state):
+        raise RuntimeError("eval batch not found")
+
+    with ckptzip.CheckpointManager(tmp_path, mode="adaptive", async_save=False, guard=broken) as manager:
+        with pytest.raises(RuntimeError, match="eval batch"):
+            manager.save(1, {"w": weights[1]})
+        assert manager.guard_rewrites == 1 and manager.steps() == [0, 1]

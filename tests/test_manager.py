@@ -226,3 +226,121 @@ def test_bad_options(tmp_path: Path) -> None:
         CheckpointManager(tmp_path, no_such_option=4)
     with CheckpointManager(tmp_path) as manager, pytest.raises(ckptzip.ConfigError, match="step"):
         manager.save(-1, {})
+
+
+# What a user hunt found (session 39); each failed before its fix.
+
+
+def test_every_background_failure_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two saves in flight both may fail before a call sees them: the second failure was
+    dropped, and its step silently missing. Both are named, with the save that was refused."""
+    real = manager_module.save
+    go = threading.Event()
+
+    def failing_save(state: Any, path: str, **kwargs: Any) -> Any:
+        step = kwargs.get("metadata", {}).get("step")
+        if step == 2:
+            go.wait(30)  # until step 3 is queued behind it
+        if step in (2, 3):
+            raise OSError(28, "No space left on device")
+        return real(state, path, **kwargs)
+
+    monkeypatch.setattr(manager_module, "save", failing_save)
+    with CheckpointManager(tmp_path, max_pending=2) as manager:
+        manager.save(1, training_state(1))
+        manager.wait()
+        manager.save(2, training_state(2))
+        manager.save(3, training_state(3))
+        pending = list(manager._pending)
+        go.set()
+        for future in pending:
+            future.exception()  # both done, neither seen yet
+        with pytest.raises(ckptzip.Error, match=r"step 2.*step 3.*step 4 was not started") as info:
+            manager.save(4, training_state(4))
+        assert isinstance(info.value.__cause__, OSError)
+        manager.save(4, training_state(4))
+    assert CheckpointManager(tmp_path).steps() == [1, 4]
+
+
+def test_a_refused_save_keeps_restores_resumed_mark(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first save after restore() is marked resumed; a save refused before it was under
+    way consumed the mark, and the corrected save went out unmarked."""
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        manager.save(1, training_state(1))
+        manager.save(2, training_state(2))
+    marks: list[bool] = []
+    real = manager_module.save
+
+    def recording_save(state: Any, path: str, **kwargs: Any) -> Any:
+        marks.append(kwargs.get("resumed", False))
+        return real(state, path, **kwargs)
+
+    monkeypatch.setattr(manager_module, "save", recording_save)
+    for async_save in (False, True):
+        with CheckpointManager(tmp_path, async_save=async_save) as manager:
+            manager.restore(2)
+            with pytest.raises(ckptzip.UnsupportedError):
+                manager.save(3, {**training_state(3), "sched": object()})
+            manager.save(3, training_state(3))
+        assert marks[-1] is True
+
+
+def test_restore_refuses_a_step_that_is_no_int(tmp_path: Path) -> None:
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        manager.save(1, training_state(1))
+        for bad in (1.0, "1", -1):
+            with pytest.raises(ckptzip.ConfigError, match="step must be a non-negative int"):
+                manager.restore(bad)  # type: ignore[arg-type]
+
+
+def test_restore_says_why_a_step_does_not_restore(tmp_path: Path) -> None:
+    """A step whose file is there but whose base is gone: the refusal said only "no restorable
+    checkpoint"; it now says what is wrong with the file."""
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        for step in (1, 2, 3):
+            manager.save(step, training_state(step))
+    os.remove(tmp_path / step_file(2))
+    with CheckpointManager(tmp_path) as manager, pytest.raises(
+            ckptzip.Error, match=r"step-00000003.ckz is there, but .*its base .*is missing"):
+        manager.restore(3)
+
+
+def test_what_is_no_regular_file_is_not_a_step(tmp_path: Path) -> None:
+    """A FIFO named like a step blocked steps() for good (its header read waits for a writer);
+    a link in a loop raised a bare OSError; a removed directory a bare FileNotFoundError."""
+    with CheckpointManager(tmp_path / "run", async_save=False) as manager:
+        manager.save(1, training_state(1))
+    os.mkfifo(tmp_path / "run" / step_file(2))
+    (tmp_path / "run" / "loop").symlink_to(tmp_path / "run" / "loop")
+    with CheckpointManager(tmp_path / "run", async_save=False) as manager:
+        assert manager.steps() == [1] and manager.latest_step() == 1
+        manager.save(3, training_state(3))
+        assert manager.steps() == [1, 3]
+        for name in os.listdir(tmp_path / "run"):
+            os.remove(tmp_path / "run" / name)
+        os.rmdir(tmp_path / "run")
+        with pytest.raises(ckptzip.Error, match="cannot list the directory"):
+            manager.steps()
+        manager._closed = True  # its directory is gone: nothing left to release but the lock
+
+
+def test_close_releases_the_lock_forked_children_share(tmp_path: Path) -> None:
+    """A DataLoader's workers forked while the manager was open share its lock's descriptor:
+    closing the manager's copy alone kept the directory locked until they exited, and a new
+    manager in the same process was refused, naming this process as the other writer."""
+    manager = CheckpointManager(tmp_path, async_save=False)
+    manager.save(1, training_state(1))
+    child = os.fork()
+    if child == 0:  # a worker: holds the descriptor, never touches the manager
+        import time
+
+        time.sleep(5)
+        os._exit(0)
+    try:
+        manager.close()
+        with CheckpointManager(tmp_path) as again:
+            assert again.steps() == [1]
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)

@@ -80,22 +80,23 @@ class FidelityGuard:
             decoded = self._evaluate(decoded_state, "decoded", step)
         except BaseException:
             rewrite()
+            self.events.append(GuardEvent(step, math.nan, math.nan, math.nan, True))
+            log.warning("ckptzip guard: step %d: the guard failed, so the checkpoint could not be "
+                        "judged; rewritten losslessly", step)
             raise
         if not math.isfinite(truth):
             gap, failed = math.nan, True
-            log.warning("ckptzip guard: step %d: the guard scored the true state %r, so the "
-                        "decoded one cannot be judged; rewritten losslessly", step, truth)
+            why = f"the guard scored the true state {truth!r}, so the decoded one cannot be judged"
         else:
             # an infinite or NaN decoded score is the largest gap there is
             gap = ((decoded - truth) / max(abs(truth), 1e-30) if math.isfinite(decoded)
                    else math.inf)
             failed = gap > self.max_gap
-            if failed:
-                log.warning("ckptzip guard: step %d decoded %.6g against %.6g (gap %+.3g%% > "
-                            "%.3g%%); rewritten losslessly", step, decoded, truth, 100 * gap,
-                            100 * self.max_gap)
+            why = (f"decoded {decoded:.6g} against {truth:.6g} (gap {100 * gap:+.3g}% > "
+                   f"{100 * self.max_gap:.3g}%)")
         if failed:
-            rewrite()
+            rewrite()  # logged once done: a rewrite that fails raises instead
+            log.warning("ckptzip guard: step %d %s; rewritten losslessly", step, why)
         event = GuardEvent(step, truth, decoded, gap, failed)
         self.events.append(event)
         return event

@@ -17,6 +17,7 @@ other's bases. A URL (``s3://bucket/run3``) is a bucket prefix, held with a leas
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import threading
@@ -96,8 +97,10 @@ class CheckpointManager:
     float`` (lower is better, e.g. a loss on a fixed batch) scores the true state and the state
     as decoded; a checkpoint worse by more than ``max_gap`` (relative, default 0.5%) is rewritten
     losslessly, logged, and counted in :attr:`guard_rewrites`. It runs where the write runs (in
-    the background for async saves), on a state training no longer touches: ``fn`` must not use
-    the live model (load the state into a copy).
+    the background for async saves, on the manager's snapshot; in the caller's ``save`` for
+    synchronous ones, on the caller's own state). ``fn`` must not use the live model, nor change
+    the state it is given: load it into a copy (``load_state_dict`` copies) in eval mode; a
+    lossless rewrite writes that state as it is after ``fn``.
 
     ``cache_decoded``: hold the newest checkpoint as decoded in host memory (one state's raw
     bytes, :mod:`ckptzip.held`), so that the next delta takes its base from there instead of
@@ -160,7 +163,8 @@ class CheckpointManager:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckptzip-save")
         self._pending: list[concurrent.futures.Future[SaveReport]] = []
         self._pending_lock = threading.Lock()
-        self._error: BaseException | None = None
+        #: Background failures not yet raised, in the order they happened (every one is named).
+        self._errors: list[Error] = []
         self._closed = False
         #: The step restore() last returned, until the next save: that save's state was trained
         #: from its decoded values (what lossy modes need to know, see ckptzip.save's resumed).
@@ -173,7 +177,7 @@ class CheckpointManager:
         ``resumed``: whether the training that made ``state`` went on from its base checkpoint
         as decoded (see :func:`ckptzip.save`). By default the manager tells: True for the first
         save after :meth:`restore` when it is coded against the restored step, else False."""
-        self._check()
+        self._check(refused=step)
         if type(step) is not int or step < 0:
             raise ConfigError(f"step must be a non-negative int, not {step!r}")
         if resumed is not None and not isinstance(resumed, bool):
@@ -184,11 +188,14 @@ class CheckpointManager:
         if not self.async_save:
             try:
                 self._write(step, state, resumed_from, snapshot=False)
+            except BaseException:
+                self._keep_restored(restored)
+                raise
             finally:
                 self._slots.release()
             return
         try:
-            self._raise_pending_error()
+            self._raise_pending_error(refused=step)
             flat = flatten(state)
             self._policy.check_state(flat[1])  # a pairing that does not fit: here, not later
             copy = (self._device_copy(step, state, flat, resumed_from) if self._on_device(flat[1])
@@ -196,6 +203,7 @@ class CheckpointManager:
             future = self._executor.submit(self._write_in_background, step, copy, resumed_from)
         except BaseException:
             self._slots.release()
+            self._keep_restored(restored)
             raise
         future.add_done_callback(self._finished)
         with self._pending_lock:
@@ -204,6 +212,8 @@ class CheckpointManager:
     def restore(self, step: int | None = None, *, map_location: Any = "cpu") -> Any:
         """The state saved as ``step`` (default: the latest restorable step), after pending saves
         have finished."""
+        if step is not None and (type(step) is not int or step < 0):
+            raise ConfigError(f"step must be a non-negative int, not {step!r}")
         self.wait()
         with self._headers_lock:
             steps = self._restorable()
@@ -214,7 +224,7 @@ class CheckpointManager:
             elif step not in steps:
                 raise Error(
                     f"{self.directory}: no restorable checkpoint for step {step}; "
-                    f"steps are {steps or 'none'}{self._foreign()}"
+                    f"steps are {steps or 'none'}{self._why_not(step)}{self._foreign()}"
                 )
             # checked and claimed in one hold of the lock: retention spares the chain until the
             # read is done
@@ -290,15 +300,47 @@ class CheckpointManager:
         return f"CheckpointManager({self.directory!r}, mode={self.mode!r})"
 
     # -- internals ------------------------------------------------------------------------
-    def _check(self) -> None:
+    def _check(self, refused: int | None = None) -> None:
         if self._closed:
             raise Error(f"{self.directory}: this CheckpointManager is closed")
-        self._raise_pending_error()
+        self._raise_pending_error(refused)
 
-    def _raise_pending_error(self) -> None:
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+    def _raise_pending_error(self, refused: int | None = None) -> None:
+        """Raise the background failures not raised yet: every failed step is named (with
+        ``max_pending`` above 1 several may have failed before a call sees them). ``refused``:
+        the step of the save that raises, which was not started."""
+        with self._pending_lock:
+            errors, self._errors = self._errors, []
+        if not errors:
+            return
+        error = errors[0]
+        if len(errors) > 1 or refused is not None:
+            more = "; ".join(str(e) for e in errors[1:])
+            note = f" Also: {more}" if more else ""
+            if refused is not None:
+                note += f" This save of step {refused} was not started: save it again."
+            error = Error(f"{errors[0]}{note}")
+            error.__cause__ = errors[0].__cause__
+        raise error
+
+    def _keep_restored(self, restored: int | None) -> None:
+        """A save that failed before it was under way leaves restore()'s mark for the next."""
+        if self._restored is None:
+            self._restored = restored
+
+    def _why_not(self, step: int) -> str:
+        """Why ``step``'s file, where there is one, does not restore: its own error."""
+        path = self._path(step)
+        if self._home.stamp(path) is None:
+            return ""
+        try:
+            with CheckpointFile.open(path, threads=self.threads,
+                                     storage_options=self.storage_options) as checkpoint:
+                if checkpoint.header.base is not None:
+                    checkpoint.base()  # resolving it checks it is there, and the right one
+        except Error as exc:
+            return f" ({step_file(step)} is there, but {exc})"
+        return ""
 
     def _finished(self, future: concurrent.futures.Future[SaveReport]) -> None:
         self._slots.release()
@@ -432,10 +474,17 @@ class CheckpointManager:
         rewritten: list[SaveReport] = []
 
         def rewrite() -> None:
-            rewritten.append(save(true_state, path, mode="lossless",
-                                  base=self._open_base(base, held), threads=self.threads,
-                                  metadata={"step": step, "guard": "rewritten lossless"},
-                                  storage_options=options))
+            try:
+                rewritten.append(save(true_state, path, mode="lossless",
+                                      base=self._open_base(base, held), threads=self.threads,
+                                      metadata={"step": step, "guard": "rewritten lossless"},
+                                      storage_options=options))
+            except BaseException:
+                # the lossy file failed its judgement: it must not stay as the step (the
+                # previous step is then the latest, as after any failed save)
+                with contextlib.suppress(OSError, Error):
+                    self._home.remove(path)
+                raise
 
         decoded_base = self._open_base(base, held)
         try:
@@ -453,8 +502,8 @@ class CheckpointManager:
         except Exception as exc:
             error = Error(f"{self.directory}: saving step {step} in the background failed: {exc}")
             error.__cause__ = exc
-            if self._error is None:
-                self._error = error
+            with self._pending_lock:
+                self._errors.append(error)
             raise error from exc
 
     def _prune(self, keep_last: int) -> None:

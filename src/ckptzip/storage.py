@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterator
+from stat import S_ISREG
 from typing import IO, Any, Protocol
 
 from .errors import Error
@@ -413,8 +414,17 @@ class LocalDirectory:
         return os.path.join(self.location, name)
 
     def listing(self) -> dict[str, tuple[Any, ...]]:
+        """The regular files of the directory, by path, with their stamps (a FIFO named like a
+        step would block the read of its header; an entry that cannot be looked at, a link in
+        a loop, is not a checkpoint either)."""
+        try:
+            names = os.listdir(self.location)
+        except OSError as exc:
+            raise Error(f"{self.location}: cannot list the directory ({exc.strerror or exc}); "
+                        f"was it removed or unmounted? Put it back, or open a manager on "
+                        f"another") from None
         found = {}
-        for name in os.listdir(self.location):
+        for name in names:
             path = self.join(name)
             stamp = self.stamp(path)
             if stamp is not None:
@@ -422,9 +432,12 @@ class LocalDirectory:
         return found
 
     def stamp(self, path: str) -> tuple[Any, ...] | None:
+        """Size and mtime of a regular file; None for anything else, or nothing."""
         try:
             stat = os.stat(path)
-        except FileNotFoundError:
+        except OSError:  # gone, a link in a loop, no permission: not a checkpoint of ours
+            return None
+        if not S_ISREG(stat.st_mode):
             return None
         return (stat.st_size, stat.st_mtime_ns)
 
@@ -435,6 +448,11 @@ class LocalDirectory:
         """A flock is held until released: nothing to check."""
 
     def close(self) -> None:
+        """Release the lock, for every process sharing its descriptor too (a DataLoader's
+        workers forked while the manager was open hold a copy: closing ours alone would keep
+        the lock until they exit), then close it."""
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
 
 
