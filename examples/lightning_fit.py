@@ -74,7 +74,7 @@ def main() -> None:
 
     module = fit(root, args.steps)
     names = sorted((n for n in os.listdir(root) if n.endswith(".ckpt")),
-                   key=lambda n: int(n.split("step=")[1].split(".")[0]))
+                   key=lambda n: os.path.getmtime(os.path.join(root, n)))  # reruns add -v1 names
     print(f"checkpoints kept (save_top_k=2): {names}")
     for name in names:
         path = os.path.join(root, name)

@@ -254,3 +254,48 @@ def test_a_dtensor_state_is_refused_with_the_way_out() -> None:
     assert done.returncode == 0 and len(lines) == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert all(line.startswith("model.weight: a DTensor") and "CompressedWriter" in line
                for line in lines)
+
+
+def test_a_refused_base_leaves_the_target_as_it_was(tmp_path: Path) -> None:
+    """A save into a checkpoint with itself (or through a link to it) as its base, or with a
+    base that is not there, withdrew the target's .metadata before it was refused: the good
+    checkpoint no longer loaded. Each is refused first now."""
+    state = sample_state()
+    dcp.save(state, storage_writer=CompressedWriter(tmp_path / "a"))
+    (tmp_path / "latest").symlink_to(tmp_path / "a")
+    with pytest.raises(ckptzip.ConfigError, match="cannot be its own base"):
+        CompressedWriter(tmp_path / "a", base=tmp_path / "latest")
+    with pytest.raises(BaseException, match="not a complete DCP checkpoint"):
+        dcp.save(sample_state(2), storage_writer=CompressedWriter(tmp_path / "a",
+                                                                  base=tmp_path / "missing"))
+    loaded = empty_like(state)
+    dcp.load(loaded, storage_reader=CompressedReader(tmp_path / "a"))
+    check_equal(state, loaded)
+
+
+def test_lossy_modes_know_the_optimizers_states_in_dcp_items(tmp_path: Path) -> None:
+    """DCP's items are flat keys (``optim.state.0.weight.exp_avg@0,0``): Adam's moments were
+    coded as weights, at the weights' budget, and other optimizers' states lossy without a
+    warning. They are moments, paired with their weights' shards, as in ckptzip.save."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(128, 64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train() -> dict:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(16, 64)).pow(2).mean().backward()
+            optimizer.step()
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        return {"model": model_state, "optim": optimizer_state}
+
+    dcp.save(train(), storage_writer=CompressedWriter(tmp_path / "a", mode="adaptive"))
+    dcp.save(train(), storage_writer=CompressedWriter(tmp_path / "b", mode="adaptive",
+                                                      base=tmp_path / "a"))
+    with ckptzip.open(tmp_path / "b" / "__0_0.ckz") as delta:
+        first = {leaf.name: type(leaf.pipeline.transforms[0]).__name__
+                 for leaf in delta.leaves if leaf.pipeline.transforms}
+    moments = {name: kind for name, kind in first.items() if ".exp_avg" in name}
+    assert len(moments) == 8 and "LossyResidual" not in moments.values(), moments

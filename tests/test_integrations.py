@@ -94,6 +94,23 @@ def test_hf_trainer_deltas_refuse_a_hub_upload_of_the_last_folder_alone(tmp_path
         tiny_gpt_trainer(str(tmp_path), {"ckptzip_mode": "adaptive"}, hub_strategy="checkpoint", **hub)
 
 
+def test_a_bad_mode_or_option_fails_at_construction_not_at_the_first_checkpoint(
+        tmp_path: Path) -> None:
+    """A misspelt mode or mode option ran the training to its first checkpoint, then failed
+    there, leaving a partial checkpoint folder (session 39's hunt)."""
+    pytest.importorskip("transformers")
+    for options in ({"ckptzip_mode": "adaptve"},
+                    {"ckptzip_mode": "adaptive", "ckptzip_options": {"error_budgt": 0.1}}):
+        with pytest.raises(ckptzip.ConfigError, match="unknown mode|bad options"):
+            tiny_gpt_trainer(str(tmp_path), options, max_steps=2)
+    assert not any(tmp_path.iterdir())
+    pytest.importorskip("lightning")
+    from ckptzip.integrations.lightning import CkptzipCheckpointIO
+
+    with pytest.raises(ckptzip.ConfigError, match="bad options"):
+        CkptzipCheckpointIO(bogus=1)
+
+
 def test_hf_trainer_keeps_the_best_checkpoints_chain_at_the_end(tmp_path: Path) -> None:
     """Under save_total_limit=1 the Trainer deletes every checkpoint but the best when training
     ends; with deltas the best one's chain stays, and loads."""

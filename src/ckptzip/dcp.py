@@ -47,6 +47,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from .api import save
+from .chain import same_file
 from .errors import BaseMismatchError, ConfigError, Error, FormatError
 from .held import HeldCheckpoint, PendingHold, hold_written_soon, open_held_base, settle, worth_holding
 from .modes import policy_for
@@ -168,6 +169,9 @@ class CompressedWriter(FileSystemWriter):
         self.mode = mode
         self.threads = rank_threads() if threads is None else resolve_threads(threads)
         self.base = None if base is None else os.fspath(base)
+        if self.base is not None and same_file(self.base, path):
+            raise ConfigError(f"{os.fspath(path)}: a checkpoint cannot be its own base (saving "
+                              f"into it withdraws its {METADATA_FILE} first); pass the previous one")
         self.keyframe_every = keyframe_every
         self.is_coordinator = False
 
@@ -180,6 +184,7 @@ class CompressedWriter(FileSystemWriter):
         coordinator's local plan precedes every rank's writes, so from here until ``finish`` the
         directory never looks complete."""
         plan = super().prepare_local_plan(plan)
+        self._check_base()  # before the target's marker goes: a refused save touches nothing
         if self.use_collectives and self.is_coordinator:
             marker = self.fs.concat_path(self.path, METADATA_FILE)
         elif not self.use_collectives and self.rank is not None:
@@ -243,18 +248,24 @@ class CompressedWriter(FileSystemWriter):
         future.set_result(results)
         return future
 
-    def _base_file(self, file_name: str) -> str | None:
-        """This rank's file in the base checkpoint, if it has one (ranks added since start
-        standalone); the base must be a committed checkpoint."""
+    def _check_base(self) -> None:
+        """The base, if any, is another checkpoint, and a committed one."""
         if self.base is None:
-            return None
-        if _normalized(self.base) == _normalized(self.path):
+            return
+        if same_file(self.base, self.path):
             raise ConfigError(f"{self.path}: a checkpoint cannot be its own base; pass the previous one")
         if not _committed(self.base, self.rank, self.storage_options):
             raise BaseMismatchError(
                 f"base {self.base}: no {METADATA_FILE}, so it is not a complete DCP checkpoint "
                 f"(rank {self.rank}); pass a checkpoint that finished saving"
             )
+
+    def _base_file(self, file_name: str) -> str | None:
+        """This rank's file in the base checkpoint, if it has one (ranks added since start
+        standalone); the base must be a committed checkpoint."""
+        if self.base is None:
+            return None
+        self._check_base()
         path = os.path.join(self.base, file_name)
         return path if exists(path, self.storage_options) else None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from ..errors import ConfigError, DependencyError
 
@@ -28,6 +29,19 @@ def require(module: str, package: str) -> ModuleType:
             f"ckptzip's {package} integration needs {package}: pip install {package} "
             f"(or pip install 'ckptzip[examples]')"
         ) from None
+
+
+def check_mode(mode: str, options: dict[str, Any]) -> None:
+    """Refuse an unknown mode or mode option now, as the manager's and DCP's constructors do,
+    not at the first checkpoint after training ran to it. ``options`` are what the integration
+    passes on to :func:`ckptzip.save` (its own keywords, such as ``storage_options``, pass)."""
+    import inspect
+
+    from ..api import save
+    from ..modes import policy_for
+
+    own = set(inspect.signature(save).parameters)
+    policy_for(mode, **{k: v for k, v in options.items() if k not in own})
 
 
 def standalone_mode(mode: str, integration: str) -> str:

@@ -53,7 +53,7 @@ from ..held import (
     worth_holding,
 )
 from ..tree import flatten
-from . import require, standalone_mode
+from . import check_mode, require, standalone_mode
 
 MODEL_FILE = "model.ckz"
 OPTIMIZER_FILE = "optimizer.ckz"
@@ -101,6 +101,7 @@ class CkptzipTrainerMixin(_TrainerBase):
                 type(ckptzip_keyframe_every) is not int or ckptzip_keyframe_every < 1):
             raise ConfigError(f"ckptzip_keyframe_every must be 'auto', a positive int or None, not "
                               f"{ckptzip_keyframe_every!r}")
+        check_mode(ckptzip_mode, dict(ckptzip_options or {}))  # not at the first checkpoint
         if ckptzip_keyframe_every == 1:
             standalone_mode(ckptzip_mode, "Hugging Face's Trainer with ckptzip_keyframe_every=1")
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)

@@ -44,7 +44,7 @@ from ..errors import ConfigError, DependencyError
 from ..manager import CheckpointManager, step_of
 from ..objstore import StorageOptions
 from ..storage import is_url, local_path
-from . import standalone_mode
+from . import check_mode, standalone_mode
 
 try:
     from lightning.fabric.utilities.cloud_io import get_filesystem
@@ -68,6 +68,7 @@ class CkptzipCheckpointIO(CheckpointIO):
                  storage_options: StorageOptions = None, **mode_options: Any) -> None:
         super().__init__()
         self.mode = standalone_mode(mode, "Lightning's CheckpointIO")
+        check_mode(mode, mode_options)  # not at the first checkpoint
         self.threads = threads
         self.storage_options = storage_options
         self.mode_options = mode_options

@@ -16,6 +16,7 @@ name) overrides this; where neither works, the moments are coded on their own, w
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -63,6 +64,21 @@ class Group:
         return tuple(i for i in (self.weight, self.exp_avg, self.exp_avg_sq) if i is not None)
 
 
+#: An optimizer's per-parameter state under one flat key, as torch.distributed.checkpoint names
+#: its items: ``optim.state.<parameter fqn>.<state key>``, with the ``@offsets`` ckptzip's DCP
+#: writer gives a shard (a weight's shard and its moments' have the same offsets).
+FLAT_STATE = re.compile(r"^(?:(?P<root>.+?)\.)?state\.(?P<param>.+)\.(?P<key>\w+)(?P<shard>@[\d,]*)?$")
+
+
+def _flat_state(leaf: Leaf) -> re.Match[str] | None:
+    """The parts of a flat key like ``optim.state.0.weight.exp_avg@0,0`` whose state key is
+    one of :data:`TORCH_STATE_KEYS`, else None."""
+    if len(leaf.path) != 1 or not isinstance(leaf.path[0], str):
+        return None
+    match = FLAT_STATE.match(leaf.path[0])
+    return match if match is not None and match["key"] in TORCH_STATE_KEYS else None
+
+
 def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
                ) -> tuple[tuple[object, ...], int | str, str] | None:
     """``(optimizer root path, parameter index, moment)`` for a leaf like
@@ -70,6 +86,9 @@ def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
     key = optimizer_state_key(leaf)
     if key is None or key not in roles:
         return None
+    flat = _flat_state(leaf)
+    if flat is not None:  # the parameter's name with the shard's offsets: a shard pairs with one
+        return (flat["root"] or "",), flat["param"] + (flat["shard"] or ""), roles[key]
     param = leaf.path[-2]
     assert isinstance(param, (int, str))  # optimizer_state_key saw to it
     return leaf.path[:-3], param, roles[key]
@@ -126,7 +145,8 @@ def optimizer_state_key(leaf: Leaf) -> str | None:
     if len(path) >= 3 and path[-3] == "state" and isinstance(path[-1], str) and (
             type(path[-2]) is int or (type(path[-2]) is str and path[-1] in TORCH_STATE_KEYS)):
         return path[-1]
-    return None
+    flat = _flat_state(leaf)
+    return None if flat is None else flat["key"]
 
 
 def _in_optimizer_state(leaf: Leaf) -> bool:
@@ -193,15 +213,26 @@ def _shape(leaves: list[Leaf], group: Group) -> tuple[int, ...]:
 def _by_name(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
              mode: str) -> dict[int | str, int]:
     """Pair optimizer states keyed by parameter names with the weights whose last key is that
-    name (``model.state_dict()``'s keys are those names) and whose shape is the states'; a name
-    that no weight, or several, answer to leaves its states on their own, with a warning."""
+    name (``model.state_dict()``'s keys are those names), or, in a flat state of dotted keys
+    (DCP's items: ``model.0.weight@0,0`` beside ``optim.state.0.weight.exp_avg@0,0``), ends with
+    it, and whose shape is the states'; a name that no weight, or several, answer to leaves its
+    states on their own, with a warning."""
     by_key: dict[object, list[int]] = {}
+    by_tail: dict[str, list[int]] = {}
     for w in weights:
-        by_key.setdefault(leaves[w].path[-1], []).append(w)
+        key = leaves[w].path[-1]
+        by_key.setdefault(key, []).append(w)
+        if len(leaves[w].path) == 1 and isinstance(key, str):
+            parts = key.split(".")
+            for i in range(1, len(parts)):
+                by_tail.setdefault(".".join(parts[i:]), []).append(w)
     matched: dict[int | str, int] = {}
     lost = []
     for param_id, group in states.items():
-        found = [w for w in by_key.get(param_id, []) if leaves[w].shape == _shape(leaves, group)]
+        shape = _shape(leaves, group)
+        found = [w for w in by_key.get(param_id, []) if leaves[w].shape == shape]
+        if not found and isinstance(param_id, str):
+            found = [w for w in by_tail.get(param_id, []) if leaves[w].shape == shape]
         if len(found) == 1:
             matched[param_id] = found[0]
         else:
