@@ -101,7 +101,7 @@ def test_a_bad_mode_or_option_fails_at_construction_not_at_the_first_checkpoint(
     pytest.importorskip("transformers")
     for options in ({"ckptzip_mode": "adaptve"},
                     {"ckptzip_mode": "adaptive", "ckptzip_options": {"error_budgt": 0.1}}):
-        with pytest.raises(ckptzip.ConfigError, match="unknown mode|bad options"):
+        with pytest.raises(ckptzip.ConfigError, match=r"unknown mode|bad options"):
             tiny_gpt_trainer(str(tmp_path), options, max_steps=2)
     assert not any(tmp_path.iterdir())
     pytest.importorskip("lightning")
