@@ -283,3 +283,11 @@ def test_verify_checks_the_tree_a_load_builds(tmp_path, tamper, message) -> None
     (tmp_path / "ok.ckz").write_bytes(BLOB)
     with ckptzip.open(tmp_path / "ok.ckz") as good:
         assert good.verify().tensors == len(good.leaves)
+
+
+@pytest.mark.parametrize("mode", ["lossless", "adaptive"])
+def test_chunk_bytes_must_be_a_positive_int(mode: str) -> None:
+    """0 and negative sizes were clamped to one element a chunk, silently (session 39's hunt)."""
+    for bad in (0, -5, 1.5, "4096"):
+        with pytest.raises(ckptzip.ConfigError, match="chunk_bytes must be a positive int"):
+            ckptzip.dumps(small_state(), mode=mode, chunk_bytes=bad)

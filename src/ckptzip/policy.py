@@ -10,6 +10,7 @@ import torch
 
 from .chain import Base
 from .codecs import BytePlanes, ContextPlanes, Entropy, Residual
+from .errors import ConfigError
 from .pipeline import Pipeline
 from .tree import Leaf
 
@@ -92,6 +93,9 @@ class LosslessPolicy:
     mode = "lossless"
 
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        if type(chunk_bytes) is not int or chunk_bytes < 1:  # was clamped to one element silently
+            raise ConfigError(f"{self.mode}: chunk_bytes must be a positive int (bytes per chunk, "
+                              f"{DEFAULT_CHUNK_BYTES} by default), not {chunk_bytes!r}")
         self._chunk_bytes = chunk_bytes
         # one pipeline object per layout, shared by every tensor of it (the writer indexes the
         # header's pipeline table by object before it serializes a config)
