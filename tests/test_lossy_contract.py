@@ -999,3 +999,17 @@ def test_a_rewrite_that_fails_leaves_no_rejected_checkpoint(tmp_path, monkeypatc
         with pytest.raises(RuntimeError, match="eval batch"):
             manager.save(1, {"w": weights[1]})
         assert manager.guard_rewrites == 1 and manager.steps() == [0, 1]
+
+
+def test_a_pairing_that_cannot_work_is_refused_at_the_keyframe(tmp_path):
+    """An explicit pairing naming no weight, or an optimizer state the state lacks, passed the
+    keyframe (which pairs nothing) and failed at the first delta; it fails at once now."""
+    trainer = Trainer(SETUPS["adamw-defaults"])
+    trainer.train(1)
+    for pairing in ({"model.nope.weight": 0}, {"model.hidden.weight": 999}):
+        with pytest.raises(ConfigError, match="names no float weight or no optimizer state"):
+            ckptzip.save(trainer.state(), tmp_path / "k.ckz", mode="excp", pairing=pairing)
+    with pytest.raises(ConfigError, match="names no float weight"):
+        ckptzip.save({"model": {"w": torch.ones(64, 64)}}, tmp_path / "k.ckz", mode="excp",
+                     pairing={"model.w": 0})
+    assert not (tmp_path / "k.ckz").exists()

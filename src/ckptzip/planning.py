@@ -225,6 +225,8 @@ def prepare(
         policy.observe_state(state)
     base = chain_base(base, keyframe_every)
     tree, leaves = flatten(state)
+    if base is None and isinstance(policy, JointPolicy):
+        policy.check_state(leaves)  # a pairing that cannot work: at the keyframe, not a delta later
     encoded = {}
     n_state = len(leaves)
     bar = Progress(1, f"{mode} transforms", enabled=progress)

@@ -183,6 +183,8 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
         if lossy_candidate(leaf) and not _in_optimizer_state(leaf)
     ]
     if not states:
+        if pairing:  # it names optimizer states the state does not have
+            _explicit(leaves, weights, states, pairing)
         return [Group(weight=w) for w in weights]
     if len(roots) > 1:
         return _unpaired(weights, states, mode, f"the state holds {len(roots)} optimizers")
