@@ -327,6 +327,21 @@ def lightning_deltas_fit(root: Path | str, max_steps: int, mode: str, *,
     return module
 
 
+def record_resumed_flags(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool | None]]:
+    """The (step, resumed) of every CheckpointManager.save from here on, in order."""
+    from ckptzip.manager import CheckpointManager
+
+    flags: list[tuple[int, bool | None]] = []
+    real_save = CheckpointManager.save
+
+    def recording_save(manager: Any, step: int, state: Any, **options: Any) -> None:
+        flags.append((step, options.get("resumed")))
+        real_save(manager, step, state, **options)
+
+    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    return flags
+
+
 @pytest.mark.parametrize("mode", ["lossless", "adaptive"])
 def test_lightning_callback_writes_deltas_and_resumes(
         tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,16 +349,8 @@ def test_lightning_callback_writes_deltas_and_resumes(
     the plugin (bit for bit, lossless), the first delta after a resume saved as resumed."""
     pytest.importorskip("lightning")
     from ckptzip.integrations.lightning import CkptzipCheckpoint
-    from ckptzip.manager import CheckpointManager
 
-    resumed_flags: list[tuple[int, bool | None]] = []
-    real_save = CheckpointManager.save
-
-    def recording_save(manager: Any, step: int, state: Any, **options: Any) -> None:
-        resumed_flags.append((step, options.get("resumed")))
-        real_save(manager, step, state, **options)
-
-    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    resumed_flags = record_resumed_flags(monkeypatch)
     assert CkptzipCheckpoint.latest(tmp_path / "run") is None
     full = lightning_deltas_fit(tmp_path / "run", 8, mode)
     names = sorted(p.name for p in (tmp_path / "run").glob("step-*.ckz"))
@@ -380,16 +387,8 @@ def test_lightning_callback_on_a_bucket_prefix_resumes_from_latest(
     resumed flag is set as on a directory, and a lossless resume ends bit for bit."""
     pytest.importorskip("lightning")
     from ckptzip.integrations.lightning import CkptzipCheckpoint, CkptzipCheckpointIO
-    from ckptzip.manager import CheckpointManager
 
-    resumed_flags: list[tuple[int, bool | None]] = []
-    real_save = CheckpointManager.save
-
-    def recording_save(manager: Any, step: int, state: Any, **options: Any) -> None:
-        resumed_flags.append((step, options.get("resumed")))
-        real_save(manager, step, state, **options)
-
-    monkeypatch.setattr(CheckpointManager, "save", recording_save)
+    resumed_flags = record_resumed_flags(monkeypatch)
     monkeypatch.chdir(tmp_path)
     bucket, options = s3_server.bucket(), s3_server.storage_options()
     prefix = f"s3://{bucket}/run"
