@@ -224,6 +224,9 @@ def test_bad_options(tmp_path: Path) -> None:
         CheckpointManager(tmp_path, mode="no-such-mode")
     with pytest.raises(ckptzip.ConfigError, match="no_such_option"):
         CheckpointManager(tmp_path, no_such_option=4)
+    for threads in ("x", -1, 1.5):  # refused here, not by the first background save
+        with pytest.raises(ckptzip.ConfigError, match="threads must be"):
+            CheckpointManager(tmp_path, threads=threads)  # type: ignore[arg-type]
     with CheckpointManager(tmp_path) as manager, pytest.raises(ckptzip.ConfigError, match="step"):
         manager.save(-1, {})
 

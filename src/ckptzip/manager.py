@@ -34,6 +34,7 @@ from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .held import HeldCheckpoint, hold_loaded, hold_written, open_held_base, worth_holding
 from .modes import policy_for
 from .objstore import StorageOptions
+from .parallel import resolve_threads
 from .planning import Prepared, prepare
 from .reader import CheckpointFile
 from .snapshot import DeviceSnapshot, device_snapshot, snapshot
@@ -149,6 +150,7 @@ class CheckpointManager:
         self.keyframe_every = keyframe_every
         self.keep_last = keep_last
         self.async_save = async_save
+        resolve_threads(threads)  # a bad count fails here, not in the first background save
         self.threads = threads
         # held from here to close(); temporary files or unfinished uploads a crash left are gone
         self._home = open_directory(directory, storage_options, lease_seconds)
