@@ -257,13 +257,13 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     """Where SRC's result goes: ``-o`` or ``default``; never over SRC, inside a SRC directory,
     over the ``--base`` the result is coded against, or over an existing file without -f."""
     out = args.output or default
-    if _same_place(out, src):
+    if same_file(out, src):
         raise Error(f"{out}: would overwrite its input {src}; pick another -o")
     if not is_url(src) and os.path.isdir(src) and not is_url(out) and _inside(out, src):
         raise Error(f"{out}: would be written inside the directory it is made from ({src}); "
                     f"pick an -o outside it")
     base = getattr(args, "base", None)
-    if base and _same_place(out, base):
+    if base and same_file(out, base):
         raise Error(f"{out}: is the --base this checkpoint is coded against; overwriting it "
                     f"would lose both. Write the new checkpoint to another -o")
     if exists(out, storage_options(args)) and not args.force:
@@ -279,11 +279,6 @@ def _permissions(src: str) -> int | None:
     return stat.S_IMODE(os.stat(src).st_mode)
 
 
-def _same_place(a: str, b: str) -> bool:
-    """Whether a write to ``a`` replaces ``b`` (paths or URLs; :func:`chain.same_file`)."""
-    return same_file(a, b)
-
-
 def _inside(path: str, directory: str) -> bool:
     root = os.path.realpath(directory)
     return os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
@@ -294,16 +289,17 @@ def _one_source_for_output(args: argparse.Namespace) -> None:
         raise Error("-o takes one SRC only; without -o each SRC gets its own output beside it")
 
 
-def _each_source(args: argparse.Namespace, work: Callable[[str], None]) -> int:
-    """``work`` on every SRC, as zstd does: a SRC that fails is reported and the others still
-    run; the exit status is 1 if any failed."""
+def _each_source(args: argparse.Namespace, work: Callable[[str], None],
+                 prefix: str = "ckptzip: error: ") -> int:
+    """``work`` on every SRC, as zstd does: a SRC that fails is reported (after ``prefix``)
+    and the others still run; the exit status is 1 if any failed."""
     failures = 0
     for src in args.sources:
         try:
             work(src)
         except Error as exc:
             failures += 1
-            print(f"ckptzip: error: {exc}", file=sys.stderr)
+            print(f"{prefix}{exc}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -454,7 +450,7 @@ def _dependents(src: str, file_id: str) -> list[str]:
     found = []
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
-        if not name.endswith(SUFFIX) or _same_place(path, src) or not os.path.isfile(path):
+        if not name.endswith(SUFFIX) or same_file(path, src) or not os.path.isfile(path):
             continue
         try:
             with CheckpointFile.open(path) as other:
@@ -462,7 +458,7 @@ def _dependents(src: str, file_id: str) -> list[str]:
         except Error:
             continue  # not a checkpoint we can read: not one that loads from src either
         if (ref is not None and ref.id == file_id and ref.path is not None
-                and _same_place(resolve_relative(path, ref.path), src)):
+                and same_file(resolve_relative(path, ref.path), src)):
             found.append(path)
     return found
 
@@ -613,19 +609,15 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
-    failures = 0
-    for src in args.sources:
-        try:
-            with CheckpointFile.open(src, threads=args.threads,
-                                     storage_options=storage_options(args)) as ckpt:
-                report = ckpt.verify()
-                say.tensors(ckpt)
-            say.info(f"{src}: OK ({report.tensors} tensors, {report.chunks} chunks, "
-                     f"{report.raw_bytes:,} bytes)")
-        except Error as exc:
-            failures += 1
-            print(f"ckptzip: {exc}", file=sys.stderr)
-    return 1 if failures else 0
+    def verify(src: str) -> None:
+        with CheckpointFile.open(src, threads=args.threads,
+                                 storage_options=storage_options(args)) as ckpt:
+            report = ckpt.verify()
+            say.tensors(ckpt)
+        say.info(f"{src}: OK ({report.tensors} tensors, {report.chunks} chunks, "
+                 f"{report.raw_bytes:,} bytes)")
+
+    return _each_source(args, verify, prefix="ckptzip: ")
 
 
 def cmd_bench(args: argparse.Namespace, say: Reporter) -> int:

@@ -262,10 +262,9 @@ class CompressedWriter(FileSystemWriter):
 
     def _base_file(self, file_name: str) -> str | None:
         """This rank's file in the base checkpoint, if it has one (ranks added since start
-        standalone); the base must be a committed checkpoint."""
+        standalone); :meth:`prepare_local_plan` checked the base before any write."""
         if self.base is None:
             return None
-        self._check_base()
         path = os.path.join(self.base, file_name)
         return path if exists(path, self.storage_options) else None
 

@@ -57,23 +57,27 @@ def read_safetensors(path: str) -> Loaded:
     return Loaded(tensors, {"kind": "safetensors", "header": header.decode("utf-8"), "metadata": meta})
 
 
+def _unreadable(path: str, exc: OSError) -> Error:
+    return Error(f"{path}: cannot read ({exc.strerror or exc}); check that it is a file you may "
+                 f"read")
+
+
 @contextlib.contextmanager
 def _opened(path: str) -> Iterator[IO[bytes]]:
     """``open(path, "rb")``, its failure (no permission, a directory) a ckptzip Error."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as exc:
-        raise Error(f"{path}: cannot read ({exc.strerror or exc}); check that it is a file "
-                    f"you may read") from None
+        raise _unreadable(path, exc) from None
     with handle:
         yield handle
 
 
 def read_torch(path: str) -> Loaded:
-    with _opened(path):
-        pass  # a file we cannot read is said so, not blamed on its contents
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:  # a file we cannot read is said so, not blamed on its contents
+        raise _unreadable(path, exc) from None
     except Exception as exc:  # torch raises many types here; report them all the same way
         first = next(iter(str(exc).splitlines()), "") or type(exc).__name__  # EOFError: none
         raise Error(
