@@ -332,6 +332,16 @@ def test_flatten_in_place_keeps_the_deltas_that_need_it(tmp_path: Path, capsys) 
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["flatten", "-q", "-o", str(tmp_path / "notes.txt"), paths[1]]) == 1
     assert (tmp_path / "notes.txt").read_text() == "mine"
+    # a file of the chain it reads, even with -f: every link after it would lose its base
+    written = [Path(path).read_bytes() for path in paths]
+    assert main(["flatten", "-q", "-f", "-o", paths[0], paths[2]]) == 1
+    assert "link of the base chain" in capsys.readouterr().err
+    torch.save({"w": weights[2]}, tmp_path / "next.pt")
+    for link in paths[:2]:
+        assert main(["compress", "-q", "-f", "--base", paths[2], "-o", link,
+                     str(tmp_path / "next.pt")]) == 1
+        assert "without its base" in capsys.readouterr().err
+    assert [Path(path).read_bytes() for path in paths] == written
     assert main(["flatten", "-q", paths[2]]) == 0  # nothing depends on the last one
     assert ckptzip.open(paths[2]).chain_depth == 0
 

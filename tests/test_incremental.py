@@ -246,6 +246,27 @@ def test_a_delta_saved_over_its_own_base_is_refused_before_anything_is_written(
     assert not same_file("s3://bucket/a.ckz", str(base)) and not same_file("memory://a/b", "s3://a/b")
 
 
+def test_a_file_of_the_base_chain_is_never_written_over(tmp_path: Path) -> None:
+    """A save over an earlier link of its base's chain (a <- b <- c, then save(..., a, base=c))
+    would replace a file the chain reads: b, c and the new file would all lose their base while
+    the save succeeds. Refused before anything is written; the chain still loads."""
+    states = training_states(40, 10)
+    a, b, c = (tmp_path / name for name in ("a.ckz", "b.ckz", "c.ckz"))
+    ckptzip.save(states[0], a)
+    ckptzip.save(states[1], b, base=a)
+    ckptzip.save(states[2], c, base=b)
+    written = {path: path.read_bytes() for path in (a, b, c)}
+    for target in (a, b, tmp_path / "sub" / ".." / "a.ckz"):
+        with pytest.raises(ckptzip.ConfigError, match=r"link of the base chain.*without its base"):
+            ckptzip.save(states[3], target, base=c)
+    with ckptzip.open(c) as opened, pytest.raises(ckptzip.ConfigError, match="link of the base"):
+        ckptzip.save(states[3], a, base=opened)
+    assert {path: path.read_bytes() for path in (a, b, c)} == written
+    assert_states_equal(states[2], ckptzip.load(c))
+    ckptzip.save(states[3], tmp_path / "d.ckz", base=c)  # the next step's file: fine
+    assert_states_equal(states[3], ckptzip.load(tmp_path / "d.ckz"))
+
+
 def test_one_flipped_bit_of_the_base_is_a_mismatch_not_damage() -> None:
     """A residual chunk's base is checked through the decoded bytes' CRC, and by its own CRC
     only when those fail: a base off by one bit still names the base, and a damaged delta with

@@ -12,7 +12,7 @@ from .errors import ConfigError
 from .objstore import StorageOptions
 from .parallel import gc_paused
 from .planning import Prepared
-from .reader import CheckpointFile, open_base
+from .reader import CheckpointFile, open_base, refuse_writing_over_chain
 from .sinks import MemorySink, open_sink
 from .storage import BytesSource, PathLike
 from .writer import SaveReport, encode_state
@@ -70,6 +70,7 @@ def save(
         elif opened is not None and opened.location is not None and not opened.location.startswith("<"):
             _refuse_own_base(target, opened.location)  # an open checkpoint, a prepared state's base
             location = relative_location(opened.location, target)
+        refuse_writing_over_chain(target, opened)
         with open_sink(target, storage_options) as sink:
             report = encode_state(
                 state, sink, mode=mode, threads=threads, metadata=metadata,

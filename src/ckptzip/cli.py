@@ -30,7 +30,7 @@ from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
 from .objstore import StorageOptions
 from .parallel import resolve_threads
-from .reader import CheckpointFile, open_base
+from .reader import CheckpointFile, open_base, refuse_writing_over_chain
 from .sinks import open_sink
 from .sources import (
     TORCH_SUFFIXES,
@@ -358,6 +358,7 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
         loaded = read_source(src)
         base = open_base(args.base, threads=args.threads, storage_options=storage_options(args))
         try:
+            refuse_writing_over_chain(out, base, "the new checkpoint")
             with open_sink(out, storage_options(args), _permissions(src)) as sink:
                 report = encode_state(
                     loaded.state, sink, mode=args.mode, threads=args.threads, path=out,
@@ -475,6 +476,7 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
                 return
             if args.output:
                 out = _output_for(src, args, args.output)
+                refuse_writing_over_chain(out, ckpt.base(), src)
             else:
                 out = src
                 dependents = [] if args.force else _dependents(src, ckpt.id)

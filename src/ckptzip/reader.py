@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from . import _native
-from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative
+from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative, same_file
 from .codecs import TransformContext, undo
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
-from .errors import BaseMismatchError, CorruptError, Error, FormatError
+from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatError
 from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
@@ -598,6 +598,37 @@ class FileBase(Base):
         super().close()
         if self.owned:
             self.checkpoint.close()
+
+
+def chain_files(base: Base | None) -> Iterator[str]:
+    """Where the files a delta coded against ``base`` reads lie: ``base`` itself, then each
+    link of its own chain, nearest first, opened as a load opens them (and kept open for the
+    save's decoding). Ends at a keyframe, an in-memory base, or a link that cannot be opened
+    (the decoding reports that one)."""
+    while isinstance(base, FileBase):
+        if base.location is not None:
+            yield base.location
+        if base.checkpoint.header.base is None:
+            return
+        try:
+            base = base.checkpoint.base()
+        except Error:
+            return
+
+
+def refuse_writing_over_chain(target: str, base: Base | None, what: str = "this delta") -> None:
+    """A file written over a link of ``base``'s chain replaces a file that chain reads: the
+    later links lose their base (their header names its id), and so does the new file, whose
+    base needs them. Every checkpoint of the chain would be lost while the save succeeds, so it
+    is refused before anything is written."""
+    for location in chain_files(base):
+        if same_file(target, location):
+            first = base is not None and location == base.location
+            raise ConfigError(
+                f"{target}: is {'the base' if first else 'a link of the base chain'} {what} "
+                f"is coded against ({location}); writing over it would leave every checkpoint "
+                f"of that chain, and {what}, without its base. Write to a new path (the next "
+                f"step's file)")
 
 
 def open_base(base: Any, *, threads: int | None = None,
