@@ -360,6 +360,45 @@ def test_several_sources_each_get_their_turn(tmp_path: Path, capsys) -> None:
     assert "c.pt.ckz: ckz format" in capsys.readouterr().out
 
 
+def test_directories_keep_linked_and_empty_directories(tmp_path: Path, capsys) -> None:
+    """A linked subdirectory was skipped by the walk (its files silently left out) and empty
+    directories were dropped: both come back now, as plain directories. A link that loops back
+    to a directory holding it is refused, naming it."""
+    source, elsewhere = tmp_path / "run", tmp_path / "elsewhere" / "inner"
+    (source / "real").mkdir(parents=True)
+    (source / "logs" / "empty").mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "notes.txt").write_text("kept")
+    _save(source / "real" / "model.pt")
+    (source / "shared").symlink_to(elsewhere)
+    assert main(["compress", "-q", str(source), "-o", str(tmp_path / "run.ckz")]) == 0
+    assert main(["decompress", "-q", str(tmp_path / "run.ckz"), "-o", str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    assert (out / "shared" / "notes.txt").read_text() == "kept"
+    assert not (out / "shared").is_symlink()
+    assert (out / "logs" / "empty").is_dir() and not any((out / "logs" / "empty").iterdir())
+    assert torch.equal(torch.load(out / "real" / "model.pt")["w"], torch.full((100,), 1.0))
+    (source / "real" / "loop").symlink_to(source)
+    assert main(["compress", "-q", "-f", str(source), "-o", str(tmp_path / "run.ckz")]) == 1
+    assert "loop: a link to a directory that holds it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("files, empty", [
+    ({"../evil.txt": b"x"}, []), ({"/tmp/evil.txt": b"x"}, []), ({"a//b": b"x"}, []),
+    ({"ok.txt": b"x"}, ["../evil"]), ({"ok.txt": b"x"}, ["sub/./x"]), ({"ok.txt": b"x"}, "sub")])
+def test_a_directory_header_never_writes_outside_its_output(tmp_path: Path, files, empty) -> None:
+    """The header's file and directory names are not trusted: a name that would reach outside
+    the output directory is refused, and nothing is left behind, not even the new directory."""
+    from ckptzip.sources import write_directory
+
+    with pytest.raises(ckptzip.Error, match=r"refusing to write outside|damaged"):
+        write_directory({"files": files}, {"kind": "directory", "empty_dirs": empty},
+                        str(tmp_path / "out" / "run"))
+    out = tmp_path / "out"
+    assert (list(out.iterdir()) if out.exists() else []) == []
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "out" / "evil").exists()
+
+
 class TrainingArguments:
     """What pickle stores and loading with weights_only refuses, as a Trainer's
     training_args.bin."""

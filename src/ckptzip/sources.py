@@ -88,14 +88,24 @@ def read_torch(path: str) -> Loaded:
 
 
 def read_directory(path: str) -> Loaded:
-    """Every file under ``path``: tensor files as states, the rest as bytes. A symbolic link
-    to a file is read as the file it names (a Hugging Face cache's snapshot is links into its
-    blobs) and restored as a plain file; a link that names nothing is an error, not a file
-    silently left out. Empty directories are not kept."""
+    """Every file under ``path``: tensor files as states, the rest as bytes, and the empty
+    directories by name. A symbolic link is read as what it names (a Hugging Face cache's
+    snapshot is links into its blobs; a linked directory is walked) and restored as a plain
+    file or directory; a link that names nothing, or a directory link that loops back, is an
+    error, never something silently left out."""
     files: dict[str, Any] = {}
     kinds: dict[str, Any] = {}
-    for root, dirs, names in os.walk(path):
+    empty: list[str] = []
+    for root, dirs, names in os.walk(path, followlinks=True):
         dirs.sort()
+        here = os.path.realpath(root)
+        for name in dirs:
+            linked = os.path.realpath(os.path.join(root, name))
+            if here == linked or here.startswith(linked.rstrip(os.sep) + os.sep):
+                raise Error(f"{os.path.join(root, name)}: a link to a directory that holds it, "
+                            f"a loop; remove the link, then compress the directory again")
+        if not dirs and not names and root != path:
+            empty.append(os.path.relpath(root, path).replace(os.sep, "/"))
         for name in sorted(names):
             full = os.path.join(root, name)
             rel = os.path.relpath(full, path).replace(os.sep, "/")
@@ -108,7 +118,10 @@ def read_directory(path: str) -> Loaded:
             kinds[rel] = loaded.source
     if not files:
         raise Error(f"{path}: the directory holds no files to compress")
-    return Loaded({"files": files}, {"kind": "directory", "files": kinds})
+    source: dict[str, Any] = {"kind": "directory", "files": kinds}
+    if empty:
+        source["empty_dirs"] = empty
+    return Loaded({"files": files}, source)
 
 
 def read_file(path: str, *, inside_directory: bool = False) -> Loaded:
@@ -253,6 +266,10 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
     if not isinstance(kinds, dict):
         raise Error(f"{path}: the checkpoint's header lists its files' kinds as a "
                     f"{type(kinds).__name__}, not a mapping: it is damaged; use --to pt")
+    empty = source.get("empty_dirs", [])
+    if not isinstance(empty, list):
+        raise Error(f"{path}: the checkpoint's header lists its empty directories as a "
+                    f"{type(empty).__name__}, not a list: it is damaged; use --to pt")
     target = os.path.abspath(path.rstrip("/" + os.sep) or path)
     if os.path.exists(target) and not os.path.isdir(target):
         raise Error(f"{path}: exists and is not a directory; remove it or pass another -o")
@@ -264,11 +281,10 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
         raise Error(f"{path}: cannot create a directory in {parent} ({exc.strerror or exc}); "
                     f"check that it is writable") from None
     try:
+        for rel in empty:
+            os.makedirs(_inside_output(fresh, rel, path), exist_ok=True)
         for rel, content in files.items():
-            parts = rel.split("/") if isinstance(rel, str) else []
-            if not parts or os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
-                raise Error(f"{path}: refusing to write outside the output directory: {rel!r}")
-            file = os.path.join(fresh, *parts)
+            file = _inside_output(fresh, rel, path)
             os.makedirs(os.path.dirname(file), exist_ok=True)
             kind = kinds.get(rel, {})
             kind = kind if isinstance(kind, dict) else {}
@@ -283,6 +299,15 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
         raise
+
+
+def _inside_output(fresh: str, rel: Any, path: str) -> str:
+    """Where the header's relative name ``rel`` goes under ``fresh``; a name that would reach
+    outside it (absolute, empty parts, ``.`` or ``..``: the header is not trusted) is refused."""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
+        raise Error(f"{path}: refusing to write outside the output directory: {rel!r}")
+    return os.path.join(fresh, *parts)
 
 
 def _swap_in(fresh: str, target: str) -> None:
