@@ -38,6 +38,26 @@ def test_safetensors_round_trip_is_byte_identical(model_file: Path, tmp_path: Pa
     assert model_file.read_bytes() == original
 
 
+def test_safetensors_of_every_dtype_round_trip_byte_identical(tmp_path: Path) -> None:
+    """Every dtype safetensors and torch share, F4 included (torch packs two of its elements a
+    byte: the header's shape counts elements, the tensor's bytes), comes back byte for byte."""
+    generator = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 256, (6, 16), dtype=torch.uint8, generator=generator)
+    tensors = {str(dtype).removeprefix("torch."): raw.clone().view(dtype) for dtype in (
+        torch.float4_e2m1fn_x2, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu,
+        torch.uint8, torch.int8, torch.bool)}
+    tensors.update({str(dtype).removeprefix("torch."): raw.clone().view(dtype) for dtype in (
+        torch.float16, torch.bfloat16, torch.int16, torch.uint16, torch.float32, torch.int32,
+        torch.uint32, torch.float64, torch.int64, torch.uint64, torch.complex64)})
+    tensors["bool"] = raw < 128
+    path = tmp_path / "every.safetensors"
+    save_file(tensors, str(path))
+    original = path.read_bytes()
+    assert main(["compress", "-q", "--rm", str(path)]) == 0
+    assert main(["decompress", "-q", str(tmp_path / "every.safetensors.ckz")]) == 0
+    assert path.read_bytes() == original
+
+
 def test_decompress_refuses_to_overwrite_without_force(model_file: Path, capsys) -> None:
     main(["compress", "-q", str(model_file)])
     assert main(["decompress", "-q", str(model_file) + ".ckz"]) == 1

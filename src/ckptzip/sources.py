@@ -213,8 +213,11 @@ _ST_DTYPES = {
     "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
     "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
     "F8_E8M0": torch.float8_e8m0fnu,
-    "C64": torch.complex64,
+    "C64": torch.complex64, "F4": torch.float4_e2m1fn_x2,
 }
+#: Dtypes whose torch tensor packs several of the header's elements into one: safetensors'
+#: shape counts the elements, torch's the packed bytes (the last dimension).
+_ST_PACKED = {"F4": 2}
 
 
 def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, path: str,
@@ -231,7 +234,10 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
     for name, entry in entries.items():
         tensor = tensors[name]
         begin, end = entry["data_offsets"]
-        if (_ST_DTYPES.get(entry["dtype"]) != tensor.dtype or list(tensor.shape) != entry["shape"]
+        shape = list(tensor.shape)
+        if shape and entry["dtype"] in _ST_PACKED:
+            shape[-1] *= _ST_PACKED[entry["dtype"]]
+        if (_ST_DTYPES.get(entry["dtype"]) != tensor.dtype or shape != entry["shape"]
                 or end - begin != tensor.numel() * tensor.element_size()):
             return False
         data_size = max(data_size, end)
