@@ -39,9 +39,12 @@ from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planne
 from ..tree import Leaf, tensor_bytes
 from .pairing import (
     ADAM_ROLES,
+    FLAT_STATE,
     Group,
     group_state,
+    in_optimizer_state,
     lossy_candidate,
+    optimizer_entries,
     optimizer_state_key,
     second_moment_betas,
 )
@@ -401,8 +404,12 @@ class JointPolicy(LosslessPolicy):
         momentum buffer outside the adaptive mode, Adafactor's factored moments): they stay
         lossless."""
         unknown: dict[str, list[str]] = {}
+        entries = optimizer_entries(leaves)
         for leaf in leaves:
             key = optimizer_state_key(leaf)
+            if key is None and in_optimizer_state(leaf, entries):  # a key no mode knows
+                flat = FLAT_STATE.match(str(leaf.path[-1]))
+                key = flat["key"] if len(leaf.path) == 1 and flat else str(leaf.path[-1])
             if key is not None and key not in self.state_roles and lossy_candidate(leaf):
                 unknown.setdefault(key, []).append(leaf.name)
         if unknown:

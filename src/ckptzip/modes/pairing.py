@@ -21,6 +21,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from ..errors import ConfigError
@@ -149,10 +150,35 @@ def optimizer_state_key(leaf: Leaf) -> str | None:
     return None if flat is None else flat["key"]
 
 
-def _in_optimizer_state(leaf: Leaf) -> bool:
-    """Under some optimizer's per-parameter ``state`` (moments, momentum buffers, steps)."""
-    return (optimizer_state_key(leaf) is not None
-            or any(a == "state" and type(b) is int for a, b in zip(leaf.path, leaf.path[1:])))
+def optimizer_entries(leaves: list[Leaf]) -> frozenset[tuple[object, ...]]:
+    """The per-parameter entries of optimizer states keyed by parameter name: the paths
+    ``(..., "state", name)``, or a flat key's ``(root, name)``, under which some leaf has a key
+    of :data:`TORCH_STATE_KEYS` (torch's optimizers all keep a ``step`` tensor there). Every
+    leaf under such an entry is the optimizer's, a key no mode knows (Adafactor's ``row_var``)
+    included: it must never be taken for a weight."""
+    found: set[tuple[object, ...]] = set()
+    for leaf in leaves:
+        path = leaf.path
+        if (len(path) >= 3 and path[-3] == "state" and type(path[-2]) is str
+                and path[-1] in TORCH_STATE_KEYS):
+            found.add(path[:-1])
+        flat = _flat_state(leaf)
+        if flat is not None:
+            found.add((flat["root"] or "", flat["param"]))
+    return frozenset(found)
+
+
+def in_optimizer_state(leaf: Leaf, entries: frozenset[tuple[object, ...]]) -> bool:
+    """Under some optimizer's per-parameter ``state`` (moments, momentum buffers, steps, and
+    under an entry of :func:`optimizer_entries` any other key)."""
+    path = leaf.path
+    if optimizer_state_key(leaf) is not None or any(
+            a == "state" and type(b) is int for a, b in pairwise(path)):
+        return True
+    if len(path) >= 3 and path[-3] == "state" and path[:-1] in entries:
+        return True
+    flat = FLAT_STATE.match(path[0]) if len(path) == 1 and isinstance(path[0], str) else None
+    return flat is not None and (flat["root"] or "", flat["param"]) in entries
 
 
 def lossy_candidate(leaf: Leaf) -> bool:
@@ -178,9 +204,10 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
         roots.add(root)
         group = states.setdefault(param_id, Group(param_id=param_id))
         setattr(group, moment, index)
+    entries = optimizer_entries(leaves)
     weights = [
         i for i, leaf in enumerate(leaves)
-        if lossy_candidate(leaf) and not _in_optimizer_state(leaf)
+        if lossy_candidate(leaf) and not in_optimizer_state(leaf, entries)
     ]
     if not states:
         if pairing:  # it names optimizer states the state does not have
