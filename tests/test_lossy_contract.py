@@ -395,6 +395,36 @@ def test_scope_and_keep_exact_choose_what_is_lossy(tmp_path):
     assert "model.hidden.weight" in kept
 
 
+@pytest.mark.parametrize("mode", LOSSY)
+def test_keep_exact_and_pairing_know_a_tied_weight_by_either_name(mode):
+    """A tied weight is stored once, under its first path: ``keep_exact`` and ``pairing`` naming
+    its other path (``lm_head.weight`` tied to ``wte.weight``) matched nothing, and the tensor
+    was decoded lossy. A pattern that names no tensor at all is warned of."""
+    from ckptzip.modes import KeepExactWarning
+
+    generator = torch.Generator().manual_seed(0)
+    first = torch.randn(64, 32, generator=generator)
+    second = first + 0.01 * torch.randn(64, 32, generator=generator)
+
+    def state(weight: torch.Tensor, step: float) -> dict[str, object]:
+        return {"model": {"wte.weight": weight, "lm_head.weight": weight,
+                          "other": weight[:8].clone() * 2},
+                "optimizer": {"state": {0: {"step": torch.tensor(step), "exp_avg": 1e-2 * weight,
+                                            "exp_avg_sq": 1e-4 * weight * weight}},
+                              "param_groups": [{"params": [0], "betas": (0.9, 0.999)}]}}
+
+    base, new = state(first, 1.0), state(second, 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KeepExactWarning)
+        decoded = ckptzip.loads(ckptzip.dumps(new, mode=mode, base=base,
+                                              keep_exact=["model.lm_head.weight"]), base=base)
+    assert torch.equal(decoded["model"]["lm_head.weight"], second)
+    assert decoded["model"]["lm_head.weight"] is decoded["model"]["wte.weight"]
+    ckptzip.dumps(new, mode=mode, base=base, pairing={"model.lm_head.weight": 0})
+    with pytest.warns(KeepExactWarning, match=r"\['model.lm_haed.weight'\] names no tensor"):
+        ckptzip.dumps(new, mode=mode, base=base, keep_exact=["model.lm_haed.weight", "model.o*"])
+
+
 def test_command_line_takes_the_contract_options(tmp_path, capsys):
     from ckptzip.cli import main
 

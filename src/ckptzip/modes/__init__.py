@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..policy import LosslessPolicy, Policy
 from .adaptive import AdaptivePolicy
 from .bitsnap import BitsnapPolicy
-from .common import NonFiniteWarning, UnhandledStateWarning
+from .common import KeepExactWarning, NonFiniteWarning, UnhandledStateWarning
 from .excp import ExcpPolicy
 from .pairing import PairingWarning
 
@@ -43,5 +43,15 @@ def policy_for(mode: str, **options: Any) -> Policy:
         raise ConfigError(f"mode {mode!r}: bad options {sorted(options)}: {exc}") from None
 
 
-__all__ = ["MODES", "AdaptivePolicy", "BitsnapPolicy", "ExcpPolicy", "NonFiniteWarning",
-           "PairingWarning", "UnhandledStateWarning", "policy_for", "register_mode"]
+__all__ = [
+    "MODES",
+    "AdaptivePolicy",
+    "BitsnapPolicy",
+    "ExcpPolicy",
+    "KeepExactWarning",
+    "NonFiniteWarning",
+    "PairingWarning",
+    "UnhandledStateWarning",
+    "policy_for",
+    "register_mode",
+]

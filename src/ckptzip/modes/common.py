@@ -36,7 +36,7 @@ from ..hostpath import flat_array, native
 from ..parallel import ByteGate, ordered_map
 from ..pipeline import Pipeline, code_chunks
 from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact, LosslessPolicy, Planned
-from ..tree import Leaf, tensor_bytes
+from ..tree import Leaf, render_path, tensor_bytes
 from .pairing import (
     ADAM_ROLES,
     FLAT_STATE,
@@ -78,6 +78,10 @@ class NonFiniteWarning(UserWarning):
 
 class UnhandledStateWarning(UserWarning):
     """Optimizer states a lossy mode does not know (not Adam's moments) stay lossless."""
+
+
+class KeepExactWarning(UserWarning):
+    """A ``keep_exact`` pattern names no tensor of the state."""
 
 
 def no_worse(dtype_size: int) -> float:
@@ -424,16 +428,37 @@ class JointPolicy(LosslessPolicy):
         ``keep_exact`` leaves out; with ``base``, paired around the weights frozen since it."""
         candidates = []
         unchanged = None if base is None else (lambda index: _same_bits(leaves[index], base))
+        kept = self._kept_exact(leaves)
         for group in group_state(leaves, self.pairing, self.mode, self.state_roles, unchanged):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
                 continue  # a weight no Adam moment pairs with: outside the scope, lossless
             for role in ("weight", "exp_avg", "exp_avg_sq"):
-                index = getattr(group, role)
-                if index is not None and any(fnmatch.fnmatchcase(leaves[index].name, pattern)
-                                             for pattern in self.keep_exact):
+                if getattr(group, role) in kept:
                     setattr(group, role, None)
             candidates.append(group)
         return candidates
+
+    def _kept_exact(self, leaves: list[Leaf]) -> set[int]:
+        """The leaves ``keep_exact`` names, by any of their key paths (a tied weight is stored
+        once, under its first path: ``lm_head.weight`` tied to ``wte.weight`` is kept exact by
+        either name); warns of a pattern that names no tensor (a misspelt name would otherwise
+        leave lossy what the user meant to keep exact)."""
+        if not self.keep_exact:
+            return set()
+        kept: set[int] = set()
+        used: set[str] = set()
+        for index, leaf in enumerate(leaves):
+            names = [leaf.name, *(render_path(alias) for alias in leaf.aliases)]
+            for pattern in self.keep_exact:
+                if any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                    kept.add(index)
+                    used.add(pattern)
+        unused = [pattern for pattern in self.keep_exact if pattern not in used]
+        if unused:
+            warnings.warn(f"ckptzip mode {self.mode!r}: keep_exact {unused!r} names no tensor of "
+                          f"the state; use dotted key paths as `ckptzip inspect` lists them "
+                          f"(glob patterns: 'model.head.*')", KeepExactWarning, stacklevel=6)
+        return kept
 
     def _look(self, leaves: list[Leaf], group: Group, base: Base,
               kept: dict[int, Encoded | Exact]) -> GroupValues | None:

@@ -25,7 +25,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..errors import ConfigError
-from ..tree import Leaf
+from ..tree import Leaf, render_path
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 #: The per-parameter optimizer states a mode codes lossy, by their key in the optimizer's state,
@@ -326,6 +326,8 @@ def _explicit(
     pairing: Mapping[str, int | str],
 ) -> dict[int | str, int]:
     by_name = {leaves[w].name: w for w in weights}
+    for w in weights:  # a tied weight's other paths name it too
+        by_name.update((render_path(alias), w) for alias in leaves[w].aliases)
     matched: dict[int | str, int] = {}
     for name, param_id in pairing.items():
         weight = by_name.get(name)
