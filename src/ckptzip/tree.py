@@ -14,6 +14,7 @@ value is an object whose ``"t"`` names its type.
 from __future__ import annotations
 
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ from .errors import FormatError, UnsupportedError
 MAX_DEPTH = 256
 
 KeyPath = tuple[Any, ...]
+
+#: Python's default limit on the digits of an int parsed from text (3.11, 3.10.7): a reader's
+#: ``json.loads`` refuses a longer int in a header, so no writer stores one.
+MAX_INT_DIGITS = 4300
 
 
 def render_path(path: KeyPath) -> str:
@@ -130,18 +135,27 @@ class _Flattener:
         return len(self.leaves) - 1
 
     def visit(self, value: Any, path: KeyPath) -> Any:
-        if value is None or isinstance(value, (bool, str)):
-            return value
-        if len(path) > MAX_DEPTH:  # a reader refuses deeper trees: never write one
+        if len(path) > MAX_DEPTH:  # a reader refuses deeper trees (any node): never write one
             raise UnsupportedError(f"{render_path(path[:8])}...: the state nests deeper than "
                                    f"{MAX_DEPTH} levels, more than a checkpoint may; flatten it")
-        if isinstance(value, int) and type(value) is int:
+        if value is None or isinstance(value, bool):
             return value
+        if isinstance(value, str):
+            return _checked_str(value, path)
+        if isinstance(value, int) and type(value) is int:
+            return _checked_int(value, path)
         if type(value) is float:
             return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
         if isinstance(value, torch.Tensor):
             return self.visit_tensor(value, path)
         if isinstance(value, np.ndarray):
+            if type(value) is not np.ndarray and not isinstance(value, np.memmap):
+                sub = type(value)  # a memmap is plain data; other subclasses add meaning
+                raise UnsupportedError(
+                    f"{render_path(path)}: a numpy {sub.__module__}.{sub.__qualname__}, an "
+                    "ndarray subclass, would load as a plain ndarray without what the subclass "
+                    "adds (a masked array's mask, np.matrix's product); store np.asarray(x) "
+                    "instead, and a masked array's mask as an array of its own (np.ma.getmaskarray(x))")
             return self.visit_ndarray(value, path)
         if isinstance(value, np.generic):
             dt = dtypes.from_numpy(value.dtype, render_path(path))
@@ -176,7 +190,8 @@ class _Flattener:
     def visit_dict(self, value: dict[Any, Any], path: KeyPath) -> dict[str, Any]:
         node: dict[str, Any]
         if all(type(k) is str for k in value):
-            node = {"t": "dict", "o": {k: self.visit(v, (*path, k)) for k, v in value.items()}}
+            node = {"t": "dict", "o": {_checked_key(k, path): self.visit(v, (*path, k))
+                                       for k, v in value.items()}}
         else:
             keys = []
             for k in value:
@@ -196,6 +211,11 @@ class _Flattener:
 
     def visit_tensor(self, value: torch.Tensor, path: KeyPath) -> dict[str, Any]:
         where = render_path(path)
+        if value.is_nested:  # strided (layout torch.strided, yet no sizes) or jagged
+            raise UnsupportedError(
+                f"{where}: a nested tensor cannot be stored; store its components as a list of "
+                "tensors, list(x.unbind()), and rebuild it with torch.nested.nested_tensor"
+            )
         if value.layout != torch.strided:
             raise UnsupportedError(
                 f"{where}: {value.layout} tensors cannot be stored; convert with .to_dense()"
@@ -251,15 +271,27 @@ class _Flattener:
         storage with one dtype share a leaf holding the span of storage they cover, and each comes
         back as an ``as_strided`` view of it, as torch.save would restore them.
         """
-        groups: dict[tuple[str, int], list[_TensorRef]] = {}
+        groups: dict[tuple[Any, ...], list[_TensorRef]] = {}
         singles: list[list[_TensorRef]] = []
         for ref in self.torch_refs:
             t = ref.tensor
-            if t.numel() == 0 or t.untyped_storage().nbytes() == 0:
+            empty = t.numel() == 0 or t.untyped_storage().nbytes() == 0
+            if (t.is_conj() or t.is_neg()) and not empty:
+                # Torch's lazy conjugate / negative bit: the storage holds the values before
+                # the bit applies, so a view of it (or its span, as_strided) is wrong for the
+                # tensors that lack the bit or have another. The tensor is resolved into a leaf
+                # of its own, no longer tied to the storage it views (it loads as a plain
+                # tensor of its values); identical views with the same bits stay one leaf.
+                key = ("lazy", t.is_conj(), t.is_neg(), str(t.device), t.untyped_storage().data_ptr(),
+                       t.dtype, t.storage_offset(), t.shape, t.stride())
+                same = groups.setdefault(key, [])
+                ref.tensor = same[0].tensor if same else t.resolve_conj().resolve_neg()
+                same.append(ref)
+            elif empty:
+                ref.tensor = t.resolve_conj().resolve_neg()  # no values, no bits on its leaf
                 singles.append([ref])
-                continue
-            key = (str(t.device), t.untyped_storage().data_ptr())
-            groups.setdefault(key, []).append(ref)
+            else:
+                groups.setdefault((str(t.device), t.untyped_storage().data_ptr()), []).append(ref)
         position = {id(ref): i for i, ref in enumerate(self.torch_refs)}
         ordered = sorted([*groups.values(), *singles], key=lambda refs: position[id(refs[0])])
         for refs in ordered:
@@ -294,6 +326,39 @@ class _Flattener:
                 t="view", i=index, offset=r.tensor.storage_offset() - start,
                 shape=list(r.tensor.shape), stride=list(r.tensor.stride()),
             )
+
+
+def _checked_str(value: str, path: KeyPath) -> str:
+    """``value``, once it is known to encode as UTF-8 (a header's JSON)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, as surrogateescape decodes a byte
+            raise UnsupportedError(
+                f"{render_path(path)}: the string {value!a:.60} holds a lone surrogate "
+                "(a non-UTF-8 name decoded with surrogateescape?), which UTF-8 cannot store; "
+                "store it as bytes (os.fsencode(s)) or decode it with errors='replace'") from None
+    return value
+
+
+def _checked_key(key: str, path: KeyPath) -> str:
+    """A str dict key at ``path``, once it is known to encode as UTF-8."""
+    if not key.isascii():  # the message names the dict: the key itself may not print
+        _checked_str(key, (*path, f"<key {key!a:.60}>"))
+    return key
+
+
+def _checked_int(value: int, path: KeyPath) -> int:
+    """``value``, once it is known to have few enough digits for a reader's JSON parser."""
+    if value.bit_length() > 2000:  # 603 digits or fewer are always within the limits
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)() or MAX_INT_DIGITS
+        limit = min(limit, MAX_INT_DIGITS)  # the writer's own json.dumps has its limit too
+        if abs(value) >= 10**limit:
+            raise UnsupportedError(
+                f"{render_path(path)}: an int of {value.bit_length()} bits has more than {limit} "
+                "digits, more than a header's JSON may hold (Python's int/str limit); store it "
+                "as bytes: x.to_bytes((x.bit_length() + 8) // 8, 'little', signed=True)")
+    return value
 
 
 def flatten(state: Any) -> tuple[Any, list[Leaf]]:
