@@ -267,6 +267,64 @@ def test_a_file_of_the_base_chain_is_never_written_over(tmp_path: Path) -> None:
     assert_states_equal(states[3], ckptzip.load(tmp_path / "d.ckz"))
 
 
+def test_chains_stop_at_max_chain_and_deeper_ones_still_load(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``keyframe_every=None`` a chain grew without bound: past about 245 links a load
+    ran out of Python's recursion limit and called a healthy file's header invalid JSON. Saves
+    now start a keyframe at MAX_CHAIN links; a chain deeper than the process's recursion limit
+    allows (here the limit is lowered instead) still loads."""
+    import sys
+
+    from ckptzip import planning
+
+    monkeypatch.setattr(planning, "MAX_CHAIN", 12)
+    previous = None
+    weight = torch.arange(64, dtype=torch.float32)
+    for step in range(14):
+        weight = weight + 1
+        path = tmp_path / f"{step}.ckz"
+        ckptzip.save({"w": weight}, path, base=previous)
+        previous = path
+    depths = [ckptzip.open(tmp_path / f"{step}.ckz").chain_depth for step in range(14)]
+    assert depths == [*range(12), 0, 1]
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(len(__import__("inspect").stack()) + 40)
+        assert torch.equal(ckptzip.load(tmp_path / "11.ckz")["w"], torch.arange(64) + 12.0)
+    finally:
+        sys.setrecursionlimit(max(limit, sys.getrecursionlimit()))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_delta_load_holds_one_state_whatever_the_chain_depth(tmp_path: Path) -> None:
+    """Each link allocated its output buffers before decoding its base, so a load held a copy
+    of the state per link (9x the state at depth 7, 22x at depth 31). Now the peak over the
+    loaded state does not grow with the depth."""
+    import subprocess
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(4_000_000, generator=generator)  # 16 MB
+    previous = None
+    for step in range(9):
+        weight[torch.randint(0, weight.numel(), (100_000,), generator=generator)] += 0.01
+        path = tmp_path / f"{step}.ckz"
+        ckptzip.save({"w": weight}, path, base=previous)
+        previous = path
+    # VmHWM, not ru_maxrss: a child's ru_maxrss keeps the high-water mark of the pytest
+    # process it was forked from
+    probe = ("import sys, ckptzip\n"
+             "def kb(key): return int(next(l for l in open('/proc/self/status')"
+             " if l.startswith(key)).split()[1]) * 1024\n"
+             "before = kb('VmRSS')\n"
+             "ckptzip.load(sys.argv[1], threads=1)\n"
+             "print(kb('VmHWM') - before)")
+    env = {**os.environ, "CKPTZIP_MALLOC": "system"}
+    peaks = [int(subprocess.run([sys.executable, "-c", probe, str(tmp_path / f"{step}.ckz")],
+                                capture_output=True, text=True, check=True, env=env).stdout)
+             for step in (1, 8)]
+    assert peaks[1] < peaks[0] + 16_000_000, peaks  # was about 6 states more at depth 8
+
+
 def test_one_flipped_bit_of_the_base_is_a_mismatch_not_damage() -> None:
     """A residual chunk's base is checked through the decoded bytes' CRC, and by its own CRC
     only when those fail: a base off by one bit still names the base, and a damaged delta with

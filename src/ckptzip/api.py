@@ -38,7 +38,8 @@ def save(
     ``base`` (an earlier ``.ckz``) makes an incremental checkpoint: each tensor is coded against
     the base's tensor of the same name where that is smaller, still bit-exact. Loading it needs
     the base, which is looked up beside it. ``keyframe_every=K`` bounds chains: when the base
-    already heads a chain of K-1 deltas, this checkpoint is written standalone instead.
+    already heads a chain of K-1 deltas, this checkpoint is written standalone instead (and
+    at 64 files a chain, whatever K: ``planning.MAX_CHAIN``).
     ``threads=None`` uses every core. ``metadata`` is a JSON-able dict stored in the header.
     ``storage_options`` go to the fsspec filesystem of a URL ``path`` (and of a URL ``base``):
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}`` for S3, where the

@@ -146,12 +146,20 @@ def plan_leaf(leaf: Leaf, raw: np.ndarray, policy: Policy, base: Base | None,
     return LeafPlan(leaf, best, chunk_bytes, [], base_raw=base_raw, extra=extra, coded=coded)
 
 
+#: The most checkpoints a chain holds (a keyframe and its deltas), whatever ``keyframe_every``
+#: says (``None`` included): a load decodes every link, link after link, so time grows with the
+#: depth, and a chain hundreds deep outgrew Python's recursion limit.
+MAX_CHAIN = 64
+
+
 def chain_base(base: Base | None, keyframe_every: int | None) -> Base | None:
     """The base a new checkpoint is coded against: none when the chain would reach
-    ``keyframe_every`` checkpoints (this one becomes a standalone keyframe)."""
+    ``keyframe_every`` checkpoints, or :data:`MAX_CHAIN` (this one becomes a standalone
+    keyframe)."""
     if keyframe_every is not None and (type(keyframe_every) is not int or keyframe_every < 1):
         raise ConfigError(f"keyframe_every must be a positive int or None, not {keyframe_every!r}")
-    if base is not None and keyframe_every is not None and base.depth + 1 >= keyframe_every:
+    longest = MAX_CHAIN if keyframe_every is None else min(keyframe_every, MAX_CHAIN)
+    if base is not None and base.depth + 1 >= longest:
         return None
     return base
 

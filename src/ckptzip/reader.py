@@ -5,6 +5,7 @@ checksum after."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -211,12 +212,8 @@ class CheckpointFile:
         beside it, not the whole base as well."""
         siblings = {j for i in indices for j in self.leaves[i].pipeline.references}
         indices = [*indices, *sorted(siblings.difference(indices))]
-        try:
-            buffers = {i: output_buffer(self.leaves[i].array_nbytes) for i in indices}
-        except (RuntimeError, MemoryError) as exc:  # more than this host can map
-            wanted = sum(self.leaves[i].array_nbytes for i in indices)
-            raise Error(f"{self.name}: its tensors declare {wanted} bytes, which this host cannot "
-                        f"allocate ({str(exc).splitlines()[0][:120]})") from None
+        if self.header.base is not None:
+            _room_for_chain(self.chain_depth)
         bar = Progress(sum(self.leaves[i].array_nbytes for i in indices), "decompress",
                        enabled=progress)
         # siblings first: a leaf that reads siblings needs them decoded (the header parser
@@ -226,26 +223,36 @@ class CheckpointFile:
             batch = [i for i in indices
                      if bool(self.leaves[i].pipeline.references) == reads_siblings]
             for part in _base_batches(self.leaves, batch):
-                self._read_batch(part, buffers, result, bar)
+                self._read_batch(part, result, bar)
         bar.close()
         return result
 
-    def _read_batch(self, indices: list[int], buffers: dict[int, torch.Tensor],
-                    result: dict[int, torch.Tensor], bar: Progress) -> None:
+    def _read_batch(self, indices: list[int], result: dict[int, torch.Tensor],
+                    bar: Progress) -> None:
         """:meth:`read_leaves` for one batch of leaves, into ``result``: their base tensors
-        decoded, their chunks decoded into ``buffers`` on the thread pool, their transforms
-        undone (on the pool too), and the base tensors freed."""
+        decoded, their chunks decoded into new buffers on the thread pool, their transforms
+        undone (on the pool too), and the base tensors freed. The buffers are taken once the
+        base tensors are decoded: down a chain, every link's buffers would otherwise be held
+        while the links below it decode (a load held a copy of the state per link)."""
         bases: dict[int, np.ndarray] = {}
         jobs: list[_Job] = []
         self._prefetch_bases([self.leaves[i] for i in indices if self.leaves[i].is_delta])
         for i in indices:
             leaf = self.leaves[i]
-            out = buffers[i].numpy()
             if leaf.is_delta:
                 # a chunk-level residual decodes to the bytes its raw CRC covers, so a wrong base
                 # shows there and its own CRC is checked only then; transforms need it checked now
                 bases[i] = self._base_raw(leaf, check=bool(leaf.pipeline.transforms)
                                           or not leaf.pipeline.needs_base)
+        try:
+            buffers = {i: output_buffer(self.leaves[i].array_nbytes) for i in indices}
+        except (RuntimeError, MemoryError) as exc:  # more than this host can map
+            wanted = sum(self.leaves[i].array_nbytes for i in indices)
+            raise Error(f"{self.name}: its tensors declare {wanted} bytes, which this host cannot "
+                        f"allocate ({str(exc).splitlines()[0][:120]})") from None
+        for i in indices:
+            leaf = self.leaves[i]
+            out = buffers[i].numpy()
             chunk_base = bases.get(i) if leaf.pipeline.needs_base else None
             for k, chunk in enumerate(leaf.chunks):
                 start = k * leaf.chunk_bytes
@@ -424,6 +431,19 @@ class CheckpointFile:
             self.name, len(self.leaves), sum(len(leaf.chunks) for leaf in self.leaves),
             sum(leaf.nbytes for leaf in self.leaves), self.source.size,
         )
+
+
+#: Python frames a chain's decoding takes per link, with room to spare (about 3 are used).
+FRAMES_PER_LINK = 8
+
+
+def _room_for_chain(depth: int) -> None:
+    """Raise Python's recursion limit (never lower it) so that a chain of ``depth`` links
+    decodes: each link decodes its base's tensors from within its own read. Saves keep chains
+    within ``planning.MAX_CHAIN`` links; a file written deeper still loads."""
+    needed = 1000 + FRAMES_PER_LINK * min(depth, 1024)  # a header's depth is not trusted
+    if sys.getrecursionlimit() < needed:
+        sys.setrecursionlimit(needed)
 
 
 def _in_base(exc: Error, delta: str, base: str) -> Error:
