@@ -43,7 +43,7 @@ from .errors import (
     VersionError,
 )
 from .pipeline import Pipeline
-from .policy import DEFAULT_CHUNK_BYTES
+from .policy import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
 from .tree import Leaf, leaf_names
 
 MAGIC = b"\x89CKZ\r\n\x1a\n"
@@ -51,9 +51,6 @@ FORMAT_MAJOR = 1
 FORMAT_MINOR = 0
 PRELUDE = struct.Struct("<8sHHIQII")
 PRELUDE_SIZE = PRELUDE.size  # 32
-#: Largest raw chunk a file may declare. With the smallest possible stored chunk this bounds how
-#: much memory a header can make a reader allocate per stored byte.
-MAX_CHUNK_BYTES = 64 << 20
 #: The smallest stored chunk: every non-empty stream has a header of at least this many bytes.
 MIN_STORED_CHUNK = 1
 MAX_DIMS = 64

@@ -17,6 +17,9 @@ from .tree import Leaf
 #: Raw bytes per chunk: the unit of parallel work, of checksums, and of one frequency table per
 #: byte plane (local statistics). Measured in docs/journal/benchmarks.md.
 DEFAULT_CHUNK_BYTES = 256 << 10
+#: Largest raw chunk a file may declare (a reader refuses more). With the smallest possible
+#: stored chunk this bounds how much memory a header can make a reader allocate per stored byte.
+MAX_CHUNK_BYTES = 64 << 20
 
 
 #: What :attr:`Encoded.coded` holds: the chunk size, then :data:`ckptzip.pipeline.Coded`.
@@ -93,9 +96,12 @@ class LosslessPolicy:
     mode = "lossless"
 
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-        if type(chunk_bytes) is not int or chunk_bytes < 1:  # was clamped to one element silently
-            raise ConfigError(f"{self.mode}: chunk_bytes must be a positive int (bytes per chunk, "
-                              f"{DEFAULT_CHUNK_BYTES} by default), not {chunk_bytes!r}")
+        # 0 was clamped to one element silently; more than a reader accepts saved a file that
+        # never loaded
+        if type(chunk_bytes) is not int or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ConfigError(f"{self.mode}: chunk_bytes must be an int from 1 to "
+                              f"{MAX_CHUNK_BYTES} (64 MiB; bytes per chunk, {DEFAULT_CHUNK_BYTES} "
+                              f"by default), not {chunk_bytes!r}")
         self._chunk_bytes = chunk_bytes
         # one pipeline object per layout, shared by every tensor of it (the writer indexes the
         # header's pipeline table by object before it serializes a config)
