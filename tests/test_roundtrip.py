@@ -253,6 +253,20 @@ def test_map_location_meta_is_rejected_and_cpu_is_default() -> None:
         ckptzip.loads(blob, map_location=object())
 
 
+def test_map_location_moves_tensors_and_leaves_arrays_and_bytes_on_the_host() -> None:
+    """A state with numpy's RNG state or bytes failed to load onto another device: every leaf
+    was moved there first, then ``.numpy()`` was called on it (a raw TypeError). Tensors go to
+    the device, once each; arrays and bytes are made on the host."""
+    weight = torch.arange(6.0)
+    state = {"w": weight, "tied": weight, "view": weight[2:], "rng": np.random.get_state(),
+             "blob": b"\x00\x01", "array": np.arange(4)}
+    loaded = ckptzip.loads(ckptzip.dumps(state), map_location="meta")
+    assert loaded["w"].device.type == loaded["tied"].device.type == "meta"
+    assert loaded["view"].device.type == "meta" and loaded["view"].shape == (4,)
+    assert loaded["blob"] == b"\x00\x01" and np.array_equal(loaded["array"], np.arange(4))
+    assert np.array_equal(loaded["rng"][1], state["rng"][1])
+
+
 def test_colliding_and_tuple_key_names() -> None:
     state = {"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}, (1, "x"): torch.arange(3)}
     blob = ckptzip.dumps(state)

@@ -197,10 +197,9 @@ class CheckpointFile:
         def get_leaf(index: int) -> torch.Tensor:
             if index not in decoded:  # referenced where leaf_refs does not look (a key, metadata)
                 decoded.update(self.read_leaves([index]))
-            tensor = decoded[index]
-            return tensor if device is None else tensor.to(device)
+            return decoded[index]
 
-        return unflatten(node, get_leaf, len(self.leaves), self.name)
+        return unflatten(node, get_leaf, len(self.leaves), self.name, device)
 
     def read_leaves(self, indices: list[int], *, progress: bool = False) -> dict[int, torch.Tensor]:
         """Decode the given leaves in parallel into tensors of their dtype and shape (and the

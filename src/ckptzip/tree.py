@@ -465,11 +465,14 @@ LeafGetter = Callable[[int], torch.Tensor]
 
 
 class _Builder:
-    def __init__(self, get_leaf: LeafGetter, n_leaves: int, source: str) -> None:
+    def __init__(self, get_leaf: LeafGetter, n_leaves: int, source: str,
+                 device: torch.device | None = None) -> None:
         self.get_leaf = get_leaf
         self.n_leaves = n_leaves
         self.source = source
+        self.device = device
         self.cache: dict[int, torch.Tensor] = {}
+        self.moved: dict[int, torch.Tensor] = {}
 
     def fail(self, path: KeyPath, what: str) -> FormatError:
         return FormatError(
@@ -477,13 +480,19 @@ class _Builder:
             f"or was not written by ckptzip"
         )
 
-    def leaf(self, node: dict[str, Any], path: KeyPath) -> torch.Tensor:
+    def leaf(self, node: dict[str, Any], path: KeyPath, *, host: bool = False) -> torch.Tensor:
+        """Leaf ``node["i"]``, fetched once; on ``self.device`` (moved once, so tensors tied
+        through it stay tied) unless ``host``: numpy arrays and bytes are made on the host."""
         index = node.get("i")
         if type(index) is not int or not 0 <= index < self.n_leaves:
             raise self.fail(path, f"leaf index {index!r} out of range")
         if index not in self.cache:
             self.cache[index] = self.get_leaf(index)
-        return self.cache[index]
+        if host or self.device is None:
+            return self.cache[index]
+        if index not in self.moved:
+            self.moved[index] = self.cache[index].to(self.device)
+        return self.moved[index]
 
     def ints(self, value: Any, path: KeyPath, what: str) -> list[int]:
         if not isinstance(value, list) or not all(type(v) is int and 0 <= v < 1 << 63 for v in value):
@@ -599,14 +608,14 @@ class _Builder:
         return tensor
 
     def build_ndarray(self, node: dict[str, Any], path: KeyPath) -> np.ndarray:
-        tensor = self.leaf(node, path)
+        tensor = self.leaf(node, path, host=True)
         dt = dtypes.from_torch(tensor.dtype, render_path(path))
         if dt.numpy_dtype is None:
             raise self.fail(path, f"dtype {dt.name} has no numpy equivalent")
         return tensor.reshape(-1).view(torch.uint8).numpy().view(dt.numpy_dtype).reshape(tensor.shape)
 
     def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
-        tensor = self.leaf(node, path)
+        tensor = self.leaf(node, path, host=True)
         if tensor.dtype != torch.uint8 or tensor.dim() != 1:  # what writers store bytes as
             raise self.fail(path, f"bytes from a {tensor.dtype}{list(tensor.shape)} leaf")
         return tensor.numpy().tobytes()
@@ -645,7 +654,10 @@ def check_tree(node: Any, leaves: list[tuple[torch.dtype, tuple[int, ...]]],
     _Checker(stand_in, len(leaves), source).build(node, ())
 
 
-def unflatten(node: Any, get_leaf: LeafGetter, n_leaves: int, source: str = "<memory>") -> Any:
+def unflatten(node: Any, get_leaf: LeafGetter, n_leaves: int, source: str = "<memory>",
+              device: torch.device | None = None) -> Any:
     """Rebuild a state from its node; ``get_leaf(i)`` gives leaf ``i`` as a torch tensor with its
-    stored dtype and shape. Leaves referenced several times are fetched once and shared."""
-    return _Builder(get_leaf, n_leaves, source).build(node, ())
+    stored dtype and shape. Leaves referenced several times are fetched once and shared. Tensors
+    are put on ``device`` (None: where ``get_leaf`` gives them); numpy arrays and bytes are
+    made on the host whatever it is."""
+    return _Builder(get_leaf, n_leaves, source, device).build(node, ())
