@@ -14,6 +14,8 @@ from safetensors.torch import save_file
 import ckptzip
 from ckptzip.cli import main
 
+from .s3server import SeaweedS3
+
 
 @pytest.fixture()
 def model_file(tmp_path: Path) -> Path:
@@ -482,3 +484,102 @@ def test_outputs_keep_their_inputs_permissions(tmp_path: Path) -> None:
     assert main(["decompress", "-q", "-o", str(tmp_path / "back.pt"),
                  str(tmp_path / "secret.pt.ckz")]) == 0
     assert (tmp_path / "back.pt").stat().st_mode & 0o777 == 0o600
+
+
+# What a hunt through chains of deltas found the command line doing to them (session 40); each
+# failed before its fix.
+
+
+def _chain(paths: list[str], options: dict | None = None) -> list[torch.Tensor]:
+    """A chain of deltas at ``paths``, each coded against the one before; the weights saved."""
+    weights = [torch.randn(4096, generator=torch.Generator().manual_seed(0))]
+    for k, path in enumerate(paths):
+        if k:
+            weights.append(weights[-1].clone())
+            weights[-1][:10] += 1.0  # a delta that codes against its base
+        ckptzip.save({"w": weights[k]}, path, base=paths[k - 1] if k else None,
+                     storage_options=options)
+    return weights
+
+
+def _storage_flags(options: dict, prefix: str = "") -> list[str]:
+    """``storage_options`` as the command line's --storage-option KEY=VALUE flags."""
+    flags = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            flags += _storage_flags(value, f"{prefix}{key}.")
+        else:
+            flags.append(f"--storage-option={prefix}{key}={value}")
+    return flags
+
+
+def test_flatten_in_place_on_s3_keeps_the_deltas_that_need_it(s3_server: SeaweedS3, capsys) -> None:
+    """On a bucket prefix, as in a directory: flattening a middle link in place is refused,
+    naming the delta coded against it (it succeeded and orphaned every later step); the last
+    one, which nothing needs, is flattened. ``decompress --rm`` keeps an object a delta needs
+    and deletes one nothing needs."""
+    options = s3_server.storage_options()
+    flags = ["-q", *_storage_flags(options)]
+    run = f"s3://{s3_server.bucket()}/run"
+    urls = [f"{run}/step-{k}.ckz" for k in range(3)]
+    weights = _chain(urls, options)
+    assert main(["flatten", *flags, urls[1]]) == 1
+    assert "step-2.ckz" in capsys.readouterr().err
+    assert torch.equal(ckptzip.load(urls[2], storage_options=options)["w"], weights[2])
+    assert main(["flatten", *flags, urls[2]]) == 0
+    with ckptzip.open(urls[2], storage_options=options) as flat:
+        assert flat.chain_depth == 0
+    assert main(["decompress", *flags, "--rm", urls[0]]) == 0
+    assert "step-0.ckz: restored but not removed" in capsys.readouterr().err
+    assert main(["decompress", *flags, "--rm", urls[2]]) == 0
+    fs = s3_server.filesystem()
+    assert not fs.exists(urls[2].removeprefix("s3://")) and fs.exists(urls[0].removeprefix("s3://"))
+    assert torch.equal(ckptzip.load(urls[1], storage_options=options)["w"], weights[1])
+
+
+def test_decompress_rm_keeps_the_bases_of_deltas_still_compressed(tmp_path: Path, capsys) -> None:
+    """``decompress --rm`` over a chain removed the keyframe once restored, and every later
+    delta then failed for want of its base. A SRC goes only once nothing left is coded against
+    it: a delta not named stays, so do its bases, and the user is told which and why."""
+    paths = [str(tmp_path / f"step-{k}.ckz") for k in range(4)]
+    weights = _chain(paths)
+    assert main(["decompress", "-q", "--rm", *paths[:3]]) == 0
+    err = capsys.readouterr().err
+    assert "step-2.ckz: restored but not removed: 1 delta(s)" in err and "(step-3.ckz)" in err
+    assert all(Path(path).exists() for path in paths)
+    assert main(["decompress", "-q", "-f", "--rm", *reversed(paths)]) == 0
+    assert "not removed" not in capsys.readouterr().err
+    assert not any(Path(path).exists() for path in paths)
+    for k in range(4):
+        assert torch.equal(torch.load(tmp_path / f"step-{k}.pt")["w"], weights[k])
+
+
+def test_verify_takes_the_base_of_a_delta_from_elsewhere(tmp_path: Path, capsys) -> None:
+    """A missing base's message says to pass it with --base: verify now takes it too."""
+    paths = [str(tmp_path / f"step-{k}.ckz") for k in range(2)]
+    _chain(paths)
+    (tmp_path / "elsewhere").mkdir()
+    moved = tmp_path / "elsewhere" / "step-0.ckz"
+    Path(paths[0]).rename(moved)
+    assert main(["verify", paths[1]]) == 1
+    assert "--base on the command line" in capsys.readouterr().err
+    assert main(["verify", "--base", str(moved), paths[1]]) == 0
+    assert "step-1.ckz: OK" in capsys.readouterr().err
+
+
+def test_inspect_stops_the_chain_at_a_wrong_base(tmp_path: Path, capsys) -> None:
+    """Another run's step-1 copied over this run's: inspect said so, then followed the wrong
+    file's own base and called this run's intact step-0 an id mismatch too."""
+    for seed, run in enumerate("ab"):
+        (tmp_path / run).mkdir()
+        weights = torch.randn(4096, generator=torch.Generator().manual_seed(seed))
+        for k in range(3):
+            weights[:10] += 1.0
+            ckptzip.save({"w": weights}, tmp_path / run / f"step-{k}.ckz",
+                         base=tmp_path / run / f"step-{k - 1}.ckz" if k else None)
+    (tmp_path / "b" / "step-1.ckz").replace(tmp_path / "a" / "step-1.ckz")
+    capsys.readouterr()
+    assert main(["inspect", "--json", str(tmp_path / "a" / "step-2.ckz")]) == 0
+    chain = json.loads(capsys.readouterr().out)["chain"]
+    assert [link["path"] for link in chain] == ["step-1.ckz"]
+    assert chain[0]["status"].startswith("id mismatch")

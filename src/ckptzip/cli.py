@@ -28,7 +28,7 @@ from .chain import base_exists, relative_location, resolve_relative, same_file
 from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
 from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
-from .objstore import StorageOptions
+from .objstore import ObjectStore, StorageOptions
 from .parallel import resolve_threads
 from .reader import CheckpointFile, open_base, refuse_writing_over_chain
 from .sinks import open_sink
@@ -39,7 +39,7 @@ from .sources import (
     write_safetensors,
     write_torch,
 )
-from .storage import exists, is_url
+from .storage import exists, is_url, local_path
 from .writer import encode_state
 
 SUFFIX = ".ckz"
@@ -52,7 +52,8 @@ EPILOG = """shortcuts, as zstd's: ckptzip FILE (compress), -d FILE (decompress),
 
 Several SRCs are each done in turn; one that fails is reported and the others still run (exit
 status 1). An output never overwrites its input, its --base or an existing file (without -f),
-and never lands inside a SRC directory; it keeps SRC's permission bits.
+and never lands inside a SRC directory; it keeps SRC's permission bits. decompress --rm keeps a
+SRC that a delta left compressed (beside it, or a SRC that failed) is still coded against.
 
 examples:
   ckptzip compress model.safetensors               writes model.safetensors.ckz
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check every checksum and the tree a load builds; exit "
                                       "status 0 only if all hold")
     p.add_argument("sources", nargs="+", metavar="SRC.ckz")
+    p.add_argument("--base", metavar="B", help="the base of a delta, if not beside it")
     _common(p)
 
     p = sub.add_parser("flatten", help="rewrite a delta checkpoint as a standalone keyframe",
@@ -381,8 +383,17 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
     return _each_source(args, compress)
 
 
-def _remove(path: str) -> None:
-    """--rm: remove a SRC (a directory whole, ``.`` included) once its output is written."""
+def _remove(path: str, options: StorageOptions = None) -> None:
+    """--rm: remove a SRC (a directory whole, ``.`` included; an object for a URL) once its
+    output is written."""
+    if is_url(path):
+        store, key = ObjectStore.open(path, options)
+        try:
+            store.remove(key)
+        except Exception as exc:
+            raise Error(f"{path}: written, but cannot delete it ({type(exc).__name__}: {exc}); "
+                        f"delete it by hand") from exc
+        return
     path = os.path.abspath(path)
     try:
         if os.path.isdir(path):
@@ -417,10 +428,12 @@ def _decompressed_name(src: str, kind: str, same_format: bool) -> str:
 
 def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
     _one_source_for_output(args)
+    restored: list[tuple[str, str]] = []  # --rm: the SRCs restored, with their ids
 
     def decompress(src: str) -> None:
         with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
+            file_id = ckpt.id
             source = ckpt.header.source or {}
             native_format = FORMAT_OF_SOURCE.get(str(source.get("kind")), "pt")
             kind = args.to or native_format
@@ -435,33 +448,108 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
         else:
             write_torch(state, out, storage_options(args), _permissions(src))
         say.info(f"{src} -> {out}")
-        if args.rm:
-            _remove(src)
+        if args.rm and all(src != done for done, _ in restored):
+            restored.append((src, file_id))
 
-    return _each_source(args, decompress)
+    status = _each_source(args, decompress)
+    return max(status, _remove_restored(restored, args)) if args.rm else status
 
 
-def _dependents(src: str, file_id: str) -> list[str]:
-    """The ``.ckz`` files beside a local ``src`` coded against it (their header names it as
-    their base, by path and id): rewriting ``src`` gives it another id, and they would no
-    longer load."""
+def _beside(src: str, options: StorageOptions = None) -> list[str]:
+    """The ``.ckz`` files in the directory of a local ``src``, or the ``.ckz`` objects under
+    the prefix of a URL (listed through its fsspec filesystem), sorted; ``src`` among them."""
     if is_url(src):
-        return []
-    directory = os.path.dirname(os.path.abspath(src))
-    found = []
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if not name.endswith(SUFFIX) or same_file(path, src) or not os.path.isfile(path):
-            continue
+        folder = src.rstrip("/").rpartition("/")[0]
+        store, path = ObjectStore.open(folder, options)
         try:
-            with CheckpointFile.open(path) as other:
-                ref = other.header.base
-        except Error:
-            continue  # not a checkpoint we can read: not one that loads from src either
-        if (ref is not None and ref.id == file_id and ref.path is not None
-                and same_file(resolve_relative(path, ref.path), src)):
+            names = sorted(store.listing(path))
+        except Exception as exc:
+            raise Error(f"{folder}: cannot list the prefix to find the deltas coded against "
+                        f"{src} ({type(exc).__name__}: {exc}); check the endpoint and the "
+                        f"credentials") from exc
+        found = [f"{folder}/{name}" for name in names if name.endswith(SUFFIX)]
+    else:
+        directory = os.path.dirname(os.path.abspath(local_path(src)))
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError as exc:
+            raise Error(f"{directory}: cannot list it to find the deltas coded against {src} "
+                        f"({exc.strerror or exc})") from None
+        found = [os.path.join(directory, name) for name in names
+                 if name.endswith(SUFFIX) and os.path.isfile(os.path.join(directory, name))]
+    return found
+
+
+#: What a ``.ckz`` header says of its base: where it lies, resolved, and the id it must have;
+#: None for a keyframe, a base in memory or on another host, or a file that is no checkpoint.
+BaseLink = tuple[str, Any] | None
+
+
+def _base_link(path: str, options: StorageOptions = None) -> BaseLink:
+    """The base the header of ``path`` names; None too where it cannot be read (not a
+    checkpoint that loads from any base, then) or names a base on another host."""
+    try:
+        with CheckpointFile.open(path, storage_options=options) as other:
+            ref = other.header.base
+        if ref is None or ref.path is None:
+            return None
+        return resolve_relative(path, ref.path), ref.id
+    except Error:
+        return None
+
+
+def _dependents(src: str, file_id: str, options: StorageOptions = None, among: Sequence[str] = (),
+                links: dict[str, BaseLink] | None = None) -> list[str]:
+    """The ``.ckz`` files coded against ``src`` (their header names it as their base, by path
+    and id), of those of ``among`` (spelled as there) and those beside it (in its directory, or
+    for a URL under its prefix): rewriting or removing ``src`` and they would no longer load.
+    ``links`` keeps the headers read, for the next call."""
+    links = {} if links is None else links
+    found: list[str] = []
+    for path in [*among, *_beside(src, options)]:
+        if path not in links:
+            links[path] = _base_link(path, options)
+        link = links[path]
+        if (link is not None and link[1] == file_id and same_file(link[0], src)
+                and not same_file(path, src) and not any(same_file(path, f) for f in found)):
             found.append(path)
     return found
+
+
+def _remove_restored(restored: list[tuple[str, str]], args: argparse.Namespace) -> int:
+    """``decompress --rm``, once every SRC is done: remove each SRC restored, but only once no
+    ``.ckz`` coded against it remains (a SRC that failed, or a delta beside it that was not
+    named): it would no longer load. Dependents go first; a SRC kept is said on stderr with
+    what needs it. The exit status: 1 if a removal failed."""
+    options = storage_options(args)
+    links: dict[str, BaseLink] = {}
+    needed_by: dict[str, list[str]] = {}  # SRC: the files coded against it (SRCs as spelled)
+    for src, file_id in restored:
+        try:
+            needed_by[src] = _dependents(src, file_id, options, args.sources, links)
+        except Error as exc:
+            print(f"ckptzip: {src}: restored but not removed: cannot tell whether deltas are "
+                  f"coded against it ({exc})", file=sys.stderr)
+    status = 0
+    removed: set[str] = set()
+    pending = list(needed_by)
+    while ready := [src for src in pending if removed.issuperset(needed_by[src])]:
+        for src in ready:
+            pending.remove(src)
+            try:
+                _remove(src, options)
+            except Error as exc:
+                status = 1
+                print(f"ckptzip: error: {exc}", file=sys.stderr)
+            else:
+                removed.add(src)
+    for src in pending:
+        waiting = [path for path in needed_by[src] if path not in removed]
+        names = ", ".join(map(os.path.basename, waiting[:3])) + (", ..." if len(waiting) > 3 else "")
+        print(f"ckptzip: {src}: restored but not removed: {len(waiting)} delta(s) coded against "
+              f"it would no longer load without it ({names}); remove it once they are restored "
+              f"and removed too, or flattened (ckptzip flatten)", file=sys.stderr)
+    return status
 
 
 def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
@@ -479,7 +567,8 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
                 refuse_writing_over_chain(out, ckpt.base(), src)
             else:
                 out = src
-                dependents = [] if args.force else _dependents(src, ckpt.id)
+                dependents = [] if args.force else _dependents(src, ckpt.id,
+                                                                   storage_options(args))
                 if dependents:
                     raise Error(
                         f"{src}: {len(dependents)} delta(s) beside it are coded against it "
@@ -500,7 +589,8 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
 
 
 def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
-    """The bases a checkpoint needs, nearest first, as far as they can be found."""
+    """The bases a checkpoint needs, nearest first, as far as they can be found: up to one
+    that is missing, not followed, or another file than the one named (an id mismatch)."""
     chain: list[dict[str, Any]] = []
     name, ref = ckpt.name, ckpt.header.base
     while ref is not None and len(chain) < 10_000:
@@ -519,7 +609,10 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
             entry["status"] = "missing"
             break
         with CheckpointFile.open(path, storage_options=ckpt.storage_options) as base:
-            entry["status"] = "ok" if base.id == ref.id else f"id mismatch ({base.id})"
+            if base.id != ref.id:
+                entry["status"] = f"id mismatch ({base.id})"
+                break  # another file than the base: what it names says nothing of the chain
+            entry["status"] = "ok"
             entry["depth"] = base.chain_depth
             name, ref = base.name, base.header.base
     return chain
@@ -612,7 +705,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
 
 def cmd_verify(args: argparse.Namespace, say: Reporter) -> int:
     def verify(src: str) -> None:
-        with CheckpointFile.open(src, threads=args.threads,
+        with CheckpointFile.open(src, threads=args.threads, base=args.base,
                                  storage_options=storage_options(args)) as ckpt:
             report = ckpt.verify()
             say.tensors(ckpt)
