@@ -32,6 +32,13 @@ class TruncatedError(CorruptError):
     """The file is shorter (or longer) than its header says: an interrupted copy or write."""
 
 
+class KeyNotFoundError(Error, KeyError):
+    """A checkpoint holds no tensor of the key asked for (``CheckpointFile.get_tensor``)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
 class BaseMismatchError(Error):
     """A delta checkpoint's base is missing, or is not the checkpoint it was coded against."""
 

@@ -19,7 +19,7 @@ from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative, 
 from .codecs import TransformContext, undo
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
 from .dtypes import DType
-from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatError
+from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatError, KeyNotFoundError
 from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
@@ -181,7 +181,8 @@ class CheckpointFile:
         """Decode one tensor (and nothing else) by its key path."""
         node = self._key_nodes().get(key)
         if node is None:
-            raise KeyError(f"{self.name}: no tensor {key!r}; `ckptzip inspect {self.name}` lists them")
+            raise KeyNotFoundError(f"{self.name}: no tensor {key!r}; keys() (or `ckptzip inspect "
+                                   f"{self.name}`) lists them")
         return self._build(node, map_location)
 
     def load(self, *, map_location: Any = "cpu", progress: bool = False) -> Any:
