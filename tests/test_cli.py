@@ -583,3 +583,16 @@ def test_inspect_stops_the_chain_at_a_wrong_base(tmp_path: Path, capsys) -> None
     chain = json.loads(capsys.readouterr().out)["chain"]
     assert [link["path"] for link in chain] == ["step-1.ckz"]
     assert chain[0]["status"].startswith("id mismatch")
+
+
+def test_help_gives_the_adaptive_defaults_and_url_inputs_are_refused_by_name(capsys) -> None:
+    """--help called exp_avg=0.3325 the default, though the default codes it as Adam's step at
+    0.665 (passing what the help said stored a larger file); a URL SRC was "no such file"."""
+    from ckptzip.modes.adaptive import STEP_EXP_AVG_BUDGET
+
+    with pytest.raises(SystemExit):
+        main(["compress", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"exp_avg {STEP_EXP_AVG_BUDGET:g} of Adam's step" in text
+    assert main(["compress", "-q", "s3://bucket/run/model.pt"]) == 1
+    assert "from local paths only" in capsys.readouterr().err

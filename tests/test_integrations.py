@@ -617,4 +617,6 @@ def test_a_lossy_mode_is_refused_where_every_file_is_standalone(tmp_path: Path, 
     for mode in ("adaptive", "excp", "bitsnap"):
         with pytest.raises(ckptzip.ConfigError, match=f"mode='{mode}'.*CheckpointManager"):
             make(mode)
+    with pytest.raises(ckptzip.ConfigError, match="unknown mode 'lossles'"):  # not "codes deltas"
+        make("lossles")
     assert make("lossless") is not None

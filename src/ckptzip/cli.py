@@ -27,7 +27,7 @@ from .allocator import tune_malloc
 from .chain import base_exists, relative_location, resolve_relative, same_file
 from .container import LeafInfo, added_leaves
 from .errors import BaseMismatchError, Error
-from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET
+from .modes.adaptive import DEFAULT_BUDGET, RESTART_EXP_AVG_BUDGET, STEP_EXP_AVG_BUDGET
 from .objstore import ObjectStore, StorageOptions
 from .parallel import resolve_threads
 from .reader import CheckpointFile, open_base, refuse_writing_over_chain
@@ -110,7 +110,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="an option of the fsspec filesystem of URL paths (s3://...), as in "
                              "storage_options: key=..., secret=..., client_kwargs.endpoint_url=URL "
                              "(dots nest; a JSON value such as 20 or true is parsed; repeatable)")
-    parser.add_argument("-q", "--quiet", action="count", default=0, help="print nothing but errors")
+    parser.add_argument("-q", "--quiet", action="count", default=0,
+                        help="print nothing on stderr but errors (no progress, no per-file "
+                             "lines); inspect and bench still print their listing")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="say more: a line per tensor (dtype, shape, raw and stored bytes, ratio, "
                              "pipeline, a lossy tensor's recorded error)")
@@ -156,10 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/LOSSY.md; default: lossless)")
     p.add_argument("--error-budget", metavar="E", type=parse_error_budget,
                    help="--mode adaptive: the relative error allowed, one number for all states or "
-                        f"per state, e.g. {_BUDGET_TEXT} (the default, with exp_avg at "
-                        f"{RESTART_EXP_AVG_BUDGET:g} where both moments restart; each bounds the error as "
-                        "decoded; the weights' is relative to the update training made since the "
-                        "base, below 2; 0 keeps a state bit-exact)")
+                        f"per state, e.g. {_BUDGET_TEXT}. The defaults: weight "
+                        f"{DEFAULT_BUDGET['weight']:g}, exp_avg_sq {DEFAULT_BUDGET['exp_avg_sq']:g}, "
+                        f"exp_avg {STEP_EXP_AVG_BUDGET:g} of Adam's step m/sqrt(v) where exp_avg_sq "
+                        f"is kept beside it, else {DEFAULT_BUDGET['exp_avg']:g} of the moment "
+                        f"({RESTART_EXP_AVG_BUDGET:g} where both moments restart); an exp_avg given "
+                        "applies to every one. Each bounds the error as decoded; the weights' is "
+                        "relative to the update training made since the base, below 2; 0 keeps a "
+                        "state bit-exact")
     p.add_argument("--resumed", action="store_true",
                    help="lossy modes: the state was trained from B as decoded (training resumed "
                         "from a load of it), not from the true state B was saved from; leave it "
@@ -314,7 +320,7 @@ def _default_compressed_name(src: str) -> str:
     return name + SUFFIX
 
 
-_BUDGET_TEXT = ",".join(f"{state}={value:g}" for state, value in DEFAULT_BUDGET.items())
+_BUDGET_TEXT = "weight=0.75,exp_avg=0.5,exp_avg_sq=0.4"  # the form; the defaults are in --help
 
 
 def parse_error_budget(text: str) -> float | dict[str, float]:
@@ -331,6 +337,15 @@ def parse_error_budget(text: str) -> float | dict[str, float]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give a number (0.3) or state=number pairs "
             f"({_BUDGET_TEXT})") from None
+
+
+def _local_input(src: str) -> str:
+    """A SRC to read a state from: a local path (a URL was reported as a missing file)."""
+    if is_url(src):
+        raise Error(f"{src}: the command line reads .safetensors, torch.save files and directories "
+                    f"from local paths only; copy it here first, or load it in Python and call "
+                    f"ckptzip.save (outputs, --base and .ckz inputs may be URLs)")
+    return src
 
 
 def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
@@ -356,6 +371,7 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
     def compress(src: str) -> None:
         if src.endswith(SUFFIX):
             raise Error(f"{src}: already a .ckz; nothing to do")
+        _local_input(src)
         out = _output_for(src, args, _default_compressed_name(src))
         loaded = read_source(src)
         base = open_base(args.base, threads=args.threads, storage_options=storage_options(args))
@@ -721,7 +737,7 @@ def cmd_bench(args: argparse.Namespace, say: Reporter) -> int:
     threads = resolve_threads(args.threads or None)  # 0: every core, as -T says
 
     def bench(src: str) -> None:
-        state = read_source(src).state
+        state = read_source(_local_input(src)).state
         rows = compare(state, threads=threads, repeat=args.repeat, progress=args.quiet == 0)
         print(format_table(rows, f"{src} ({threads} thread{'s' if threads > 1 else ''})"))
 

@@ -49,6 +49,11 @@ def standalone_mode(mode: str, integration: str) -> str:
     names, rotates and deletes them on its own): lossless only. A lossy mode codes deltas against
     a base, and without one every file would be a lossless keyframe, none of its gain: that is
     refused here, at the start, rather than found in the ratios later."""
+    from ..modes import MODES
+
+    if mode not in MODES:  # a misspelt mode is unknown, not lossy
+        raise ConfigError(f"{integration}: unknown mode {mode!r}; {integration} takes "
+                          f"mode='lossless' (the modes: {', '.join(sorted(MODES))})")
     if mode != "lossless":
         raise ConfigError(
             f"{integration} writes each checkpoint file standalone (the framework may delete any "
