@@ -425,6 +425,31 @@ def test_keep_exact_and_pairing_know_a_tied_weight_by_either_name(mode):
         ckptzip.dumps(new, mode=mode, base=base, keep_exact=["model.lm_haed.weight", "model.o*"])
 
 
+@pytest.mark.parametrize("mode", LOSSY)
+def test_a_weight_its_base_does_not_predict_is_kept_exact(mode):
+    """Keys that shift between checkpoints (a block inserted at the front of a ModuleList) code
+    each weight against an unrelated tensor: its error, bounded relative to that "update", came
+    out larger than the weight itself (|W^ - W| / |W| 1.05-1.20). A weight farther from its base
+    than from zero is stored exact."""
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(torch.nn.Linear(512, 160) for _ in range(3))  # > the sample
+    first = {k: v.clone() for k, v in blocks.state_dict().items()}
+    blocks.insert(0, torch.nn.Linear(512, 160))
+    with torch.no_grad():
+        for block in blocks:
+            block.weight.add_(0.001 * torch.randn_like(block.weight))
+    second = {k: v.clone() for k, v in blocks.state_dict().items()}
+    second["trained.weight"] = first["1.weight"] + 0.001 * torch.randn(160, 512)
+    first["trained.weight"] = first["1.weight"].clone()
+    blob = ckptzip.dumps(second, mode=mode, base=first)
+    decoded = ckptzip.loads(blob, base=first)
+    for key in ("0.weight", "1.weight", "2.weight", "3.weight"):
+        assert torch.equal(decoded[key], second[key]), key
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as checkpoint:
+        lossy = {leaf.name for leaf in checkpoint.leaves if "error" in leaf.extra}
+    assert "trained.weight" in lossy and not lossy & {"0.weight", "1.weight", "2.weight"}
+
+
 def test_command_line_takes_the_contract_options(tmp_path, capsys):
     from ckptzip.cli import main
 
