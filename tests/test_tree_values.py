@@ -173,3 +173,20 @@ def test_nested_tensors_are_refused_naming_the_path(layout: torch.layout) -> Non
         nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)], layout=layout)
     with pytest.raises(ckptzip.UnsupportedError, match=re.escape("model.nt: a nested tensor") + ".*unbind"):
         ckptzip.dumps({"model": {"nt": nested, "w": torch.ones(2)}})
+
+
+@pytest.mark.parametrize("mode", ["lossless", "adaptive"])
+def test_an_expanded_tensor_stays_a_view_of_what_it_covers(mode: str) -> None:
+    """``zeros(1).expand(n)`` was stored whole (a load made n elements of one), and a lossy
+    mode coded the copies of one row apart. Stored as the storage it covers, it comes back as
+    the same expand: stride 0, every copy one value."""
+    generator = torch.Generator().manual_seed(0)
+    row = torch.randn(1, 256, generator=generator)
+    first = {"rows": row.expand(32, 256), "zeros": torch.zeros(1).expand(1_000_000)}
+    second = {"rows": (row + 0.01).expand(32, 256), "zeros": first["zeros"]}
+    for state, base in ((first, None), (second, first)):
+        decoded = ckptzip.loads(ckptzip.dumps(state, mode=mode, base=base), base=base)
+        assert decoded["zeros"].stride() == (0,) and decoded["zeros"].untyped_storage().nbytes() == 4
+        assert decoded["rows"].stride() == (0, 1) and decoded["rows"].shape == (32, 256)
+        assert bool((decoded["rows"] == decoded["rows"][0]).all())
+    assert torch.allclose(decoded["rows"][0], second["rows"][0], atol=0.02)

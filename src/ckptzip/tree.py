@@ -301,7 +301,11 @@ class _Flattener:
         first = refs[0].tensor
         geometry = {(r.tensor.dtype, r.tensor.storage_offset(), r.tensor.shape, r.tensor.stride())
                     for r in refs}
-        if len(geometry) == 1:
+        covered = sum((n - 1) * s for n, s in zip(first.shape, first.stride()) if n > 0) + 1
+        # one geometry is stored as the tensor itself, unless its elements overlap in memory
+        # (an expand()ed tensor, stride 0): stored whole it would grow, and a lossy mode would
+        # code its copies of one value apart; as a view of the storage it covers, it stays one
+        if len(geometry) == 1 and covered >= first.numel():
             index = self.add_leaf(refs[0].path, dtypes.from_torch(first.dtype, ""), first)
             self.leaves[index].aliases.extend(r.path for r in refs[1:])
             for r in refs:
