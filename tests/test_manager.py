@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -347,3 +348,225 @@ def test_close_releases_the_lock_forked_children_share(tmp_path: Path) -> None:
     finally:
         os.kill(child, 9)
         os.waitpid(child, 0)
+
+
+class CountingOpens:
+    """Stands in for CheckpointFile in the manager's module: counts the header reads per name."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def open(self, path: Any, **kwargs: Any) -> Any:
+        self.names.append(os.path.basename(os.fspath(path)))
+        return ckptzip.CheckpointFile.open(path, **kwargs)
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_retention_keeps_what_another_ckz_of_the_directory_loads_from(
+        tmp_path: Path, where: str, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A best.ckz saved as a delta against a managed step (``base=manager.path(3)``) lost its
+    base to keep_last: retention counted only the chains of the kept steps. Every file another
+    .ckz of the directory loads from is kept now, through that file's own chain too; one that
+    does not parse loads from nothing, and each header is read once while its file is
+    unchanged."""
+    options = None
+    directory: str = os.fspath(tmp_path)
+    if where == "bucket":
+        s3_server = request.getfixturevalue("s3_server")
+        options = s3_server.storage_options()
+        directory = f"s3://{s3_server.bucket()}/run"
+    with CheckpointManager(directory, keep_last=2, async_save=False,
+                           storage_options=options) as manager:
+        for step in range(1, 5):
+            manager.save(step, training_state(step))
+        best, better = training_state(3), training_state(4)
+        ckptzip.save(best, manager.path(3).replace(step_file(3), "best.ckz"), base=manager.path(3),
+                     storage_options=options)
+        ckptzip.save(better, manager.path(3).replace(step_file(3), "better.ckz"),
+                     base=manager.path(3).replace(step_file(3), "best.ckz"),
+                     storage_options=options)  # a chain of its own through best.ckz
+        ckptzip.save(training_state(2), manager.path(3).replace(step_file(3), "junk.ckz"),
+                     storage_options=options)
+        junk = manager.path(3).replace(step_file(3), "junk.ckz")
+        if where == "local":
+            with open(junk, "r+b") as handle:  # a header that no longer parses
+                handle.write(b"not a ckz")
+        opens = CountingOpens()
+        monkeypatch.setattr(manager_module, "CheckpointFile", opens)
+        for step in range(5, 12):
+            manager.save(step, training_state(step))
+        monkeypatch.undo()
+        # 1 <- 2 <- 3 for best.ckz and better.ckz; the keyframe 9 <- 10 <- 11 for the newest two
+        assert manager.steps() == [1, 2, 3, 9, 10, 11]
+        for name in ("best.ckz", "better.ckz", "junk.ckz"):
+            assert opens.names.count(name) <= 1, opens.names
+        assert_same(ckptzip.load(manager.path(3).replace(step_file(3), "best.ckz"),
+                                 storage_options=options), best)
+        assert_same(ckptzip.load(manager.path(3).replace(step_file(3), "better.ckz"),
+                                 storage_options=options), better)
+
+
+def test_retention_waits_for_a_ckz_it_cannot_read_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A .ckz of the directory that cannot be read now (an I/O error, not a damaged header)
+    may load from any step: retention deletes nothing while it lasts, and says so."""
+    with CheckpointManager(tmp_path, keep_last=1, keyframe_every=1, async_save=False) as manager:
+        manager.save(1, training_state(1))
+        ckptzip.save(training_state(1), tmp_path / "best.ckz", base=manager.path(1))
+        manager.save(2, training_state(2))
+        assert manager.steps() == [1, 2]
+        real = manager_module.CheckpointFile
+
+        class Unreadable:
+            @staticmethod
+            def open(path: Any, **kwargs: Any) -> Any:
+                if os.path.basename(path) == "best.ckz":
+                    raise ckptzip.Error(f"{path}: cannot open: Permission denied")
+                return real.open(path, **kwargs)
+
+        monkeypatch.setattr(manager_module, "CheckpointFile", Unreadable)
+        os.utime(tmp_path / "best.ckz", ns=(1, 1))  # changed: its header is read again
+        with caplog.at_level(logging.WARNING, logger="ckptzip"):
+            manager.save(3, training_state(3))
+        assert manager.steps() == [1, 2, 3]
+        assert "keeping every step this time" in caplog.text and "best.ckz" in caplog.text
+        monkeypatch.undo()
+        manager.save(4, training_state(4))  # readable again: best.ckz needs 1 only
+        assert manager.steps() == [1, 4]
+
+
+def test_restore_names_the_first_broken_link_of_the_chain(tmp_path: Path) -> None:
+    """A chain broken further back than the step's own base: restore(step) said only "no
+    restorable checkpoint" with the steps listed; it names the first broken link now (missing,
+    damaged or replaced), wherever it is in the chain."""
+    with CheckpointManager(tmp_path, keyframe_every=None, async_save=False) as manager:
+        for step in range(1, 9):
+            manager.save(step, training_state(step))
+    os.rename(tmp_path / step_file(3), tmp_path / "aside.ckz")
+    with CheckpointManager(tmp_path) as manager:
+        with pytest.raises(ckptzip.Error, match=(
+                r"step 8; steps are \[1, 2\] \(step-00000008\.ckz is there, but its chain breaks "
+                r"5 links back: step-00000004\.ckz's base step-00000003\.ckz is missing "
+                r"\(looked for .*step-00000003\.ckz\); put it back\)")):
+            manager.restore(8)
+        with pytest.raises(ckptzip.Error, match=r"step-00000004\.ckz is there, but its base "
+                           r"step-00000003\.ckz is missing"):
+            manager.restore(4)
+    (tmp_path / step_file(3)).write_bytes(b"\x89CKZ truncated")
+    with CheckpointManager(tmp_path) as manager, pytest.raises(
+            ckptzip.Error, match=r"breaks 5 links back: step-00000004\.ckz's base "
+                                 r"step-00000003\.ckz cannot be read \(.*\); put back an intact"):
+        manager.restore(8)
+    ckptzip.save(training_state(30), tmp_path / step_file(3))  # another checkpoint in its place
+    with CheckpointManager(tmp_path) as manager, pytest.raises(
+            ckptzip.Error, match=r"breaks 5 links back: step-00000004\.ckz's base "
+                                 r"step-00000003\.ckz is not the checkpoint it was coded against "
+                                 r"\(content id \w+, not \w+\): it was replaced"):
+        manager.restore(8)
+    os.replace(tmp_path / "aside.ckz", tmp_path / step_file(3))
+    with CheckpointManager(tmp_path) as manager:
+        assert manager.steps() == list(range(1, 9))
+
+
+def test_restore_says_when_it_falls_back_past_newer_step_files(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """restore() with no step went back to an older step, without a word, where newer step files
+    were there but did not restore (a link of their chain lost): it logs a warning now, naming
+    the newest and why, once per file (latest_step() too)."""
+    with CheckpointManager(tmp_path, keyframe_every=None, async_save=False) as manager:
+        for step in range(1, 6):
+            manager.save(step, training_state(step))
+    os.remove(tmp_path / step_file(3))
+    with caplog.at_level(logging.WARNING, logger="ckptzip"), CheckpointManager(tmp_path) as manager:
+        assert_same(manager.restore(), training_state(2))
+        warned = [r.getMessage() for r in caplog.records if r.name == "ckptzip"]
+        assert len(warned) == 1, warned
+        assert ("restoring step 2, the newest restorable one, but 2 newer step files (up to "
+                "step-00000005.ckz) are there and cannot be restored (step-00000005.ckz: its chain "
+                "breaks 2 links back: step-00000004.ckz's base step-00000003.ckz is missing"
+                ) in warned[0]
+        assert manager.latest_step() == 2
+        manager.restore()
+        assert len([r for r in caplog.records if r.name == "ckptzip"]) == 1  # once a file
+
+
+def test_step_files_none_of_which_restores_are_not_an_empty_directory(tmp_path: Path) -> None:
+    """With the keyframe deleted, latest_step() was None and restore() said "no checkpoint to
+    restore" beside four step files: a resume script that starts afresh on None wrote over
+    them. latest_step() and restore() raise now, saying they are there and why none restores."""
+    with CheckpointManager(tmp_path, keyframe_every=None, async_save=False) as manager:
+        for step in range(1, 6):
+            manager.save(step, training_state(step))
+    os.remove(tmp_path / step_file(1))
+    why = (r", but 4 step files \(step-00000002\.ckz to step-00000005\.ckz\) are there and none "
+           r"restores \(step-00000005\.ckz: its chain breaks 4 links back: step-00000002\.ckz's "
+           r"base step-00000001\.ckz is missing .*start afresh")
+    with CheckpointManager(tmp_path) as manager:
+        assert manager.steps() == []
+        with pytest.raises(ckptzip.Error, match="no restorable step" + why):
+            manager.latest_step()
+        with pytest.raises(ckptzip.Error, match="no checkpoint to restore" + why):
+            manager.restore()
+    with CheckpointManager(tmp_path / "empty") as manager:
+        assert manager.latest_step() is None
+
+
+def test_a_save_among_later_steps_after_a_rollback_is_refused(tmp_path: Path) -> None:
+    """Rolled back from a bad step 50 (restore(40)) and trained on: saves 41-43 were taken, keep_last
+    kept the abandoned step 50 and deleted 41 and 42, and after a restart restore() returned step
+    50. A save that would leave a later step restorable beside it is refused now, saying what to
+    do; discard_after(40) deletes the abandoned steps (nothing else does). A save that replaces
+    a step the later ones are coded against goes on (a run resumed from an earlier step saving
+    the same steps again): those no longer restore, each replaced in turn."""
+    with CheckpointManager(tmp_path, keep_last=2) as manager:
+        for step in (10, 20, 30, 40, 50):
+            manager.save(step, training_state(step // 10))
+        assert_same(manager.restore(40), training_state(4))
+        with pytest.raises(ckptzip.Error, match=(
+                r"refusing to save step 41: step 50 \(step-00000050\.ckz\) is later and would still "
+                r"restore beside it, .*restore\(\) would return step 50\. .*call discard_after\(40\) "
+                r"to delete every step after 40, or move it out of the directory")):
+            manager.save(41, training_state(5))
+        assert not (tmp_path / step_file(41)).exists()
+        assert manager.discard_after(40) == [50]
+        for step in (41, 42, 43):
+            manager.save(step, training_state(step - 36))
+        manager.wait()
+        with ckptzip.open(tmp_path / step_file(41)) as first:
+            assert first.base_ref is not None and first.base_ref["path"] == step_file(40)
+        with pytest.raises(ckptzip.Error, match=r"step 60 .* is later and would still restore"):
+            manager.save(60, training_state(1))
+            manager.save(55, training_state(2))  # 60 is being saved, or saved: refused either way
+    with CheckpointManager(tmp_path, keep_last=2) as manager:
+        assert manager.latest_step() == 60
+        assert manager.discard_after(43) == [60]
+        assert manager.steps()[-2:] == [42, 43]
+        assert_same(manager.restore(), training_state(7))
+    with CheckpointManager(tmp_path / "again", keyframe_every=8, async_save=False) as manager:
+        for step in (1, 2, 3, 4):
+            manager.save(step, training_state(step))
+        manager.restore(2)
+        manager.save(3, training_state(5))  # 4 is coded against 3: it no longer restores
+        assert manager.steps() == [1, 2, 3]
+        manager.save(4, training_state(6))
+        assert manager.steps() == [1, 2, 3, 4]
+        assert_same(manager.restore(), training_state(6))
+
+
+def test_discard_after_keeps_what_another_ckz_loads_from(tmp_path: Path) -> None:
+    """discard_after deletes nothing where another .ckz of the directory loads from a step it
+    would delete, and says which."""
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        for step in (1, 2, 3):
+            manager.save(step, training_state(step))
+        ckptzip.save(training_state(3), tmp_path / "best.ckz", base=manager.path(3))
+        with pytest.raises(ckptzip.Error, match=r"best\.ckz loads from step-00000002\.ckz, "
+                           r"step-00000003\.ckz; move best\.ckz out of the directory"):
+            manager.discard_after(1)
+        assert manager.steps() == [1, 2, 3]
+        os.remove(tmp_path / "best.ckz")
+        assert manager.discard_after(1) == [2, 3]
+        assert manager.steps() == [1]
+        with pytest.raises(ckptzip.ConfigError, match="non-negative int"):
+            manager.discard_after(-1)

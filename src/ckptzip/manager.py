@@ -8,6 +8,10 @@ carry the ``.ckz-tmp-`` marker, so the directory itself is the truth. A step is 
 when its file is complete and every base of its chain is present with the content id it was
 coded against; ``steps()`` lists only those.
 
+Steps only go forward: a save is refused where a later step would stay restorable beside it (a
+run rolled back and trained on among the steps it rolled back from), and retention keeps every
+file that another ``.ckz`` in the directory (a ``best.ckz`` saved against a step) loads from.
+
 One manager writes a directory at a time: it holds an advisory lock (``.ckptzip.lock``, flock) for
 its whole life, so two trainers pointed at one directory fail at once instead of deleting each
 other's bases. A URL (``s3://bucket/run3``) is a bucket prefix, held with a lease object instead
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -29,7 +34,7 @@ import torch
 
 from .api import load, save
 from .chain import Base, resolve_relative, walk_chain
-from .errors import ConfigError, Error
+from .errors import ConfigError, Error, FormatError, VersionError
 from .guard import FidelityGuard, GuardEvent, GuardFunction
 from .held import HeldCheckpoint, hold_loaded, hold_written, open_held_base, worth_holding
 from .modes import policy_for
@@ -42,6 +47,8 @@ from .storage import LOCK_NAME as LOCK_NAME  # the lock file's name, for callers
 from .storage import is_url, open_directory
 from .tree import Leaf, flatten
 from .writer import SaveReport
+
+log = logging.getLogger("ckptzip")
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckz$")
 #: A keyframe every 8 checkpoints: a restore decodes at most 8 files, and retention keeps at most
@@ -84,8 +91,11 @@ class CheckpointManager:
     compresses and writes it (``async_save=False`` does it all before returning). At most
     ``max_pending`` saves wait or run at once: the next ``save`` blocks until one finishes. Each
     checkpoint is a delta against the newest restorable earlier step, with a standalone keyframe
-    every ``keyframe_every`` checkpoints (``None``: deltas only; ``1``: keyframes only).
-    ``keep_last=N`` deletes older checkpoints after each save, except those a kept one needs.
+    every ``keyframe_every`` checkpoints (``None``: deltas only, up to 64 a chain; ``1``:
+    keyframes only).
+    ``keep_last=N`` deletes older checkpoints after each save, except those a kept one needs
+    and those another ``.ckz`` of the directory loads from. Steps go forward: a save is refused
+    where a later step would still restore beside it (after a rollback, :meth:`discard_after`).
     A failure in the background is raised, as a :class:`ckptzip.Error` naming the step, by the
     next call. ``mode`` and ``mode_options`` go to :func:`ckptzip.save`.
 
@@ -158,6 +168,16 @@ class CheckpointManager:
         #: Stamps of the files of the last listing (a header is read again when its stamp moves).
         self._stamps: dict[str, tuple[Any, ...]] = {}
         self._headers: dict[str, _Header] = {}
+        #: Files whose header does not parse (damaged, not a .ckz, a newer format), by stamp: an
+        #: unchanged one is not read again. A read that failed otherwise (I/O) is not kept.
+        self._damaged: dict[str, tuple[tuple[Any, ...], FormatError]] = {}
+        #: The newest step a file or a save of this manager may hold (None: not looked yet): a
+        #: save of an earlier step checks the directory for later ones (see _check_order).
+        self._top: int | None = None
+        #: Steps of async saves submitted and not finished (under _pending_lock).
+        self._in_flight: Counter[int] = Counter()
+        #: Unrestorable newer step files already warned about, with their stamps (once each).
+        self._warned: set[tuple[str, tuple[Any, ...]]] = set()
         self._headers_lock = threading.Lock()
         #: Files that restore() is reading (with how many readers): retention leaves them alone.
         self._reading: Counter[str] = Counter()
@@ -178,15 +198,21 @@ class CheckpointManager:
 
         ``resumed``: whether the training that made ``state`` went on from its base checkpoint
         as decoded (see :func:`ckptzip.save`). By default the manager tells: True for the first
-        save after :meth:`restore` when it is coded against the restored step, else False."""
+        save after :meth:`restore` when it is coded against the restored step, else False.
+
+        Refused (a :class:`ckptzip.Error`, nothing saved) where a later step would still restore
+        beside ``step``: after a rollback, see :meth:`discard_after`."""
         self._check(refused=step)
         if type(step) is not int or step < 0:
             raise ConfigError(f"step must be a non-negative int, not {step!r}")
         if resumed is not None and not isinstance(resumed, bool):
             raise ConfigError(f"resumed must be True, False or None, not {resumed!r}")
+        self._check_order(step)
         restored, self._restored = self._restored, None
         resumed_from = restored if resumed is None else (-1 if resumed else None)
         self._slots.acquire()  # back-pressure: wait while max_pending saves are under way
+        with self._pending_lock:
+            self._top = step if self._top is None else max(self._top, step)
         if not self.async_save:
             try:
                 self._write(step, state, resumed_from, snapshot=False)
@@ -202,18 +228,26 @@ class CheckpointManager:
             self._policy.check_state(flat[1])  # a pairing that does not fit: here, not later
             copy = (self._device_copy(step, state, flat, resumed_from) if self._on_device(flat[1])
                     else snapshot(state, flat))
-            future = self._executor.submit(self._write_in_background, step, copy, resumed_from)
+            with self._pending_lock:
+                self._in_flight[step] += 1
+            try:
+                future = self._executor.submit(self._write_in_background, step, copy, resumed_from)
+            except BaseException:
+                self._landed(step)
+                raise
         except BaseException:
             self._slots.release()
             self._keep_restored(restored)
             raise
-        future.add_done_callback(self._finished)
+        future.add_done_callback(lambda done: self._finished(step))
         with self._pending_lock:
             self._pending = [*(f for f in self._pending if not f.done()), future]
 
     def restore(self, step: int | None = None, *, map_location: Any = "cpu") -> Any:
-        """The state saved as ``step`` (default: the latest restorable step), after pending saves
-        have finished."""
+        """The state saved as ``step`` (default: the latest restorable step, with a warning
+        logged where newer step files are there but do not restore), after pending saves have
+        finished. A step that does not restore raises, naming the first broken link of its
+        chain."""
         if step is not None and (type(step) is not int or step < 0):
             raise ConfigError(f"step must be a non-negative int, not {step!r}")
         self.wait()
@@ -221,8 +255,10 @@ class CheckpointManager:
             steps = self._restorable()
             if step is None:
                 if not steps:
-                    raise Error(f"{self.directory}: no checkpoint to restore{self._foreign()}")
+                    raise Error(f"{self.directory}: no checkpoint to restore"
+                                f"{self._none_restores()}{self._foreign()}")
                 step = steps[-1]
+                self._warn_newer(step)  # a fallback past newer step files is said, not silent
             elif step not in steps:
                 raise Error(
                     f"{self.directory}: no restorable checkpoint for step {step}; "
@@ -261,9 +297,21 @@ class CheckpointManager:
         return self._path(step)
 
     def latest_step(self) -> int | None:
-        """The newest step that is completely written and restorable, or None."""
-        steps = self.steps()
-        return steps[-1] if steps else None
+        """The newest step that is completely written and restorable; None where the directory
+        holds no step file. Where step files are there but none restores (a keyframe deleted),
+        it raises a :class:`ckptzip.Error` saying why, rather than None: a resume script that
+        starts afresh on None would write over them. Newer step files that do not restore
+        beside a restorable one are logged (a warning, once each)."""
+        self._raise_pending_error()
+        with self._headers_lock:
+            steps = self._restorable()
+            if not steps:
+                none = self._none_restores()
+                if none:
+                    raise Error(f"{self.directory}: no restorable step{none}")
+                return None
+            self._warn_newer(steps[-1])
+            return steps[-1]
 
     def steps(self) -> list[int]:
         """Every restorable step, ascending: the file is complete and its whole base chain is
@@ -271,6 +319,56 @@ class CheckpointManager:
         self._raise_pending_error()
         with self._headers_lock:
             return self._restorable()
+
+    def discard_after(self, step: int) -> list[int]:
+        """Delete every step file after ``step`` (restorable or not), newest first, and return
+        their steps: after a rollback (``restore(step)``), the steps of the run abandoned, which
+        :meth:`save` refuses to leave beside the new ones. Pending saves finish first. Nothing is
+        deleted where another ``.ckz`` of the directory (not a step file) loads from one of them,
+        or restore() is reading one: that raises, naming it."""
+        if type(step) is not int or step < 0:
+            raise ConfigError(f"step must be a non-negative int, not {step!r}")
+        self._check()
+        self.wait()
+        with self._headers_lock:
+            self._restorable()
+            later = sorted((found, path) for path in self._stamps
+                           if (found := self._step_in(path)) is not None and found > step)
+            needed = self._needed_by_others()
+            if needed is None:
+                raise Error(f"{self.directory}: not deleting the steps after {step}: a .ckz of the "
+                            f"directory cannot be read to tell whether it loads from them (logged "
+                            f"above); fix it or move it, then retry")
+            users: dict[str, list[str]] = {}
+            for _, path in later:
+                if path in needed:
+                    users.setdefault(needed[path], []).append(self._name(path))
+            if users:
+                uses = "; ".join(f"{user} loads from {', '.join(names)}"
+                                 for user, names in users.items())
+                raise Error(f"{self.directory}: not deleting the steps after {step}: {uses}; move "
+                            f"{', '.join(users)} out of the directory first, or save "
+                            f"{'it' if len(users) == 1 else 'them'} again standalone (nothing "
+                            f"was deleted)")
+            reading = [self._name(path) for _, path in later if path in self._reading]
+            if reading:
+                raise Error(f"{self.directory}: not deleting the steps after {step}: "
+                            f"restore() is reading {', '.join(reading)}; retry once it is done "
+                            f"(nothing was deleted)")
+            for _, path in reversed(later):  # newest first: a crash leaves whole chains
+                self._home.remove(path)
+                self._headers.pop(path, None)
+            gone = {path for _, path in later}
+        with self._pending_lock:
+            self._top = None  # looked again at the next save
+        if self._held is not None and self._held.location in gone:
+            self._held = None
+        if self._restored is not None and self._restored > step:
+            self._restored = None
+        if later:
+            log.info("%s: deleted the steps after %d: %s", self.directory, step,
+                     ", ".join(str(found) for found, _ in later))
+        return [found for found, _ in later]
 
     def wait(self) -> None:
         """Block until every pending save has finished; raise if one failed."""
@@ -331,21 +429,133 @@ class CheckpointManager:
             self._restored = restored
 
     def _why_not(self, step: int) -> str:
-        """Why ``step``'s file, where there is one, does not restore: its own error."""
+        """Why ``step``'s file, where there is one, does not restore: the first broken link of
+        its chain (hold the lock)."""
         path = self._path(step)
         if self._home.stamp(path) is None:
             return ""
-        try:
-            with CheckpointFile.open(path, threads=self.threads,
-                                     storage_options=self.storage_options) as checkpoint:
-                if checkpoint.header.base is not None:
-                    checkpoint.base()  # resolving it checks it is there, and the right one
-        except Error as exc:
-            return f" ({step_file(step)} is there, but {exc})"
+        why = self._break(path)
+        return f" ({step_file(step)} is there, but {why})" if why else ""
+
+    def _break(self, path: str) -> str:
+        """Why the file at ``path`` does not restore, and what to do: the first broken link of its
+        chain, from the file back to its keyframe, named; "" where it restores (hold the lock)."""
+        header = self._load_header(path)
+        if not isinstance(header, _Header):
+            return "it is gone" if header is None else f"it cannot be read ({header})"
+        seen, child, links = {path}, path, 0
+        while header.base_path is not None:
+            links += 1
+            base_path = header.base_path
+            where = ("its base" if links == 1 else
+                     f"its chain breaks {links} links back: {self._name(child)}'s base")
+            name = self._name(base_path)
+            if base_path in seen:
+                return f"{where} {name} is a file of the chain after it (a loop): it never restores"
+            base = self._load_header(base_path)
+            if base is None:
+                return f"{where} {name} is missing (looked for {base_path}); put it back"
+            if not isinstance(base, _Header):
+                return f"{where} {name} cannot be read ({base}); put back an intact copy"
+            if base.id != header.base_id:
+                return (f"{where} {name} is not the checkpoint it was coded against (content id "
+                        f"{base.id}, not {header.base_id}): it was replaced; put the original back")
+            seen.add(base_path)
+            child, header = base_path, base
         return ""
 
-    def _finished(self, future: concurrent.futures.Future[SaveReport]) -> None:
+    def _broken_after(self, step: int) -> list[str]:
+        """The step files of the last listing after ``step``, ascending (hold the lock)."""
+        later = sorted((found, path) for path in self._stamps
+                       if (found := self._step_in(path)) is not None and found > step)
+        return [path for _, path in later]
+
+    def _none_restores(self) -> str:
+        """For a directory with no restorable step: that step files are there all the same, and
+        why the newest does not restore ("" where there is none; hold the lock)."""
+        broken = self._broken_after(-1)
+        if not broken:
+            return ""
+        files = (f"the step file {self._name(broken[0])} is" if len(broken) == 1 else
+                 f"{len(broken)} step files ({self._name(broken[0])} to "
+                 f"{self._name(broken[-1])}) are")
+        return (f", but {files} there and none restores ({self._name(broken[-1])}: "
+                f"{self._break(broken[-1])}; or move the step files elsewhere to start afresh: "
+                f"saves would write over them)")
+
+    def _warn_newer(self, step: int) -> None:
+        """Log, once per file, that newer step files than ``step`` (the newest restorable) are
+        there but do not restore: a restore() falls back past them (hold the lock)."""
+        broken = self._broken_after(step)
+        if not broken:
+            return
+        newest = broken[-1]
+        key = (newest, self._stamps[newest])
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        files = (f"the newer step file {self._name(newest)} is" if len(broken) == 1 else
+                 f"{len(broken)} newer step files (up to {self._name(newest)}) are")
+        log.warning("%s: restoring step %d, the newest restorable one, but %s there and cannot be "
+                    "restored (%s: %s)", self.directory, step, files, self._name(newest),
+                    self._break(newest))
+
+    def _check_order(self, step: int) -> None:
+        """Refuse to save ``step`` where a later step would stay restorable beside it.
+
+        A run rolled back to an earlier step and trained on would otherwise put its new steps
+        among the abandoned later ones: retention keeps the later ones as the newest and deletes
+        the new ones, and after a restart restore() returns the abandoned step. Deleting the
+        later steps here would lose data nobody asked to lose; marking them abandoned would need
+        a record beside the files (this directory has none: the files are the truth). So the
+        save is refused, and the message says how to go on (discard_after, or move the files).
+        A save that replaces a step the later ones are coded against goes on: they no longer
+        restore (their base changed), as a run resumed from a step and saving the same steps
+        again does, each later step in turn replaced. Cheap when steps go forward: the
+        directory is looked at only when a later step may be there (``_top``)."""
+        with self._pending_lock:
+            if self._top is not None and self._top < step:
+                return
+            flying = [s for s, count in self._in_flight.items() if count]  # before the listing
+        with self._headers_lock:
+            steps = self._restorable()
+            mine = self._path(step)
+            later = sorted({s for s in steps if s > step
+                            and mine not in self._chain_paths(self._path(s))}
+                           | {s for s in flying if s > step})
+            on_disk = [found for path in self._stamps if (found := self._step_in(path)) is not None]
+        with self._pending_lock:
+            self._top = max([*on_disk, *flying], default=-1)
+        if not later:
+            return
+        restored = self._restored if self._restored is not None and self._restored < step else None
+        earlier = [s for s in steps if s < step]
+        back_to = restored if restored is not None else (earlier[-1] if earlier else None)
+        one = len(later) == 1
+        names = ", ".join(step_file(s) for s in later[:3]) + (", ..." if len(later) > 3 else "")
+        what = (f"step {later[0]} ({names}) is" if one else
+                f"{len(later)} later steps ({names}) are")
+        it, its = ("it", "it is") if one else ("them", "they are")
+        discard = ("" if back_to is None else
+                   f"call discard_after({back_to}) to delete every step after {back_to}, or ")
+        raise Error(
+            f"{self.directory}: refusing to save step {step}: {what} later and would still "
+            f"restore beside it{' (or is being saved)' if set(later) & set(flying) else ''}, "
+            f"so retention would keep {it} as the newest and delete the new steps, and restore() "
+            f"would return step {later[-1]}. If you rolled back to an earlier step and train on "
+            f"from there, {its} the abandoned run's: {discard}move {it} out of the directory, "
+            f"then save again; otherwise save a step after {later[-1]}")
+
+    def _finished(self, step: int) -> None:
+        self._landed(step)
         self._slots.release()
+
+    def _landed(self, step: int) -> None:
+        """An async save of ``step`` is no longer in flight (written, or failed)."""
+        with self._pending_lock:
+            self._in_flight[step] -= 1
+            if self._in_flight[step] <= 0:
+                del self._in_flight[step]
 
     def _path(self, step: int) -> str:
         return self._home.join(step_file(step))
@@ -510,10 +720,14 @@ class CheckpointManager:
 
     def _prune(self, keep_last: int) -> None:
         """Delete restorable steps older than the newest ``keep_last``, unless a kept step's chain
-        needs them. Files that are not restorable are left alone."""
+        needs them, or another .ckz of the directory loads from them. Files that are not
+        restorable are left alone."""
         with self._headers_lock:
             steps = self._restorable()
-            needed: set[str] = set()
+            others = self._needed_by_others()
+            if others is None:
+                return  # logged: a file that cannot be read now may load from any of them
+            needed = set(others)
             for step in steps[-keep_last:]:
                 needed.update(self._chain_paths(self._path(step)))
             # newest first: a crash between two deletions leaves only restorable chains, never a
@@ -523,6 +737,44 @@ class CheckpointManager:
                 if path not in needed and path not in self._reading:
                     self._home.remove(path)
                     self._headers.pop(path, None)
+
+    def _needed_by_others(self) -> dict[str, str] | None:
+        """The files that the other ``.ckz`` files of the last listing (not step files: a
+        ``best.ckz`` saved with ``base=manager.path(step)``) load from, along their chains, as
+        far as each link is the checkpoint it was coded against, each with the name of the (first)
+        file that loads from it. One whose header does not parse
+        loads from nothing: ignored. None where one cannot be read now (an I/O error) or by this
+        version (a newer format): it may load from any step, so retention deletes nothing this
+        time (logged). Headers are kept by stamp: an unchanged file is not read again (hold the
+        lock)."""
+        needed: dict[str, str] = {}
+        for path in self._stamps:
+            name = path[len(self.directory) + 1 :]
+            if not name.endswith(".ckz") or step_of(name) is not None:
+                continue
+            seen, current, expected = {path}, path, None
+            while True:
+                try:
+                    header = self._load_header(current)
+                except Error as exc:  # not even its stamp (a store that does not answer)
+                    header = exc
+                if isinstance(header, Error) and (not isinstance(header, FormatError)
+                                                  or isinstance(header, VersionError)):
+                    # cannot be read now, or by this version: it may load from any step
+                    log.warning("%s: keeping every step this time: %s cannot be read to tell "
+                                "which steps it loads from (%s); fix or move it", self.directory,
+                                current, header)
+                    return None
+                if not isinstance(header, _Header) or (expected is not None
+                                                       and header.id != expected):
+                    break  # missing, damaged or replaced: the chain loads from nothing further
+                if current != path:
+                    needed.setdefault(current, name)
+                if header.base_path is None or header.base_path in seen:
+                    break
+                seen.add(header.base_path)
+                current, expected = header.base_path, header.base_id
+        return needed
 
     def _chain_paths(self, path: str) -> list[str]:
         """``path`` and the files of its base chain, as far as the header cache knows them."""
@@ -540,11 +792,23 @@ class CheckpointManager:
             step = step_of(path[len(self.directory) + 1 :])
             if step is not None:
                 found[path] = step
-        for path in list(self._headers):
-            if path not in found:
-                del self._headers[path]
+        for cache in (self._headers, self._damaged):
+            for path in [path for path in cache if path not in self._stamps]:
+                del cache[path]
+        if found:
+            with self._pending_lock:  # only up: a save in flight may be later still
+                self._top = max(-1 if self._top is None else self._top, *found.values())
         ok: dict[str, bool] = {}
         return sorted(step for path, step in found.items() if self._chain_ok(path, ok))
+
+    def _step_in(self, path: str) -> int | None:
+        """The step of a file of the directory's listing, or None where it is not a step file."""
+        return step_of(path[len(self.directory) + 1 :])
+
+    def _name(self, path: str) -> str:
+        """``path`` for a message: its name in the directory, or the whole path elsewhere."""
+        inside = path.startswith(self.directory + "/") and "/" not in path[len(self.directory) + 1 :]
+        return path[len(self.directory) + 1 :] if inside else path
 
     def _foreign(self) -> str:
         """For a restore that found nothing: the files of the last listing named like steps but
@@ -561,12 +825,22 @@ class CheckpointManager:
                 f"ckptzip.load(path))")
 
     def _header(self, path: str) -> _Header | None:
+        """The header of ``path``; None where it is missing or cannot be read: not restorable."""
+        header = self._load_header(path)
+        return header if isinstance(header, _Header) else None
+
+    def _load_header(self, path: str) -> _Header | Error | None:
+        """The header of ``path``, or the error that reading it raised (a FormatError where it
+        does not parse: kept by stamp), or None where there is no such file (hold the lock)."""
         stamp = self._stamps.get(path) or self._home.stamp(path)
         if stamp is None:
             return None
         cached = self._headers.get(path)
         if cached is not None and cached.stamp == stamp:
             return cached
+        damaged = self._damaged.get(path)
+        if damaged is not None and damaged[0] == stamp:
+            return damaged[1]
         try:
             with CheckpointFile.open(path, storage_options=self.storage_options) as checkpoint:
                 ref = checkpoint.header.base
@@ -576,8 +850,11 @@ class CheckpointManager:
                     base_path = base_path if is_url(base_path) else os.path.normpath(base_path)
                     base_id = ref.id
                 header = _Header(stamp, checkpoint.id, base_path, base_id)
-        except Error:
-            return None  # damaged or truncated: not restorable
+        except FormatError as exc:  # damaged, truncated, not a .ckz, a newer format: as it is
+            self._damaged[path] = (stamp, exc)
+            return exc
+        except Error as exc:  # cannot be read now (I/O): asked again next time
+            return exc
         self._headers[path] = header
         return header
 
