@@ -570,3 +570,34 @@ def test_discard_after_keeps_what_another_ckz_loads_from(tmp_path: Path) -> None
         assert manager.steps() == [1]
         with pytest.raises(ckptzip.ConfigError, match="non-negative int"):
             manager.discard_after(-1)
+
+
+def test_a_newer_step_file_that_cannot_be_read_now_is_not_fallen_back_past(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step file the process may not read (permissions, an I/O error) was taken for a damaged
+    one: restore() fell back to the step before it, silently, and the resumed run's next save
+    replaced the intact file. Now restore() and latest_step() raise, naming it; restore(step)
+    still goes on from an earlier step when asked; a damaged file is still fallen back past."""
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        for step in (1, 2, 3):
+            manager.save(step, {"w": torch.full((100,), float(step))})
+    unreadable = str(tmp_path / step_file(3))
+    real_open = manager_module.CheckpointFile.open
+
+    def denied(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.fspath(path) == unreadable:
+            raise ckptzip.Error(f"{path}: cannot open: Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(manager_module.CheckpointFile, "open", denied)
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        for call in (manager.restore, manager.latest_step):
+            with pytest.raises(ckptzip.Error, match=r"step-00000003.ckz is newer than step 2.*"
+                                                    r"Permission denied.*restore\(2\)"):
+                call()
+        assert manager.restore(2)["w"][0] == 2.0
+    monkeypatch.undo()
+    with open(unreadable, "r+b") as damaged:
+        damaged.write(b"not a ckz")
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        assert manager.latest_step() == 2 and manager.restore()["w"][0] == 2.0

@@ -258,6 +258,7 @@ class CheckpointManager:
                     raise Error(f"{self.directory}: no checkpoint to restore"
                                 f"{self._none_restores()}{self._foreign()}")
                 step = steps[-1]
+                self._refuse_unreadable_after(step)
                 self._warn_newer(step)  # a fallback past newer step files is said, not silent
             elif step not in steps:
                 raise Error(
@@ -310,6 +311,7 @@ class CheckpointManager:
                 if none:
                     raise Error(f"{self.directory}: no restorable step{none}")
                 return None
+            self._refuse_unreadable_after(steps[-1])
             self._warn_newer(steps[-1])
             return steps[-1]
 
@@ -482,6 +484,18 @@ class CheckpointManager:
         return (f", but {files} there and none restores ({self._name(broken[-1])}: "
                 f"{self._break(broken[-1])}; or move the step files elsewhere to start afresh: "
                 f"saves would write over them)")
+
+    def _refuse_unreadable_after(self, step: int) -> None:
+        """Raise where a newer step file than ``step`` cannot be read now (no permission, an I/O
+        error), as opposed to damaged: falling back past an intact checkpoint would let the
+        resumed run's next saves replace it (hold the lock)."""
+        for path in reversed(self._broken_after(step)):
+            found = self._load_header(path)
+            if isinstance(found, Error) and not isinstance(found, FormatError):
+                raise Error(f"{self.directory}: {self._name(path)} is newer than step {step}, the "
+                            f"newest that restores, but cannot be read now ({found}); fix that "
+                            f"(permissions, the disk) and retry, or restore({step}) explicitly to "
+                            f"go on from there (its next saves may replace {self._name(path)})")
 
     def _warn_newer(self, step: int) -> None:
         """Log, once per file, that newer step files than ``step`` (the newest restorable) are
