@@ -9,9 +9,11 @@ the same file, byte for byte. Directories keep every file: tensor files as state
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
-import shutil
+import secrets
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ import torch
 
 from .errors import Error, UnsupportedError
 from .objstore import StorageOptions
-from .storage import TEMP_MARKER, atomic_write, is_url
+from .storage import atomic_write, directory_mode, is_url, remove_temp, temp_prefix
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -96,7 +98,12 @@ def read_directory(path: str) -> Loaded:
     files: dict[str, Any] = {}
     kinds: dict[str, Any] = {}
     empty: list[str] = []
-    for root, dirs, names in os.walk(path, followlinks=True):
+
+    def unreadable(exc: OSError) -> None:  # os.walk would skip the directory, and its files
+        raise Error(f"{exc.filename or path}: cannot read the directory ({exc.strerror or exc}); "
+                    f"make it readable (or move it out of {path}), then compress again") from exc
+
+    for root, dirs, names in os.walk(path, onerror=unreadable, followlinks=True):
         dirs.sort()
         here = os.path.realpath(root)
         for name in dirs:
@@ -252,10 +259,72 @@ def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, p
     return True
 
 
+class _Watched:
+    """A file object that keeps the first exception its ``write`` or ``flush`` raised: torch.save's
+    zip writer swallows it (an OSError from a full disk, an interrupt) and raises its own
+    RuntimeError ("unexpected pos"), which :func:`write_torch` replaces by the real one. Once
+    ``dropped`` (the save failed; the file is discarded) it takes writes without writing: an
+    interrupt as torch.save finished leaves its zip writer unfinished, and the writer, freed
+    later with the exception's frames, writes its end then, into the closed file: a ValueError
+    in its C++ destructor, which aborts the process."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.failure: BaseException | None = None
+        self.dropped = False
+
+    def write(self, data: Any) -> int:
+        if self.dropped:
+            return memoryview(data).nbytes
+        try:
+            return self.handle.write(data)
+        except BaseException as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def flush(self) -> None:
+        if self.dropped:
+            return
+        try:
+            self.handle.flush()
+        except BaseException as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
+def _real_failure(exc: BaseException, watched: _Watched) -> BaseException | None:
+    """What torch.save's ``exc`` hides: the write's own failure, else an interrupt (Ctrl-C,
+    SIGTERM) it was raised while handling; None when ``exc`` is the failure itself, or an
+    interrupt itself (Ctrl-C during the clean-up of a full disk's failure stays Ctrl-C)."""
+    if not isinstance(exc, Exception):
+        return None
+    if watched.failure is not None:
+        return None if watched.failure is exc else watched.failure
+    context = exc.__context__
+    while context is not None:
+        if not isinstance(context, Exception):
+            return context
+        context = context.__context__
+    return None
+
+
 def write_torch(state: Any, path: str, storage_options: StorageOptions = None,
                 mode: int | None = None) -> None:
+    """``torch.save`` to ``path``, atomically; a full disk or a size limit is the ckptzip Error
+    that ``atomic_write`` makes of its OSError, and an interrupt stays one."""
     with atomic_write(path, storage_options, mode) as handle:
-        torch.save(state, handle)
+        watched = _Watched(handle)
+        try:
+            torch.save(state, watched)
+        except BaseException as exc:
+            watched.dropped = True
+            failure = _real_failure(exc, watched)
+            if failure is None:
+                raise
+            raise failure from None
 
 
 def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
@@ -276,22 +345,25 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
     if not isinstance(empty, list):
         raise Error(f"{path}: the checkpoint's header lists its empty directories as a "
                     f"{type(empty).__name__}, not a list: it is damaged; use --to pt")
-    target = os.path.abspath(path.rstrip("/" + os.sep) or path)
-    if os.path.exists(target) and not os.path.isdir(target):
+    shown = path.rstrip("/" + os.sep) or path  # the messages' name for the new directory
+    target = os.path.abspath(shown)
+    if os.path.lexists(target) and not os.path.isdir(target):
         raise Error(f"{path}: exists and is not a directory; remove it or pass another -o")
     parent = os.path.dirname(target)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        fresh = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}{TEMP_MARKER}", dir=parent)
-    except OSError as exc:
-        raise Error(f"{path}: cannot create a directory in {parent} ({exc.strerror or exc}); "
-                    f"check that it is writable") from None
-    try:
+    prefix = temp_prefix(parent, os.path.basename(target))
+    fresh = ""
+    try:  # from before mkdtemp: an interrupt as it returns must not leave its folder behind
+        try:
+            os.makedirs(parent, exist_ok=True)
+            fresh = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        except OSError as exc:
+            raise Error(f"{path}: cannot create a directory in {parent} ({exc.strerror or exc}); "
+                        f"check that it is writable") from None
         for rel in empty:
-            os.makedirs(_inside_output(fresh, rel, path), exist_ok=True)
+            _make_folder(_inside_output(fresh, rel, path))
         for rel, content in files.items():
             file = _inside_output(fresh, rel, path)
-            os.makedirs(os.path.dirname(file), exist_ok=True)
+            _make_folder(os.path.dirname(file))
             kind = kinds.get(rel, {})
             kind = kind if isinstance(kind, dict) else {}
             if isinstance(content, bytes):
@@ -301,10 +373,24 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
                 write_safetensors(content, kind, file)
             else:
                 write_torch(content, file)
-        _swap_in(fresh, target)
-    except BaseException:
-        shutil.rmtree(fresh, ignore_errors=True)
+        with contextlib.suppress(OSError):  # mkdtemp makes 0700: a plain mkdir's mode instead
+            os.chmod(fresh, directory_mode())
+        _swap_in(fresh, target, shown)
+    except BaseException as exc:
+        remove_temp(parent, prefix, fresh)
+        if fresh and isinstance(exc, Error) and fresh in str(exc):
+            # name the output's own path (out/sub/x), not the temporary folder's
+            raise type(exc)(str(exc).replace(fresh, shown)) from exc.__cause__
         raise
+
+
+def _make_folder(folder: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise Error(f"{folder}: cannot create the directory ({exc.strerror or exc}); nothing was "
+                    f"written and the previous directory, if any, is intact; free space (or "
+                    f"inodes) or fix permissions and retry") from exc
 
 
 def _inside_output(fresh: str, rel: Any, path: str) -> str:
@@ -316,20 +402,65 @@ def _inside_output(fresh: str, rel: Any, path: str) -> str:
     return os.path.join(fresh, *parts)
 
 
-def _swap_in(fresh: str, target: str) -> None:
-    """Put the finished directory ``fresh`` at ``target``: a rename where nothing is there;
-    else the old one is renamed aside first and removed once the new one is in place."""
-    old = None
-    if os.path.exists(target):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-",
-                               dir=os.path.dirname(target))
-        os.rmdir(old)
-        os.rename(target, old)
+#: Linux's renameat2 flag that swaps two paths in one step, and "the current directory".
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: str, second: str) -> bool:
+    """Swap ``first`` and ``second`` atomically (Linux's ``renameat2(RENAME_EXCHANGE)``);
+    False where that is not to be had (no such call in the C library or the kernel, or a
+    filesystem without it), OSError where the swap itself was refused."""
     try:
-        os.rename(fresh, target)
-    except BaseException:
-        if old is not None:
-            os.rename(old, target)  # the previous directory back where it was
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if call(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second),
+            _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), first, None, second)
+
+
+def _swap_in(fresh: str, target: str, shown: str) -> None:
+    """Put the finished directory ``fresh`` at ``target``: a rename where nothing is there;
+    else the two swap places in one step where the system can (``fresh`` then holds the old
+    one, removed last), so a kill leaves the old or the new directory at ``target``, never
+    neither. Elsewhere the old one is renamed aside first (a name with the temporary marker),
+    put back if the new one cannot take its place, and removed once it has. A link at
+    ``target`` is replaced, not what it names."""
+    old = ""
+    replacing = os.path.lexists(target)
+    try:
+        if not replacing:
+            os.rename(fresh, target)
+            return
+        if _exchange(fresh, target):
+            old = fresh
+        else:
+            parent = os.path.dirname(target)
+            old = os.path.join(parent, temp_prefix(parent, os.path.basename(target), "old-")
+                               + secrets.token_hex(4))
+            os.rename(target, old)
+            try:
+                os.rename(fresh, target)
+            except BaseException:
+                try:
+                    os.rename(old, target)  # the previous directory back where it was
+                except OSError as exc:
+                    raise Error(f"{shown}: the new directory could not take its place, nor "
+                                f"the previous one go back ({exc.strerror or exc}); the "
+                                f"previous one is at {old}: rename it back") from exc
+                raise
+    except OSError as exc:
+        if not replacing:
+            raise Error(f"{shown}: cannot rename the new directory into place "
+                        f"({exc.strerror or exc}); check that nothing else is writing there, "
+                        f"then retry") from exc
+        raise Error(f"{shown}: cannot put the new directory in place of the existing one "
+                    f"({exc.strerror or exc}); that one is intact. A mount point, or another "
+                    f"user's directory in a sticky folder such as /tmp, cannot be replaced: "
+                    f"pass another -o, or empty it and decompress into a fresh one") from exc
+    remove_temp(os.path.dirname(old), "", old)

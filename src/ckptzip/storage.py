@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import fcntl
 import os
+import secrets
+import shutil
 import tempfile
 import threading
 from collections import deque
@@ -272,6 +275,11 @@ def _umask() -> int:
     return 0o022
 
 
+def directory_mode() -> int:
+    """The permission bits a plain ``mkdir`` gives a directory (0777 less the umask)."""
+    return 0o777 & ~_umask()
+
+
 def _fsync_dir(directory: str) -> None:
     with contextlib.suppress(OSError):  # not every platform/filesystem lets us open directories
         fd = os.open(directory or ".", os.O_RDONLY)
@@ -279,6 +287,56 @@ def _fsync_dir(directory: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+#: The random characters ``tempfile.mkstemp``/``mkdtemp`` append to a prefix.
+_TEMP_RANDOM = 8
+
+
+def temp_prefix(directory: str, name: str, tag: str = "") -> str:
+    """A prefix for ``tempfile.mkstemp``/``mkdtemp`` in ``directory`` beside ``name``:
+    ``.NAME.ckz-tmp-TAGTOKEN``. TOKEN is random, so what one call made can be found by its
+    prefix even when an interrupt struck inside mkstemp, before its name came back
+    (:func:`remove_temp`); NAME is cut short where the whole name (with the 8 characters
+    mkstemp adds) would pass the filesystem's limit on a name's length, so a name that limit
+    allows can be written (a 240-byte name plus 18 bytes did not fit in 255)."""
+    try:
+        limit = os.pathconf(directory or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = -1
+    limit = limit if limit > 0 else 255  # -1: no limit told
+    tail = f"{TEMP_MARKER}{tag}{secrets.token_hex(3)}"
+    room = limit - len(os.fsencode("." + tail)) - _TEMP_RANDOM
+    while name and len(os.fsencode(name)) > room:
+        name = name[: max(0, min(len(name) - 1, room))]  # by characters: whole UTF-8 sequences
+    return f".{name}{tail}"
+
+
+def remove_temp(directory: str, prefix: str, made: str = "") -> None:
+    """Remove the temporary file or folder ``made``; when its name is not known (an interrupt
+    inside mkstemp, after it created the file), whatever in ``directory`` carries ``prefix``
+    (from :func:`temp_prefix`: this call's own). Best effort: errors are ignored."""
+    names = [made] if made else []
+    if not made:
+        with contextlib.suppress(OSError):
+            names = [os.path.join(directory, name) for name in os.listdir(directory)
+                     if name.startswith(prefix)]
+    for path in names:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _what_to_do(err: int | None) -> str:
+    """The advice for a failed write, by its errno."""
+    if err == errno.EFBIG:
+        return ("the file passes a file-size limit (the process's, ulimit -f, or the "
+                "filesystem's largest file); raise the limit or write elsewhere, then retry")
+    if err == errno.ENAMETOOLONG:
+        return "shorten the file's name or its path, then retry"
+    return "free space or fix permissions and retry"
 
 
 @contextlib.contextmanager
@@ -293,14 +351,17 @@ def atomic_write(path: PathLike, storage_options: StorageOptions = None,
     target = os.fspath(path) if remote else local_path(path)
     directory = tempfile.gettempdir() if remote else (os.path.dirname(os.path.abspath(target)))
     base = os.path.basename(target.rstrip("/")) or "checkpoint"
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{base}{TEMP_MARKER}", dir=directory)
-    except OSError as exc:
-        raise Error(
-            f"{target}: cannot create a file in {directory}: {exc.strerror}; check that the "
-            f"directory exists and is writable, and that the disk is not full"
-        ) from exc
-    try:
+    prefix = temp_prefix(directory, base)
+    temp = ""
+    try:  # from before mkstemp: an interrupt as it returns must not leave its file behind
+        try:
+            fd, temp = tempfile.mkstemp(prefix=prefix, dir=directory)
+        except OSError as exc:
+            advice = (_what_to_do(exc.errno) if exc.errno == errno.ENAMETOOLONG else
+                      "check that the directory exists and is writable, and that the disk is "
+                      "not full")
+            raise Error(f"{target}: cannot create a file in {directory}: {exc.strerror}; "
+                        f"{advice}") from exc
         with os.fdopen(fd, "w+b") as handle:
             # mkstemp makes 0600; match open(), or the mode asked for
             os.fchmod(handle.fileno(), 0o666 & ~_umask() if mode is None else mode)
@@ -322,12 +383,12 @@ def atomic_write(path: PathLike, storage_options: StorageOptions = None,
             os.replace(temp, target)
             _fsync_dir(directory)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        if temp or not isinstance(exc, Error):  # an Error before mkstemp returned: nothing made
+            remove_temp(directory, prefix, temp)
         if isinstance(exc, OSError):
             raise Error(
                 f"{target}: write failed ({exc.strerror or exc}); nothing was written and the "
-                f"previous file, if any, is intact; free space or fix permissions and retry"
+                f"previous file, if any, is intact; {_what_to_do(exc.errno)}"
             ) from exc
         raise
 
