@@ -617,3 +617,22 @@ def test_rank_threads_share_the_node_among_its_ranks(monkeypatch: pytest.MonkeyP
         return
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert CkptzipCheckpointEngine().threads == 12 and CkptzipCheckpointEngine(threads=3).threads == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_saves_and_loads_after_the_parent_used_the_pools() -> None:
+    """The pools' threads do not exist in a forked child (a DataLoader worker), yet the pools
+    took its work as if they had idle threads, and a save or load there hung forever."""
+    state = {f"w{i}": torch.randn(256, 256, generator=torch.Generator().manual_seed(i))
+             for i in range(8)}
+    blob = ckptzip.dumps(state, threads=2)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if both calls return the right thing
+        signal.alarm(30)  # a hang ends the child, not the test run
+        try:
+            again = ckptzip.dumps(ckptzip.loads(blob, threads=2), threads=2)
+            os._exit(0 if again == blob else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

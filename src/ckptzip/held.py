@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from .chain import Base
 from .container import LeafInfo
 from .errors import Error
 from .objstore import StorageOptions
+from .parallel import background_executor
 from .reader import CheckpointFile, open_base
 from .storage import PathLike
 from .tree import Leaf, flatten, tensor_bytes
@@ -99,10 +100,6 @@ class PendingHold:
             return None
 
 
-#: The thread that decodes the pending holds, one at a time.
-_HOLD_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckptzip-hold")
-
-
 def hold_written_soon(location: str, given: dict[str, Leaf], previous: HeldCheckpoint | None, *,
                       threads: int | None = None,
                       storage_options: StorageOptions = None) -> HeldCheckpoint | PendingHold:
@@ -115,7 +112,8 @@ def hold_written_soon(location: str, given: dict[str, Leaf], previous: HeldCheck
                         storage_options=storage_options)
     if not taken.decode:
         return HeldCheckpoint(location, taken.file_id, taken.tensors)
-    future = _HOLD_EXECUTOR.submit(_decode_rest, taken, previous, threads=threads,
+    # one thread decodes the pending holds, one at a time
+    future = background_executor("ckptzip-hold").submit(_decode_rest, taken, previous, threads=threads,
                                    storage_options=storage_options)
     return PendingHold(future, location)
 

@@ -81,6 +81,30 @@ def executor(threads: int) -> ThreadPoolExecutor:
     return pool
 
 
+def background_executor(name: str) -> ThreadPoolExecutor:
+    """A pool of one thread named ``name`` for work that runs beside the caller (made on first
+    use, kept for the process)."""
+    pool = _BACKGROUND.get(name)
+    if pool is None:
+        pool = _BACKGROUND[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    return pool
+
+
+_BACKGROUND: dict[str, ThreadPoolExecutor] = {}
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's pools have no threads here (fork copies the calling
+    thread only), yet would take work as if they had idle ones, and never run it (a DataLoader
+    worker's save hung). The child makes its own on first use."""
+    _EXECUTORS.clear()
+    _BACKGROUND.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
 def _mark_pool_thread() -> None:
     _POOL_THREAD.active = True
 
