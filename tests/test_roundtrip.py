@@ -277,3 +277,15 @@ def test_colliding_and_tuple_key_names() -> None:
         assert ckpt.keys() == ["a.b", "a.b#2", "(1,x)"]
         assert [leaf.name for leaf in ckpt.leaves] == ["a.b", "a.b#2", "(1,x)"]
         assert torch.equal(ckpt.get_tensor("a.b#2"), state["a"]["b"])
+
+
+def test_a_header_that_deflates_past_what_a_reader_inflates_is_stored_as_it_is() -> None:
+    """A list of a million zeros (or a long repetitive metadata string) deflated past the
+    reader's bound on a header's expansion: the save succeeded and the load refused the file as
+    hostile. Such a header is stored undeflated."""
+    state = {"w": torch.ones(2), "mask": [0] * 1_000_000}
+    blob = ckptzip.dumps(state, metadata={"log": "x" * 3_000_000})
+    loaded = ckptzip.loads(blob)
+    assert loaded["mask"] == state["mask"]
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as checkpoint:
+        assert checkpoint.metadata["log"] == "x" * 3_000_000

@@ -88,16 +88,23 @@ def store_header(header_json: bytes) -> tuple[bytes, int]:
     """The header as stored, and its flags: deflated when that makes it smaller (it nearly always
     does: key names and tree structure repeat)."""
     deflated = zlib.compress(header_json, HEADER_DEFLATE_LEVEL)
-    if len(deflated) < len(header_json):
+    # a header deflated past what a reader inflates (a list of a million zeros in the state, a
+    # long repetitive metadata string) is stored as it is: deflated it saved but never loaded
+    if len(deflated) < len(header_json) <= _inflate_limit(len(deflated)):
         return deflated, FLAG_DEFLATE
     return header_json, 0
+
+
+def _inflate_limit(stored: int) -> int:
+    """The most a deflated header of ``stored`` bytes may inflate to (a reader's bound)."""
+    return MAX_HEADER_EXPANSION * stored + (1 << 20)
 
 
 def load_header(stored: bytes, flags: int, source: str) -> bytes:
     """The header's JSON bytes from what a file stores (spaces may pad it)."""
     if not flags & FLAG_DEFLATE:
         return stored
-    limit = MAX_HEADER_EXPANSION * len(stored) + (1 << 20)
+    limit = _inflate_limit(len(stored))
     inflater = zlib.decompressobj()
     try:
         text = inflater.decompress(stored, limit)
