@@ -338,9 +338,12 @@ class AdaptivePolicy(JointPolicy):
         steps = step_quotients(m, v_decoded)
         if steps is None:
             return None
+        scale_sq = magnitude(steps) ** 2
+        if not math.isfinite(scale_sq):  # a quotient past float32's range (a huge moment over a
+            return None  # denormal v^): the moment is coded as itself
         step_leaf = dataclasses.replace(leaf, tensor=steps)  # the bound is checked on the step
         budget = None if self.exp_avg_budget_given else STEP_EXP_AVG_BUDGET
-        plan = self._quantize(step_leaf, steps, magnitude(steps) ** 2, "exp_avg", budget=budget)
+        plan = self._quantize(step_leaf, steps, scale_sq, "exp_avg", budget=budget)
         if not isinstance(plan, Encoded):
             return None
         scale = SqrtScale(v_index, leaf.dtype.name)
@@ -505,7 +508,8 @@ class AdaptivePolicy(JointPolicy):
         bound = budget * math.sqrt(scale_sq)
         if not bound > 0:
             return Exact()
-        aim = budget / math.sqrt(1 + budget * budget) if state in DEBIASED else budget
+        # e / sqrt(1 + e^2), as hypot: e * e overflows past 1.3e154, and the aim became 0
+        aim = budget / math.hypot(1.0, budget) if state in DEBIASED else budget
         for tighter in RETRY_BUDGETS:
             encoded = self._fit(leaf, array, scale_sq, state, aim * tighter, residual, base, bound)
             if honoured(encoded):

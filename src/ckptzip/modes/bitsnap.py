@@ -150,7 +150,7 @@ class BitsnapPolicy(JointPolicy):
         rel_delta = delta_error(error, update)
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=kept, rel_delta=rel_delta, bound=bound,
-                                  error=error),
+                                  error=error, update=update),
             "policy": {"role": role, "density": float(f"{density:.4g}"), **_rounded(asdict(self.stage))},
         }
         return finished(Encoded(coded(stages, array), array, extra, uses_base=True))

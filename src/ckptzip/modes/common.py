@@ -46,6 +46,7 @@ from .pairing import (
     lossy_candidate,
     optimizer_entries,
     optimizer_state_key,
+    param_group_runs,
     second_moment_betas,
 )
 
@@ -135,12 +136,17 @@ def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
 
 
 def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float | None = None,
-                 error: float | None = None, **more: float) -> dict[str, float]:
+                 error: float | None = None, update: float | None = None,
+                 **more: float) -> dict[str, float]:
     """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
     with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
     up) and a ``within`` flag: whether the achieved error, unrounded, kept it, and the decoded
     tensor kept the original's sign (:func:`keeps_sign`). ``error``: ``|x^ - x|``, where the
-    caller has it already."""
+    caller has it already. ``update``: ``|x - base|``, for a tensor coded as its update since a
+    base, whose bound is relative to it: where it passes ``|x|`` (keys that shifted between
+    checkpoints, a layer re-initialized: the base predicts the tensor worse than zeros do) the
+    plan is not ``within``, and the tensor is stored bit-exact; a bound relative to such an
+    "update" let ExCP and the adaptive mode decode it 1.05-1.40x ``|x|`` away."""
     norm = magnitude(original)
     if error is None:
         error = distance(decoded, original)
@@ -151,7 +157,8 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float 
     rounded = {k: float(f"{v:.4g}") for k, v in record.items()}
     if bound is not None:
         rounded["bound"] = round_up(bound / norm) if norm else float(bound > 0)
-        rounded["within"] = float(error <= bound and keeps_sign(original, decoded))
+        rounded["within"] = float(error <= bound and keeps_sign(original, decoded)
+                                  and (update is None or update <= norm))
     return rounded
 
 
@@ -220,23 +227,6 @@ def distance(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.shape == b.shape:
         return _torch_norm(a, b)
     return magnitude(a - b)
-
-
-#: Elements :func:`_predicts` looks at first, spread evenly over the tensor.
-PREDICTS_SAMPLE = 16384
-
-
-def _predicts(base: torch.Tensor, x: torch.Tensor) -> bool:
-    """Whether ``base`` is nearer ``x`` than zeros are: ``|x - base| <= |x|``. An even sample
-    settles it where the base is clearly near (a training update is a small fraction of the
-    weight), so the whole tensor is read only where it may not be."""
-    flat_x, flat_base = x.reshape(-1), base.reshape(-1)
-    if flat_x.numel() > 4 * PREDICTS_SAMPLE:
-        step = flat_x.numel() // PREDICTS_SAMPLE
-        sample = flat_x[::step]
-        if distance(sample, flat_base[::step]) <= 0.5 * magnitude(sample):
-            return True
-    return distance(x, base) <= magnitude(x)
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:
@@ -317,10 +307,13 @@ class JointPolicy(LosslessPolicy):
         #: Adam's ``beta2`` by (optimizer root path, parameter index or name), as the state's
         #: optimizer dicts say (:meth:`observe_state`); empty where unknown.
         self.betas: dict[tuple[tuple[object, ...], int | str], float] = {}
+        #: Each optimizer's parameter groups, by its root path (:meth:`observe_state`).
+        self.runs: dict[tuple[object, ...], list[list[int]]] = {}
 
     def observe_state(self, state: Any) -> None:
         """Read what the state says of its optimizers (their ``betas``) before planning it."""
         self.betas = second_moment_betas(state)
+        self.runs = param_group_runs(state)
 
     def plan_state(self, leaves: list[Leaf], base: Base | None,
                    progress: Planned | None = None, *, resumed: bool = False,
@@ -446,7 +439,8 @@ class JointPolicy(LosslessPolicy):
         candidates = []
         unchanged = None if base is None else (lambda index: _same_bits(leaves[index], base))
         kept = self._kept_exact(leaves)
-        for group in group_state(leaves, self.pairing, self.mode, self.state_roles, unchanged):
+        for group in group_state(leaves, self.pairing, self.mode, self.state_roles, unchanged,
+                                 self.runs):
             if self.scope == "optimized" and group.exp_avg is None and group.exp_avg_sq is None:
                 continue  # a weight no Adam moment pairs with: outside the scope, lossless
             for role in ("weight", "exp_avg", "exp_avg_sq"):
@@ -496,14 +490,6 @@ class JointPolicy(LosslessPolicy):
                           f"is not Adam's second moment; stored lossless, not as {self.mode} "
                           f"deltas", UnhandledStateWarning, stacklevel=2)
         self._keep_unchanged(leaves, values, base, kept)
-        if values.w is not None and values.w_base is not None and not _predicts(
-                values.w_base.to(values.w.device), values.w):
-            # the base predicts this weight worse than zeros do (keys shifted between the
-            # checkpoints, a layer re-initialized): an error bounded relative to the "update"
-            # could exceed the weight itself, so it is stored exact
-            assert group.weight is not None
-            kept[group.weight] = Exact()
-            values.weight = values.w = values.w_base = None
         return values
 
     def groups(self, leaves: list[Leaf], base: Base, plans: dict[int, Encoded | Exact],
@@ -809,7 +795,7 @@ def finish_decoded(
         bound = no_worse(leaf.dtype.itemsize) * (magnitude(reference) if update is None else update)
     if update is not None:  # a residual against a base
         more["rel_delta"] = delta_error(error, update)
-    record = error_record(reference, decoded, bound=bound, error=error, **more)
+    record = error_record(reference, decoded, bound=bound, error=error, update=update, **more)
     return (Encoded(coded(stages, array), array, {"error": record},
                     uses_base=residual or ratio is not None), decoded)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -99,35 +99,56 @@ def _moment_of(leaf: Leaf, roles: Mapping[str, str] = ADAM_ROLES
 BETAS_DEPTH = 6
 
 
-def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int | str], float]:
-    """``beta2`` by ``(optimizer root path, parameter index)``, read from each optimizer state
-    dict in ``state`` (a dict with ``state`` and ``param_groups``, whose groups list their
-    ``params`` and ``betas``, as torch's Adam and AdamW save them), at most
-    :data:`BETAS_DEPTH` levels down; nothing where no group says."""
-    found: dict[tuple[tuple[object, ...], int | str], float] = {}
+_Groups = tuple[tuple[object, ...], list[dict[Any, Any]]]
 
-    def visit(node: Any, path: tuple[object, ...]) -> None:
+
+def _param_groups(state: Any) -> Iterator[_Groups]:
+    """``(path, param_groups)`` of each optimizer state dict in ``state`` (a dict with ``state``
+    and ``param_groups``, as torch's optimizers save them), at most :data:`BETAS_DEPTH` levels
+    down; a group that is not a dict is left out."""
+
+    def visit(node: Any, path: tuple[object, ...]) -> Iterator[_Groups]:
         if len(path) > BETAS_DEPTH:
             return
         if isinstance(node, dict):
             groups = node.get("param_groups")
             if "state" in node and isinstance(groups, (list, tuple)):
-                for group in groups:
-                    betas = group.get("betas") if isinstance(group, dict) else None
-                    params = group.get("params") if isinstance(group, dict) else None
-                    if (isinstance(betas, (list, tuple)) and len(betas) == 2
-                            and isinstance(betas[1], (int, float)) and isinstance(params, list)):
-                        for index in params:
-                            if type(index) in (int, str):  # an index, or a parameter's name
-                                found[(path, index)] = float(betas[1])
+                yield path, [group for group in groups if isinstance(group, dict)]
                 return
             for key, value in node.items():
-                visit(value, (*path, key))
+                yield from visit(value, (*path, key))
         elif isinstance(node, (list, tuple)):
             for key, value in enumerate(node):
-                visit(value, (*path, key))
+                yield from visit(value, (*path, key))
 
-    visit(state, ())
+    yield from visit(state, ())
+
+
+def second_moment_betas(state: Any) -> dict[tuple[tuple[object, ...], int | str], float]:
+    """``beta2`` by ``(optimizer root path, parameter index)``, read from each optimizer state
+    dict in ``state`` whose groups list their ``params`` and ``betas`` (torch's Adam and AdamW);
+    nothing where no group says."""
+    found: dict[tuple[tuple[object, ...], int | str], float] = {}
+    for path, groups in _param_groups(state):
+        for group in groups:
+            betas, params = group.get("betas"), group.get("params")
+            if (isinstance(betas, (list, tuple)) and len(betas) == 2
+                    and isinstance(betas[1], (int, float)) and isinstance(params, list)):
+                for index in params:
+                    if type(index) in (int, str):  # an index, or a parameter's name
+                        found[(path, index)] = float(betas[1])
+    return found
+
+
+def param_group_runs(state: Any) -> dict[tuple[object, ...], list[list[int]]]:
+    """Each optimizer's parameter indices, group by group (its ``param_groups``' ``params``), by
+    the optimizer's root path: each group lists its parameters in the model's order, so each is
+    one run of the model's weights (:func:`_by_order`)."""
+    found: dict[tuple[object, ...], list[list[int]]] = {}
+    for path, groups in _param_groups(state):
+        runs = [group.get("params") for group in groups]
+        if all(isinstance(run, list) and all(type(i) is int for i in run) for run in runs):
+            found[path] = [list(run) for run in runs if run]
     return found
 
 
@@ -182,18 +203,22 @@ def in_optimizer_state(leaf: Leaf, entries: frozenset[tuple[object, ...]]) -> bo
 
 
 def lossy_candidate(leaf: Leaf) -> bool:
-    """Whether a lossy mode may code the leaf: a float of 16 bits or more (an fp8 tensor is a
-    byte an element already, its grid too coarse to round onto another) of at least
-    :data:`MIN_LOSSY_ELEMENTS` elements."""
-    return leaf.dtype.kind == "float" and leaf.dtype.itemsize >= 2 and leaf.numel >= MIN_LOSSY_ELEMENTS
+    """Whether a lossy mode may code the leaf: a float of 16 or 32 bits (an fp8 tensor is a
+    byte an element already, its grid too coarse to round onto another; the modes plan in
+    float32, and an fp64 tensor's update below float32's resolution decoded several times its
+    size away) of at least :data:`MIN_LOSSY_ELEMENTS` elements."""
+    return (leaf.dtype.kind == "float" and 2 <= leaf.dtype.itemsize <= 4
+            and leaf.numel >= MIN_LOSSY_ELEMENTS)
 
 
 def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mode: str,
                 roles: Mapping[str, str] = ADAM_ROLES,
-                unchanged: Callable[[int], bool] | None = None) -> list[Group]:
+                unchanged: Callable[[int], bool] | None = None,
+                runs: Mapping[tuple[object, ...], list[list[int]]] | None = None) -> list[Group]:
     """Every lossy-coded tensor of the state, grouped as weight + moments where possible (the
     optimizer states ``roles`` names are the moments). ``unchanged(index)``: whether a weight
-    equals its base's, to pair by order around frozen weights (see :func:`_by_order`)."""
+    equals its base's, to pair by order around frozen weights; ``runs``: each optimizer's
+    parameter groups (:func:`param_group_runs`), by its root path (see :func:`_by_order`)."""
     states: dict[int | str, Group] = {}
     roots: set[tuple[object, ...]] = set()
     for index, leaf in enumerate(leaves):
@@ -224,7 +249,8 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
     elif named:
         matched = _by_name(leaves, weights, states, mode)
     else:
-        matched = _by_order(leaves, weights, states, unchanged)
+        root_runs = None if runs is None else runs.get(next(iter(roots)))
+        matched = _by_order(leaves, weights, states, unchanged, root_runs)
     if matched is None:
         return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
     for param_id, weight in matched.items():
@@ -278,9 +304,14 @@ def _by_name(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gro
 
 
 def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
-              unchanged: Callable[[int], bool] | None = None) -> dict[int | str, int] | None:
-    """Pair optimizer states (by index) with weights (in model order): one run in model order,
-    or two (decay and no-decay groups), split where both runs fit.
+              unchanged: Callable[[int], bool] | None = None,
+              runs: list[list[int]] | None = None) -> dict[int | str, int] | None:
+    """Pair optimizer states (by index) with weights (in model order): one run in model order
+    per parameter group where the optimizer's ``param_groups`` say which (``runs``: each
+    group's parameter indices), else one run, or two (decay and no-decay groups), split where
+    both runs fit. Guessing the split took the first that fit, trying the largest first: with
+    nanoGPT's groups (every matrix, then every bias) the last matrix's run took a bias, and the
+    biases' moments went to one another's weights.
 
     Where a shape has more weights than states (frozen layers, buffers), the earliest weights
     of it would be taken: a frozen first layer of several alike took the next layer's moments,
@@ -293,12 +324,25 @@ def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gr
         frozen = {w for w in weights
                   if weights_of[leaves[w].shape] > states_of[leaves[w].shape] > 0 and unchanged(w)}
         if frozen:
-            found = _by_order(leaves, [w for w in weights if w not in frozen], states)
+            found = _by_order(leaves, [w for w in weights if w not in frozen], states, runs=runs)
             if found is not None:
                 return found
+    shapes = [leaves[w].shape for w in weights]
+    if runs is not None:
+        ordered = [run for run in ([i for i in run if i in states] for run in runs) if run]
+        if sorted(i for run in ordered for i in run) == sorted(states, key=int):
+            used: set[int] = set()
+            by_groups: dict[int | str, int] = {}
+            for run in ordered:
+                positions = _run([_shape(leaves, states[i]) for i in run], shapes, used)
+                if positions is None:
+                    break
+                used.update(positions)
+                by_groups.update((i, weights[k]) for i, k in zip(run, positions))
+            else:
+                return by_groups
     ids = sorted(states, key=int)
     wanted = [_shape(leaves, states[i]) for i in ids]
-    shapes = [leaves[w].shape for w in weights]
     for split in [len(ids), *range(len(ids) - 1, 0, -1)]:
         first = _run(wanted[:split], shapes, set())
         second = None if first is None else _run(wanted[split:], shapes, set(first))
