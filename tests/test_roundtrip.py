@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -289,3 +290,20 @@ def test_a_header_that_deflates_past_what_a_reader_inflates_is_stored_as_it_is()
     assert loaded["mask"] == state["mask"]
     with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as checkpoint:
         assert checkpoint.metadata["log"] == "x" * 3_000_000
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_checkpoint_dropped_unclosed_gives_its_descriptor_back(tmp_path) -> None:
+    """``ckptzip.open(p).metadata`` in a loop kept every file's descriptor open until the
+    process ran out of them (and saves failed too). A dropped checkpoint is closed when
+    collected, with a ResourceWarning, as a Python file object is."""
+    import gc
+
+    path = tmp_path / "step.ckz"
+    ckptzip.save({"w": torch.ones(8)}, path, metadata={"step": 1})
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.warns(ResourceWarning, match="unclosed checkpoint"):
+        for _ in range(50):
+            assert ckptzip.open(path).metadata["step"] == 1
+        gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 1

@@ -22,6 +22,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from stat import S_ISREG
@@ -144,6 +145,15 @@ class FileSource:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def __del__(self) -> None:
+        # a checkpoint opened and dropped unclosed (ckptzip.open(p).metadata in a loop) kept its
+        # descriptor until the process ran out of them; as a Python file object, it is closed
+        # when collected, with a ResourceWarning (shown under -W default or python -X dev)
+        if getattr(self, "fd", -1) >= 0:
+            warnings.warn(f"unclosed checkpoint {self.name!r}: close it, or open it in a with "
+                          f"block", ResourceWarning, stacklevel=2)
+            self.close()
 
 
 class RemoteSource:
