@@ -939,6 +939,38 @@ def test_pairing_follows_the_optimizers_param_groups():
         assert paired == {name: index for index, name in enumerate(names)}, mode
 
 
+def test_an_ema_copy_laid_out_first_does_not_take_the_models_moments():
+    """{"ema": ..., "model": ..., "optimizer": ...}: the moments fit both runs of weights by
+    shape and went to the EMA, silently (ExCP then pruned the model's update at its cap). A
+    run named as a copy (ema, swa, teacher, ...) yields to the other; where names cannot tell,
+    a PairingWarning says so."""
+    from ckptzip.modes import PairingWarning, policy_for
+    from ckptzip.tree import flatten
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    net(torch.randn(4, 32)).sum().backward()
+    optimizer.step()
+    weights = {k: v.clone() for k, v in net.state_dict().items()}
+
+    def paired(state: dict[str, object]) -> set[str]:
+        policy = policy_for("excp")
+        policy.observe_state(state)
+        _, leaves = flatten(state)
+        return {leaves[g.weight].name for g in policy._candidate_groups(leaves)
+                if g.weight is not None and g.param_id is not None}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PairingWarning)
+        for layout in ({"ema": weights, "model": net.state_dict()},
+                       {"model": net.state_dict(), "model_ema": weights}):
+            state = {**layout, "optimizer": optimizer.state_dict()}
+            assert paired(state) == {f"model.{k}" for k, v in weights.items() if v.numel() >= 16}
+    with pytest.warns(PairingWarning, match="fit two runs"):
+        paired({"a": weights, "b": net.state_dict(), "optimizer": optimizer.state_dict()})
+
+
 @pytest.mark.parametrize("mode", LOSSY)
 def test_fp8_tensors_stay_exact_in_lossy_deltas(tmp_path, mode):
     """An fp8 tensor made every lossy delta fail with torch's promotion error; fp8 stays

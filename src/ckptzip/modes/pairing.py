@@ -251,6 +251,8 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
     else:
         root_runs = None if runs is None else runs.get(next(iter(roots)))
         matched = _by_order(leaves, weights, states, unchanged, root_runs)
+        if matched is not None:
+            matched = _settle_ambiguity(leaves, weights, states, matched, mode)
     if matched is None:
         return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
     for param_id, weight in matched.items():
@@ -349,6 +351,43 @@ def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gr
         if first is not None and second is not None:
             return {i: weights[k] for i, k in zip(ids, first + second)}
     return None
+
+
+#: Key names of a copy of the weights that no optimizer steps (an EMA, an SWA average, a
+#: distillation teacher): where the optimizer's states fit such a copy and the model alike,
+#: the other run is the model's.
+COPY_NAMES = re.compile(r"(^|[._-])(ema|swa|averaged?|avg|shadow|teacher)([._-]|$)", re.IGNORECASE)
+
+
+def _settle_ambiguity(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
+                      matched: dict[int | str, int], mode: str) -> dict[int | str, int]:
+    """``matched``, or another run of the weights where the states fit it too and only it is
+    not named as a copy (:data:`COPY_NAMES`): shapes alone cannot tell the optimizer's weights
+    from a copy of them, and an EMA laid out before the model took the model's moments, so
+    ExCP pruned the model's update at its cap. Where names cannot tell either, it warns."""
+    ids = sorted(states, key=int)
+    taken = set(matched.values())
+    rest = [w for w in weights if w not in taken]
+    wanted = [_shape(leaves, states[i]) for i in ids]
+    positions = _run(wanted, [leaves[w].shape for w in rest], set()) if len(ids) > 1 else None
+    if positions is None:
+        return matched
+    other = {i: rest[k] for i, k in zip(ids, positions)}
+
+    def a_copy(run: dict[int | str, int]) -> bool:
+        return all(COPY_NAMES.search(render_path(leaves[w].path[:-1])) for w in run.values())
+
+    if a_copy(matched) and not a_copy(other):
+        return other
+    if a_copy(other) and not a_copy(matched):
+        return matched
+    first, second = leaves[matched[ids[0]]].name, leaves[other[ids[0]]].name
+    warnings.warn(
+        f"ckptzip mode {mode!r}: the optimizer's states fit two runs of the state's weights by "
+        f"shape (from {first} and from {second}); pairing them with the first, in the state's "
+        f"order. If the second is the trained model, pass pairing={{weight name: optimizer "
+        f"state index}} or put the model first.", PairingWarning, stacklevel=5)
+    return matched
 
 
 def _run(wanted: list[tuple[int, ...]], shapes: list[tuple[int, ...]], used: set[int]) -> list[int] | None:
