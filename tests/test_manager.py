@@ -601,3 +601,30 @@ def test_a_newer_step_file_that_cannot_be_read_now_is_not_fallen_back_past(
         damaged.write(b"not a ckz")
     with CheckpointManager(tmp_path, async_save=False) as manager:
         assert manager.latest_step() == 2 and manager.restore()["w"][0] == 2.0
+
+
+def test_a_restore_on_another_thread_does_not_mark_the_next_save_resumed(tmp_path: Path) -> None:
+    """A monitor thread restoring the latest step to evaluate it marked the training thread's
+    next save as resumed from it: a lossy chain's error then compounded (101x the update at a
+    weight budget of 1.5). Only a restore on the saving thread marks its next save."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(64, 64, generator=generator)
+
+    def state(step: int) -> dict[str, torch.Tensor]:
+        return {"w": weight + 0.01 * step * torch.randn(64, 64, generator=generator)}
+
+    def carried(manager: CheckpointManager, step: int) -> bool:
+        with ckptzip.open(manager.path(step)) as checkpoint:
+            return any("carried" in leaf.extra.get("error", {}) for leaf in checkpoint.leaves)
+
+    with CheckpointManager(tmp_path, mode="adaptive", async_save=False) as manager:
+        manager.save(1, state(1))
+        manager.save(2, state(2))
+        monitor = threading.Thread(target=manager.restore)
+        monitor.start()
+        monitor.join()
+        manager.save(3, state(3))
+        assert carried(manager, 3)  # not marked resumed: the base's error is carried
+        manager.restore(3)
+        manager.save(4, state(4))
+        assert not carried(manager, 4)  # restored here: resumed

@@ -189,8 +189,12 @@ class CheckpointManager:
         self._errors: list[Error] = []
         self._closed = False
         #: The step restore() last returned, until the next save: that save's state was trained
-        #: from its decoded values (what lossy modes need to know, see ckptzip.save's resumed).
+        #: from its decoded values (what lossy modes need to know, see ckptzip.save's resumed),
+        #: where the save comes from the thread that restored it (``_restored_by``): a monitor
+        #: thread's restore, to evaluate, is not what training went on from, and marking the
+        #: next save resumed let a lossy chain's error compound (101x the update at budget 1.5).
         self._restored: int | None = None
+        self._restored_by: int | None = None
 
     # -- public API -----------------------------------------------------------------------
     def save(self, step: int, state: Any, *, resumed: bool | None = None) -> None:
@@ -198,7 +202,8 @@ class CheckpointManager:
 
         ``resumed``: whether the training that made ``state`` went on from its base checkpoint
         as decoded (see :func:`ckptzip.save`). By default the manager tells: True for the first
-        save after :meth:`restore` when it is coded against the restored step, else False.
+        save after :meth:`restore` on the same thread when it is coded against the restored step,
+        else False (a restore on another thread, to evaluate, is not what training went on from).
 
         Refused (a :class:`ckptzip.Error`, nothing saved) where a later step would still restore
         beside ``step``: after a rollback, see :meth:`discard_after`."""
@@ -209,6 +214,8 @@ class CheckpointManager:
             raise ConfigError(f"resumed must be True, False or None, not {resumed!r}")
         self._check_order(step)
         restored, self._restored = self._restored, None
+        if self._restored_by != threading.get_ident():
+            restored = None  # restored on another thread: not what this training went on from
         resumed_from = restored if resumed is None else (-1 if resumed else None)
         self._slots.acquire()  # back-pressure: wait while max_pending saves are under way
         with self._pending_lock:
@@ -273,7 +280,7 @@ class CheckpointManager:
         try:
             state = load(path, map_location=map_location, threads=self.threads,
                          storage_options=self.storage_options)
-            self._restored = step
+            self._restored, self._restored_by = step, threading.get_ident()
             if self._holds(sum(leaf.nbytes for leaf in flatten(state)[1])):
                 # the next delta is coded against this step as decoded: take it from here
                 self._held = hold_loaded(path, state, storage_options=self.storage_options)
