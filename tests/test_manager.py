@@ -628,3 +628,20 @@ def test_a_restore_on_another_thread_does_not_mark_the_next_save_resumed(tmp_pat
         manager.restore(3)
         manager.save(4, state(4))
         assert not carried(manager, 4)  # restored here: resumed
+
+
+def test_a_manager_dropped_unclosed_releases_its_directory(tmp_path: Path) -> None:
+    """A manager dropped without close() (a notebook cell run again) kept the directory locked
+    for the rest of the process, and the next one was refused as if another process held it.
+    The lock is released when the manager is collected, with a ResourceWarning; while one of
+    this process holds it, the message says so."""
+    import gc
+
+    first = CheckpointManager(tmp_path, async_save=False)
+    with pytest.raises(ckptzip.Error, match="a CheckpointManager of this process holds"):
+        CheckpointManager(tmp_path)
+    with pytest.warns(ResourceWarning, match="unclosed CheckpointManager directory"):
+        del first
+        gc.collect()
+    with CheckpointManager(tmp_path, async_save=False) as manager:
+        manager.save(1, {"w": torch.ones(4)})

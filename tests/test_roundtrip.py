@@ -307,3 +307,21 @@ def test_a_checkpoint_dropped_unclosed_gives_its_descriptor_back(tmp_path) -> No
             assert ckptzip.open(path).metadata["step"] == 1
         gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before + 1
+
+
+def test_a_closed_checkpoint_says_it_was_closed(tmp_path) -> None:
+    """Reading a checkpoint after close() (another thread still at it) said "read error ...
+    Bad file descriptor; check the disk"."""
+    path = tmp_path / "a.ckz"
+    ckptzip.save({"w": torch.ones(8)}, path)
+    checkpoint = ckptzip.open(path)
+    checkpoint.close()
+    with pytest.raises(ckptzip.Error, match="the checkpoint was closed"):
+        checkpoint.get_tensor("w")
+
+
+def test_threads_false_is_not_every_core() -> None:
+    """``threads=False`` equals 0, which means every core: it was taken as that, silently."""
+    for bad in (False, True):
+        with pytest.raises(ckptzip.ConfigError, match="threads must be"):
+            ckptzip.dumps({"w": torch.ones(4)}, threads=bad)

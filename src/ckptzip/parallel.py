@@ -64,7 +64,7 @@ def rank_threads() -> int:
 
 def resolve_threads(threads: int | None) -> int:
     """``None`` or 0 means every core this process may use."""
-    if threads is None or threads == 0:
+    if threads is None or (type(threads) is int and threads == 0):  # not False: not a count
         return cpu_count()
     if type(threads) is not int or threads < 0:
         raise ConfigError(f"threads must be a positive int or None (all cores), not {threads!r}")

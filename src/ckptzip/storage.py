@@ -101,9 +101,11 @@ class FileSource:
         self._scratch = threading.local()
 
     def read(self, offset: int, length: int) -> bytes:
+        self._check_open()
         try:
             data = os.pread(self.fd, length, offset)
         except OSError as exc:
+            self._check_open()  # closed while this thread read
             raise Error(
                 f"{self.name}: read error at byte {offset}: {exc.strerror}; check the disk or copy"
             ) from None
@@ -119,6 +121,7 @@ class FileSource:
         fresh memory, faulted in page by page on every read."""
         if not hasattr(os, "preadv"):
             return self.read(offset, length)
+        self._check_open()
         buffer: bytearray | None = getattr(self._scratch, "buffer", None)
         if buffer is None or len(buffer) < length:
             buffer = self._scratch.buffer = bytearray(max(length, 1 << 20))
@@ -128,6 +131,7 @@ class FileSource:
             try:
                 got = os.preadv(self.fd, [view[done:]], offset + done)
             except OSError as exc:
+                self._check_open()  # closed while this thread read
                 raise Error(f"{self.name}: read error at byte {offset + done}: {exc.strerror}; "
                             "check the disk or copy") from None
             if got == 0:
@@ -140,6 +144,10 @@ class FileSource:
 
     def expect(self, spans: list[tuple[int, int]], threads: int) -> None:
         """A local file is read on demand (``pread`` from the decoding threads)."""
+
+    def _check_open(self) -> None:
+        if self.fd < 0:  # closed (another thread may still be reading): not a disk's fault
+            raise Error(f"{self.name}: the checkpoint was closed; open it again to read it")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -464,6 +472,11 @@ class LocalDirectory:
         except OSError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            if holder == str(os.getpid()):
+                raise Error(
+                    f"{self.location}: a CheckpointManager of this process holds this directory; "
+                    f"close() it first (or open managers in a with block, which closes them)"
+                ) from None
             raise Error(
                 f"{self.location}: another CheckpointManager (process {holder}) is writing this "
                 f"directory; close it first, or give this run its own directory"
@@ -522,9 +535,21 @@ class LocalDirectory:
         """Release the lock, for every process sharing its descriptor too (a DataLoader's
         workers forked while the manager was open hold a copy: closing ours alone would keep
         the lock until they exit), then close it."""
+        if self._fd < 0:
+            return
         with contextlib.suppress(OSError):
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
+        self._fd = -1
+
+    def __del__(self) -> None:
+        # a manager dropped unclosed (a notebook cell run again, a loop that raised) kept the
+        # directory locked for the rest of the process; released when collected, with a
+        # ResourceWarning, as an unclosed file is
+        if getattr(self, "_fd", -1) >= 0:
+            warnings.warn(f"unclosed CheckpointManager directory {self.location!r}: close() the "
+                          f"manager, or use it in a with block", ResourceWarning, stacklevel=2)
+            self.close()
 
 
 class ObjectDirectory:
