@@ -184,7 +184,7 @@ def test_a_chain_holds_its_newest_rank_file_decoded(tmp_path: Path, mode: str,
     """Each delta of a chain takes its base from the rank file held as decoded, reading no older
     file, and writes the same bytes as without (cache_decoded=False)."""
     from ckptzip import dcp as ckptzip_dcp
-    from ckptzip import held
+    from ckptzip.parallel import background_executor
     from ckptzip.reader import CheckpointFile
 
     torch.manual_seed(0)
@@ -214,7 +214,7 @@ def test_a_chain_holds_its_newest_rank_file_decoded(tmp_path: Path, mode: str,
                 cache_decoded=cache))
             # the hold's decode of the file just written reads it on the hold's one thread, in
             # the background: wait for it, so its read is not counted as the next step's
-            held._HOLD_EXECUTOR.submit(lambda: None).result()
+            background_executor("ckptzip-hold").submit(lambda: None).result()
         others = [(saved, read) for saved, read in reads if saved != read]
         assert (others == []) == cache, others
         files[cache] = [(run / f"step{step}" / "__0_0.ckz").read_bytes() for step in range(4)]
