@@ -119,9 +119,13 @@ class SeaweedS3:
         raise RuntimeError(f"weed server did not start; its log:\n{self._log_tail()}")
 
     def _launch(self, binary: str) -> bool:
+        # each bucket is a collection that grows 7 volumes at its first write: -volume.max=100
+        # let 14 buckets be written, and the 15th failed every write with "We encountered an
+        # internal error" (the suite's session-wide server writes about 18); sparse volumes
+        # cost a few kB each
         command = [
             binary, "server", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-s3", "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=1024",
+            "-s3", "-master.telemetry=false", "-volume.max=1000", "-master.volumeSizeLimitMB=1024",
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.electionTimeout=1s",
             "-volume.preStopSeconds=0", f"-s3.localSocket={self._scratch()}/s3.sock",
             *(f"-{service}.port={self.ports[service]}" for service in SERVICES),
