@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Callable
@@ -1164,6 +1165,40 @@ def test_frozen_layers_do_not_shift_the_pairing(tmp_path):
     true_pairing = {"model.2.weight": 0, "model.2.bias": 1, "model.3.weight": 2,
                     "model.3.bias": 3}
     for name, pairing in (("inferred", None), ("explicit", true_pairing)):
+        options = {"pairing": pairing} if pairing else {}
+        ckptzip.save(second, tmp_path / f"{name}.ckz", mode=mode, base=tmp_path / "a.ckz",
+                     **options)
+    assert (tmp_path / "inferred.ckz").read_bytes() == (tmp_path / "explicit.ckz").read_bytes()
+
+
+def test_a_layer_held_at_lr_0_beside_a_frozen_one_does_not_shift_the_pairing(tmp_path):
+    """A frozen layer (no state), one held at lr=0 since the base (a state, unchanged) and a
+    trained one, all alike: leaving out every unchanged weight left too few, and the fallback
+    matched over all of them, so the frozen layer took the held one's moments, the held one the
+    trained one's, and the trained layer (the one that changed) none: under ExCP it kept none
+    of its update. Only the surplus unchanged weights are left out now, the earliest first."""
+    mode = "excp"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32, bias=False), nn.ReLU(), nn.Linear(32, 32, bias=False),
+                          nn.ReLU(), nn.Linear(32, 32, bias=False))
+    model[0].weight.requires_grad_(False)
+    optimizer = torch.optim.Adam([{"params": [model[2].weight]}, {"params": [model[4].weight]}],
+                                 lr=1e-3)
+
+    def train(steps: int) -> dict[str, object]:
+        for _ in range(steps):
+            loss = model(torch.randn(8, 32)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return {"model": {k: v.clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(optimizer.state_dict())}
+
+    ckptzip.save(train(3), tmp_path / "a.ckz", mode=mode)
+    optimizer.param_groups[0]["lr"] = 0.0  # layer 2 held still from here
+    second = train(1)
+    for name, pairing in (("inferred", None), ("explicit", {"model.2.weight": 0,
+                                                            "model.4.weight": 1})):
         options = {"pairing": pairing} if pairing else {}
         ckptzip.save(second, tmp_path / f"{name}.ckz", mode=mode, base=tmp_path / "a.ckz",
                      **options)

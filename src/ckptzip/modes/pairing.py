@@ -252,7 +252,7 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
         root_runs = None if runs is None else runs.get(next(iter(roots)))
         matched = _by_order(leaves, weights, states, unchanged, root_runs)
         if matched is not None:
-            matched = _settle_ambiguity(leaves, weights, states, matched, mode)
+            matched = _settle_ambiguity(leaves, weights, states, matched, mode, unchanged)
     if matched is None:
         return _unpaired(weights, states, mode, "their shapes do not follow the model's parameters")
     for param_id, weight in matched.items():
@@ -329,6 +329,20 @@ def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gr
             found = _by_order(leaves, [w for w in weights if w not in frozen], states, runs=runs)
             if found is not None:
                 return found
+            # more unchanged weights than surplus ones (a layer held at lr=0 beside a frozen
+            # one of its shape): leave out only the surplus, the earliest unchanged first (frozen
+            # layers come first), rather than all of them or none (a trained layer then lost
+            # its moments to the frozen one)
+            surplus = {shape: weights_of[shape] - states_of[shape] for shape in states_of}
+            dropped: set[int] = set()
+            for w in weights:
+                shape = leaves[w].shape
+                if w in frozen and surplus.get(shape, 0) > 0:
+                    dropped.add(w)
+                    surplus[shape] -= 1
+            found = _by_order(leaves, [w for w in weights if w not in dropped], states, runs=runs)
+            if found is not None:
+                return found
     shapes = [leaves[w].shape for w in weights]
     if runs is not None:
         ordered = [run for run in ([i for i in run if i in states] for run in runs) if run]
@@ -360,16 +374,21 @@ COPY_NAMES = re.compile(r"(^|[._-])(ema|swa|averaged?|avg|shadow|teacher)([._-]|
 
 
 def _settle_ambiguity(leaves: list[Leaf], weights: list[int], states: dict[int | str, Group],
-                      matched: dict[int | str, int], mode: str) -> dict[int | str, int]:
+                      matched: dict[int | str, int], mode: str,
+                      unchanged: Callable[[int], bool] | None = None) -> dict[int | str, int]:
     """``matched``, or another run of the weights where the states fit it too and only it is
     not named as a copy (:data:`COPY_NAMES`): shapes alone cannot tell the optimizer's weights
     from a copy of them, and an EMA laid out before the model took the model's moments, so
-    ExCP pruned the model's update at its cap. Where names cannot tell either, it warns."""
+    ExCP pruned the model's update at its cap. Where names cannot tell either, it warns. Weights
+    unchanged since the base (``unchanged``: frozen layers) make no such run."""
     ids = sorted(states, key=int)
     taken = set(matched.values())
     rest = [w for w in weights if w not in taken]
     wanted = [_shape(leaves, states[i]) for i in ids]
     positions = _run(wanted, [leaves[w].shape for w in rest], set()) if len(ids) > 1 else None
+    if positions is not None and unchanged is not None:  # their bytes read only where it may be
+        rest = [w for w in rest if not unchanged(w)]
+        positions = _run(wanted, [leaves[w].shape for w in rest], set())
     if positions is None:
         return matched
     other = {i: rest[k] for i, k in zip(ids, positions)}
