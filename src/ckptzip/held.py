@@ -113,8 +113,9 @@ def hold_written_soon(location: str, given: dict[str, Leaf], previous: HeldCheck
     if not taken.decode:
         return HeldCheckpoint(location, taken.file_id, taken.tensors)
     # one thread decodes the pending holds, one at a time
-    future = background_executor("ckptzip-hold").submit(_decode_rest, taken, previous, threads=threads,
-                                   storage_options=storage_options)
+    future = background_executor("ckptzip-hold").submit(_decode_rest, taken, previous,
+                                                        threads=threads,
+                                                        storage_options=storage_options)
     return PendingHold(future, location)
 
 

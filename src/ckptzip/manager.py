@@ -264,9 +264,7 @@ class CheckpointManager:
                 if not steps:
                     raise Error(f"{self.directory}: no checkpoint to restore"
                                 f"{self._none_restores()}{self._foreign()}")
-                step = steps[-1]
-                self._refuse_unreadable_after(step)
-                self._warn_newer(step)  # a fallback past newer step files is said, not silent
+                step = self._newest(steps)
             elif step not in steps:
                 raise Error(
                     f"{self.directory}: no restorable checkpoint for step {step}; "
@@ -318,9 +316,7 @@ class CheckpointManager:
                 if none:
                     raise Error(f"{self.directory}: no restorable step{none}")
                 return None
-            self._refuse_unreadable_after(steps[-1])
-            self._warn_newer(steps[-1])
-            return steps[-1]
+            return self._newest(steps)
 
     def steps(self) -> list[int]:
         """Every restorable step, ascending: the file is complete and its whole base chain is
@@ -341,8 +337,7 @@ class CheckpointManager:
         self.wait()
         with self._headers_lock:
             self._restorable()
-            later = sorted((found, path) for path in self._stamps
-                           if (found := self._step_in(path)) is not None and found > step)
+            later = self._files_after(step)
             needed = self._needed_by_others()
             if needed is None:
                 raise Error(f"{self.directory}: not deleting the steps after {step}: a .ckz of the "
@@ -473,16 +468,16 @@ class CheckpointManager:
             child, header = base_path, base
         return ""
 
-    def _broken_after(self, step: int) -> list[str]:
-        """The step files of the last listing after ``step``, ascending (hold the lock)."""
-        later = sorted((found, path) for path in self._stamps
-                       if (found := self._step_in(path)) is not None and found > step)
-        return [path for _, path in later]
+    def _files_after(self, step: int) -> list[tuple[int, str]]:
+        """The step files of the last listing after ``step``, with their steps, ascending (hold
+        the lock)."""
+        return sorted((found, path) for path in self._stamps
+                      if (found := self._step_in(path)) is not None and found > step)
 
     def _none_restores(self) -> str:
         """For a directory with no restorable step: that step files are there all the same, and
         why the newest does not restore ("" where there is none; hold the lock)."""
-        broken = self._broken_after(-1)
+        broken = [path for _, path in self._files_after(-1)]
         if not broken:
             return ""
         files = (f"the step file {self._name(broken[0])} is" if len(broken) == 1 else
@@ -492,11 +487,20 @@ class CheckpointManager:
                 f"{self._break(broken[-1])}; or move the step files elsewhere to start afresh: "
                 f"saves would write over them)")
 
+    def _newest(self, steps: list[int]) -> int:
+        """The newest of the restorable ``steps``, once the step files after it are accounted for:
+        one that cannot be read now is refused (:meth:`_refuse_unreadable_after`), the others
+        logged (:meth:`_warn_newer`), a fallback past them said, not silent (hold the lock)."""
+        newest = steps[-1]
+        self._refuse_unreadable_after(newest)
+        self._warn_newer(newest)
+        return newest
+
     def _refuse_unreadable_after(self, step: int) -> None:
         """Raise where a newer step file than ``step`` cannot be read now (no permission, an I/O
         error), as opposed to damaged: falling back past an intact checkpoint would let the
         resumed run's next saves replace it (hold the lock)."""
-        for path in reversed(self._broken_after(step)):
+        for _, path in reversed(self._files_after(step)):
             found = self._load_header(path)
             if isinstance(found, Error) and not isinstance(found, FormatError):
                 raise Error(f"{self.directory}: {self._name(path)} is newer than step {step}, the "
@@ -507,7 +511,7 @@ class CheckpointManager:
     def _warn_newer(self, step: int) -> None:
         """Log, once per file, that newer step files than ``step`` (the newest restorable) are
         there but do not restore: a restore() falls back past them (hold the lock)."""
-        broken = self._broken_after(step)
+        broken = [path for _, path in self._files_after(step)]
         if not broken:
             return
         newest = broken[-1]
@@ -544,7 +548,7 @@ class CheckpointManager:
             later = sorted({s for s in steps if s > step
                             and mine not in self._chain_paths(self._path(s))}
                            | {s for s in flying if s > step})
-            on_disk = [found for path in self._stamps if (found := self._step_in(path)) is not None]
+            on_disk = [found for found, _ in self._files_after(-1)]
         with self._pending_lock:
             self._top = max([*on_disk, *flying], default=-1)
         if not later:
@@ -810,7 +814,7 @@ class CheckpointManager:
         found: dict[str, int] = {}
         self._stamps = self._home.listing()
         for path in self._stamps:
-            step = step_of(path[len(self.directory) + 1 :])
+            step = self._step_in(path)
             if step is not None:
                 found[path] = step
         for cache in (self._headers, self._damaged):

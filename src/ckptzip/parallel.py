@@ -19,6 +19,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+#: The one-thread pools of :func:`background_executor`, by name.
+_BACKGROUND: dict[str, ThreadPoolExecutor] = {}
 #: Set on the pools' own threads (see :func:`ordered_map`).
 _POOL_THREAD = threading.local()
 
@@ -88,9 +90,6 @@ def background_executor(name: str) -> ThreadPoolExecutor:
     if pool is None:
         pool = _BACKGROUND[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
     return pool
-
-
-_BACKGROUND: dict[str, ThreadPoolExecutor] = {}
 
 
 def _forget_pools() -> None:

@@ -338,7 +338,8 @@ class AdaptivePolicy(JointPolicy):
         steps = step_quotients(m, v_decoded)
         if steps is None:
             return None
-        scale_sq = magnitude(steps) ** 2
+        norm = magnitude(steps)
+        scale_sq = norm**2
         if not math.isfinite(scale_sq):  # a quotient past float32's range (a huge moment over a
             return None  # denormal v^): the moment is coded as itself
         step_leaf = dataclasses.replace(leaf, tensor=steps)  # the bound is checked on the step
@@ -357,7 +358,7 @@ class AdaptivePolicy(JointPolicy):
             assert decoded is not None  # a non-zero moment only where v^ is positive
             record = plan.extra["error"]
             budget = record["budget"]
-            fresh = error_record(steps, decoded, bound=budget * magnitude(steps), kept=record["kept"])
+            fresh = error_record(steps, decoded, bound=budget * norm, norm=norm, kept=record["kept"])
             if not fresh.pop("within"):
                 return None
             record.update(fresh)

@@ -137,7 +137,7 @@ def coded(stages: tuple[TensorToTensor, ...], array: torch.Tensor) -> Pipeline:
 
 def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float | None = None,
                  error: float | None = None, update: float | None = None,
-                 **more: float) -> dict[str, float]:
+                 norm: float | None = None, **more: float) -> dict[str, float]:
     """The achieved error, for the header: MSE and the relative L2 error ``|x^ - x| / |x|``;
     with ``bound``, the absolute L2 error the mode promised, as a relative ``bound`` (rounded
     up) and a ``within`` flag: whether the achieved error, unrounded, kept it, and the decoded
@@ -146,8 +146,10 @@ def error_record(original: torch.Tensor, decoded: torch.Tensor, *, bound: float 
     base, whose bound is relative to it: where it passes ``|x|`` (keys that shifted between
     checkpoints, a layer re-initialized: the base predicts the tensor worse than zeros do) the
     plan is not ``within``, and the tensor is stored bit-exact; a bound relative to such an
-    "update" let ExCP and the adaptive mode decode it 1.05-1.40x ``|x|`` away."""
-    norm = magnitude(original)
+    "update" let ExCP and the adaptive mode decode it 1.05-1.40x ``|x|`` away. ``norm``:
+    ``|x|``, where the caller has it already."""
+    if norm is None:
+        norm = magnitude(original)
     if error is None:
         error = distance(decoded, original)
     count = original.numel()
@@ -791,11 +793,13 @@ def finish_decoded(
     # the update the default bound too
     error = distance(decoded, reference)
     update = distance(reference, base) if residual and base is not None else None
+    norm = magnitude(reference)  # the default bound's and the record's
     if bound is None:
-        bound = no_worse(leaf.dtype.itemsize) * (magnitude(reference) if update is None else update)
+        bound = no_worse(leaf.dtype.itemsize) * (norm if update is None else update)
     if update is not None:  # a residual against a base
         more["rel_delta"] = delta_error(error, update)
-    record = error_record(reference, decoded, bound=bound, error=error, update=update, **more)
+    record = error_record(reference, decoded, bound=bound, error=error, update=update, norm=norm,
+                          **more)
     return (Encoded(coded(stages, array), array, {"error": record},
                     uses_base=residual or ratio is not None), decoded)
 

@@ -340,9 +340,11 @@ def _by_order(leaves: list[Leaf], weights: list[int], states: dict[int | str, Gr
                 if w in frozen and surplus.get(shape, 0) > 0:
                     dropped.add(w)
                     surplus[shape] -= 1
-            found = _by_order(leaves, [w for w in weights if w not in dropped], states, runs=runs)
-            if found is not None:
-                return found
+            if dropped != frozen:  # else the same try as above
+                found = _by_order(leaves, [w for w in weights if w not in dropped], states,
+                                  runs=runs)
+                if found is not None:
+                    return found
     shapes = [leaves[w].shape for w in weights]
     if runs is not None:
         ordered = [run for run in ([i for i in run if i in states] for run in runs) if run]
