@@ -1,10 +1,12 @@
 """Values the state tree must store exactly or refuse at save, naming the key path: tensors with
 torch's lazy conjugate / negative bit, nesting at the depth limit, numpy subclasses, strings
-UTF-8 cannot encode, ints too long for a header's JSON, nested tensors."""
+UTF-8 cannot encode, ints too long for a header's JSON, nested tensors; big-endian arrays and
+NaNs with a sign or payload kept bit for bit."""
 
 from __future__ import annotations
 
 import re
+import struct
 import sys
 import warnings
 from collections import OrderedDict
@@ -190,3 +192,52 @@ def test_an_expanded_tensor_stays_a_view_of_what_it_covers(mode: str) -> None:
         assert decoded["rows"].stride() == (0, 1) and decoded["rows"].shape == (32, 256)
         assert bool((decoded["rows"] == decoded["rows"][0]).all())
     assert torch.allclose(decoded["rows"][0], second["rows"][0], atol=0.02)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i8", ">c8", ">f2", ">u2"])
+def test_a_big_endian_array_loads_with_its_dtype_and_bytes(tmp_path, dtype: str) -> None:
+    array = (np.arange(6) * 3 - 5).astype(dtype).reshape(2, 3)
+    state = {"a": array, "same": array, "little": array.astype(array.dtype.newbyteorder("<"))}
+    path = tmp_path / "be.ckz"
+    ckptzip.save(state, path)
+    back = ckptzip.load(path)
+    for key in state:
+        assert back[key].dtype == state[key].dtype, key  # '>f4' != '<f4' in numpy
+        assert back[key].tobytes() == state[key].tobytes() and back[key].shape == (2, 3), key
+    with ckptzip.open(path) as f:
+        f.verify()
+
+
+def bits(value: float) -> bytes:
+    return struct.pack("<d", value)
+
+
+NAN_PAYLOAD = struct.unpack("<d", bytes.fromhex("230100000000f87f"))[0]
+
+
+def test_python_nans_keep_their_sign_and_payload() -> None:
+    state = {"neg": -float("nan"), "payload": NAN_PAYLOAD, "plain": float("nan"),
+             "in": [complex(NAN_PAYLOAD, -float("nan")), float("inf")]}
+    back = ckptzip.loads(ckptzip.dumps(state))
+    assert bits(back["neg"]) == bits(-float("nan")) != bits(float("nan"))
+    assert bits(back["payload"]) == bits(NAN_PAYLOAD)
+    assert bits(back["plain"]) == bits(float("nan"))
+    assert bits(back["in"][0].real) == bits(NAN_PAYLOAD)
+    assert bits(back["in"][0].imag) == bits(-float("nan")) and back["in"][1] == float("inf")
+
+
+@pytest.mark.parametrize(("node", "message"), [
+    ({"t": "float", "v": "nan", "bits": "000000000000f03f"}, "not a NaN"),
+    ({"t": "float", "v": "inf", "bits": "000000000000f87f"}, "16 lowercase hex"),
+    ({"t": "float", "v": "nan", "bits": "f87f"}, "16 lowercase hex"),
+    ({"t": "ndarray", "i": 0, "bo": "<"}, "byte order"),
+    ({"t": "ndarray", "i": 1, "bo": ">"}, "byte order"),
+])
+def test_a_header_with_bad_nan_bits_or_byte_order_is_refused(node: dict, message: str) -> None:
+    from ckptzip.tree import check_tree, unflatten
+    leaves = [(torch.float32, (2,)), (torch.uint8, (2,))]
+    with pytest.raises(ckptzip.FormatError, match=message):
+        check_tree({"t": "list", "v": [node]}, leaves)
+    tensors = [torch.zeros(2), torch.zeros(2, dtype=torch.uint8)]
+    with pytest.raises(ckptzip.FormatError, match=message):
+        unflatten({"t": "list", "v": [node]}, tensors.__getitem__, len(tensors))

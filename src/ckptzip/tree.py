@@ -14,6 +14,8 @@ value is an object whose ``"t"`` names its type.
 from __future__ import annotations
 
 import math
+import re
+import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator
@@ -145,7 +147,7 @@ class _Flattener:
         if isinstance(value, int) and type(value) is int:
             return _checked_int(value, path)
         if type(value) is float:
-            return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
+            return value if math.isfinite(value) else _non_finite(value)
         if isinstance(value, torch.Tensor):
             return self.visit_tensor(value, path)
         if isinstance(value, np.ndarray):
@@ -262,6 +264,8 @@ class _Flattener:
             self.by_object[id(value)] = index
         else:
             self.leaves[index].aliases.append(path)
+        if value.dtype.byteorder == ">":  # stored little-endian; the array comes back as it was
+            return {"t": "ndarray", "i": index, "bo": ">"}
         return {"t": "ndarray", "i": index}
 
     def assign_torch_leaves(self) -> None:
@@ -350,6 +354,19 @@ def _checked_key(key: str, path: KeyPath) -> str:
     if not key.isascii():  # the message names the dict: the key itself may not print
         _checked_str(key, (*path, f"<key {key!a:.60}>"))
     return key
+
+
+_PLAIN_NAN = struct.pack("<d", float("nan"))
+
+
+def _non_finite(value: float) -> dict[str, Any]:
+    """A float JSON cannot hold; a NaN other than Python's own (a sign, a payload) keeps its
+    bits."""
+    node: dict[str, Any] = {"t": "float", "v": repr(value)}
+    bits = struct.pack("<d", value)
+    if math.isnan(value) and bits != _PLAIN_NAN:
+        node["bits"] = bits.hex()
+    return node
 
 
 def _checked_int(value: int, path: KeyPath) -> int:
@@ -519,7 +536,15 @@ class _Builder:
     def build_float(self, node: dict[str, Any], path: KeyPath) -> float:
         if node.get("v") not in ("nan", "inf", "-inf"):
             raise self.fail(path, "bad non-finite float")
-        return float(node["v"])
+        if "bits" not in node:
+            return float(node["v"])
+        bits = node["bits"]
+        if node["v"] != "nan" or not isinstance(bits, str) or not re.fullmatch("[0-9a-f]{16}", bits):
+            raise self.fail(path, "a NaN's bits must be 16 lowercase hex digits")
+        value: float = struct.unpack("<d", bytes.fromhex(bits))[0]
+        if not math.isnan(value):
+            raise self.fail(path, "a NaN's bits are not a NaN")
+        return value
 
     def build_complex(self, node: dict[str, Any], path: KeyPath) -> complex:
         parts = node.get("v")
@@ -616,7 +641,17 @@ class _Builder:
         dt = dtypes.from_torch(tensor.dtype, render_path(path))
         if dt.numpy_dtype is None:
             raise self.fail(path, f"dtype {dt.name} has no numpy equivalent")
-        return tensor.reshape(-1).view(torch.uint8).numpy().view(dt.numpy_dtype).reshape(tensor.shape)
+        array = tensor.reshape(-1).view(torch.uint8).numpy().view(dt.numpy_dtype).reshape(tensor.shape)
+        if not self.big_endian(node, dt, path):
+            return array
+        return array.astype(array.dtype.newbyteorder(">"))
+
+    def big_endian(self, node: dict[str, Any], dt: DType, path: KeyPath) -> bool:
+        if "bo" not in node:
+            return False
+        if node["bo"] != ">" or dt.itemsize == 1:
+            raise self.fail(path, 'an array\'s byte order must be ">", of items wider than a byte')
+        return True
 
     def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
         tensor = self.leaf(node, path, host=True)
@@ -634,8 +669,10 @@ class _Checker(_Builder):
 
     def build_ndarray(self, node: dict[str, Any], path: KeyPath) -> np.ndarray:
         tensor = self.leaf(node, path)
-        if dtypes.from_torch(tensor.dtype, render_path(path)).numpy_dtype is None:
+        dt = dtypes.from_torch(tensor.dtype, render_path(path))
+        if dt.numpy_dtype is None:
             raise self.fail(path, f"dtype {tensor.dtype} has no numpy equivalent")
+        self.big_endian(node, dt, path)
         return np.empty(0)
 
     def build_bytes(self, node: dict[str, Any], path: KeyPath) -> bytes:
