@@ -3,6 +3,7 @@ looks complete, and the previous checkpoint always survives bit for bit."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
@@ -105,10 +106,44 @@ def test_sigkill_during_save_never_breaks_the_checkpoint(tmp_path: Path, zygote:
         mid_write += bool(leftovers)
         for leftover in leftovers:  # an interrupted write never has the checkpoint's name
             assert ckptzip.storage.TEMP_MARKER in leftover.name
+            old = time.time() - ckptzip.storage.STALE_TEMP_SECONDS - 1
+            os.utime(leftover, (old, old))
+        if leftovers:  # the next save of the name removes what the killed one left
+            ckptzip.save({"w": torch.full((ELEMENTS,), -1.0), "version": -1}, path, threads=1)
+            assert list(directory.iterdir()) == [path]
     assert mid_write >= TRIALS // 5, f"only {mid_write} of {TRIALS} kills landed inside a write"
     assert advanced >= TRIALS // 5, f"only {advanced} of {TRIALS} children finished a save"
     record("crash.save_sigkill", trials=TRIALS, kills=TRIALS, kills_mid_write=mid_write,
            children_that_finished_a_save=advanced, broken_loaded=0, lost=0)
+
+
+def test_a_save_removes_only_the_dead_writes_of_its_own_name(tmp_path: Path) -> None:
+    from ckptzip.storage import STALE_TEMP_SECONDS, temp_prefix
+
+    def temp(name: str, age: float, tag: str = "") -> Path:
+        path = tmp_path / (temp_prefix(str(tmp_path), name, tag) + "abcdefg_")
+        path.write_bytes(b"partial")
+        os.utime(path, (time.time() - age, time.time() - age))
+        return path
+
+    stale = STALE_TEMP_SECONDS + 5
+    dead = [temp("ckpt.ckz", stale), temp("ckpt.ckz", 10 * stale)]
+    young = temp("ckpt.ckz", 1.0)  # a writer between its mkstemp and its lock, maybe
+    other = temp("other.ckz", stale)  # another name's: another rank's, another job's
+    aside = temp("ckpt.ckz", stale, "old-")  # a directory swap's previous one: not a write
+    folder = tmp_path / (temp_prefix(str(tmp_path), "ckpt.ckz") + "folder00")
+    folder.mkdir()
+    live = temp("ckpt.ckz", stale)
+    held = os.open(live, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a live writer holds its file
+    try:
+        ckptzip.save({"w": torch.ones(3)}, tmp_path / "ckpt.ckz")
+        assert not any(p.exists() for p in dead)
+        assert all(p.exists() for p in (young, other, aside, folder, live))
+    finally:
+        os.close(held)
+    ckptzip.save({"w": torch.ones(3)}, tmp_path / "ckpt.ckz")
+    assert not live.exists()
 
 
 # -- CheckpointManager: SIGKILL during async saves with deltas and retention ------------------------

@@ -18,10 +18,12 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -309,6 +311,12 @@ def _fsync_dir(directory: str) -> None:
 
 #: The random characters ``tempfile.mkstemp``/``mkdtemp`` append to a prefix.
 _TEMP_RANDOM = 8
+#: The hex characters of :func:`temp_prefix`'s token.
+_TOKEN_HEX = 6
+#: How old (by its last write) the temporary file of a write that died must be before the
+#: next write of the same name removes it: the span between a writer's mkstemp and its lock,
+#: by a wide margin.
+STALE_TEMP_SECONDS = 60.0
 
 
 def temp_prefix(directory: str, name: str, tag: str = "") -> str:
@@ -323,7 +331,7 @@ def temp_prefix(directory: str, name: str, tag: str = "") -> str:
     except (OSError, ValueError):
         limit = -1
     limit = limit if limit > 0 else 255  # -1: no limit told
-    tail = f"{TEMP_MARKER}{tag}{secrets.token_hex(3)}"
+    tail = f"{TEMP_MARKER}{tag}{secrets.token_hex(_TOKEN_HEX // 2)}"
     room = limit - len(os.fsencode("." + tail)) - _TEMP_RANDOM
     while name and len(os.fsencode(name)) > room:
         name = name[: max(0, min(len(name) - 1, room))]  # by characters: whole UTF-8 sequences
@@ -345,6 +353,38 @@ def remove_temp(directory: str, prefix: str, made: str = "") -> None:
         else:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def remove_dead_writes(directory: str, prefix: str) -> None:
+    """Remove the temporary files a killed write of the same name left in ``directory`` (a
+    SIGKILL or a power cut runs no cleanup): those named like ``prefix`` (a
+    :func:`temp_prefix` of no tag), regular files, that no process holds the lock of (a writer
+    holds its file's ``flock`` until it ends, and the kernel drops it when the writer dies) and
+    that nothing wrote to for :data:`STALE_TEMP_SECONDS`. Writes of other names are never
+    touched, nor where the filesystem refuses locks. Best effort: errors are ignored."""
+    stem = prefix[:-_TOKEN_HEX]
+    pattern = re.compile(re.escape(stem) + f"[0-9a-f]{{{_TOKEN_HEX}}}[a-z0-9_]{{{_TEMP_RANDOM}}}")
+    try:
+        names = [name for name in os.listdir(directory or ".") if pattern.fullmatch(name)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            found = os.fstat(fd)
+            if not S_ISREG(found.st_mode) or time.time() - found.st_mtime < STALE_TEMP_SECONDS:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a writer holds it
+            if os.lstat(path).st_ino == found.st_ino:
+                os.unlink(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
 
 
 def _what_to_do(err: int | None) -> str:
@@ -370,10 +410,14 @@ def atomic_write(path: PathLike, storage_options: StorageOptions = None,
     directory = tempfile.gettempdir() if remote else (os.path.dirname(os.path.abspath(target)))
     base = os.path.basename(target.rstrip("/")) or "checkpoint"
     prefix = temp_prefix(directory, base)
+    if not remote:
+        remove_dead_writes(directory, prefix)
     temp = ""
     try:  # from before mkstemp: an interrupt as it returns must not leave its file behind
         try:
             fd, temp = tempfile.mkstemp(prefix=prefix, dir=directory)
+            with contextlib.suppress(OSError):  # held until the write ends: the file is live
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             advice = (_what_to_do(exc.errno) if exc.errno == errno.ENAMETOOLONG else
                       "check that the directory exists and is writable, and that the disk is "
