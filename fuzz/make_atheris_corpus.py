@@ -34,6 +34,7 @@ from ckptzip.chain import MemoryBase  # noqa: E402
 from ckptzip.codecs import ExactZeros, LowRank, SqrtScale  # noqa: E402
 from ckptzip.container import FLAG_DEFLATE, PRELUDE_SIZE, load_header, pack_prelude  # noqa: E402
 from ckptzip.pipeline import Pipeline  # noqa: E402
+from ckptzip.policy import MIN_CHUNK_BYTES  # noqa: E402
 from ckptzip.reader import CheckpointFile  # noqa: E402
 from ckptzip.storage import BytesSource  # noqa: E402
 
@@ -53,7 +54,9 @@ def container_files() -> list[bytes]:
     seeds = [
         lossless,
         plain_header(lossless),
-        ckptzip.dumps(mixed, threads=1, chunk_bytes=64),
+        # several chunks a tensor, at the smallest chunks a writer makes
+        ckptzip.dumps({**mixed, "long": torch.linspace(-1, 1, 3000).bfloat16()}, threads=1,
+                      chunk_bytes=MIN_CHUNK_BYTES),
         ckptzip.dumps(base, threads=1),
         ckptzip.dumps(new, base=base, threads=1),
     ]

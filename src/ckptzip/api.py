@@ -44,7 +44,7 @@ def save(
     ``storage_options`` go to the fsspec filesystem of a URL ``path`` (and of a URL ``base``):
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}`` for S3, where the
     save streams as a multipart upload that becomes the object only once complete.
-    Other keyword arguments are options of the mode (``chunk_bytes``, 1 B to 64 MiB, for every
+    Other keyword arguments are options of the mode (``chunk_bytes``, 4 KiB to 64 MiB, for every
     mode).
     The report's seconds cover the whole save, the upload or the fsync and rename included.
 

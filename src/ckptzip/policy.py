@@ -20,6 +20,9 @@ DEFAULT_CHUNK_BYTES = 256 << 10
 #: Largest raw chunk a file may declare (a reader refuses more). With the smallest possible
 #: stored chunk this bounds how much memory a header can make a reader allocate per stored byte.
 MAX_CHUNK_BYTES = 64 << 20
+#: Smallest chunk a writer makes: each chunk costs about 1.2 KB of memory and a header entry, so
+#: smaller ones cost more than their data (a 4 MiB tensor in 1-byte chunks took 4.9 GB).
+MIN_CHUNK_BYTES = 4 << 10
 
 
 #: What :attr:`Encoded.coded` holds: the chunk size, then :data:`ckptzip.pipeline.Coded`.
@@ -98,10 +101,10 @@ class LosslessPolicy:
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         # 0 was clamped to one element silently; more than a reader accepts saved a file that
         # never loaded
-        if type(chunk_bytes) is not int or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
-            raise ConfigError(f"{self.mode}: chunk_bytes must be an int from 1 to "
-                              f"{MAX_CHUNK_BYTES} (64 MiB; bytes per chunk, {DEFAULT_CHUNK_BYTES} "
-                              f"by default), not {chunk_bytes!r}")
+        if type(chunk_bytes) is not int or not MIN_CHUNK_BYTES <= chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ConfigError(f"{self.mode}: chunk_bytes must be an int from {MIN_CHUNK_BYTES} "
+                              f"(4 KiB) to {MAX_CHUNK_BYTES} (64 MiB; bytes per chunk, "
+                              f"{DEFAULT_CHUNK_BYTES} by default), not {chunk_bytes!r}")
         self._chunk_bytes = chunk_bytes
         # one pipeline object per layout, shared by every tensor of it (the writer indexes the
         # header's pipeline table by object before it serializes a config)
