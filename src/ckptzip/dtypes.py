@@ -83,6 +83,8 @@ def _build_tables() -> tuple[dict[str, DType], dict[torch.dtype, DType]]:
 
 
 _BY_NAME, _BY_TORCH = _build_tables()
+#: The torch dtypes a leaf may have.
+TORCH_DTYPES = frozenset(_BY_TORCH)
 
 
 def from_name(name: str) -> DType:

@@ -133,7 +133,8 @@ class _Flattener:
         self.by_object: dict[int, int] = {}
 
     def add_leaf(self, path: KeyPath, dtype: DType, tensor: torch.Tensor) -> int:
-        self.leaves.append(Leaf(render_path(path), path, dtype, tuple(tensor.shape), tensor))
+        # named once the whole tree is known (flatten: leaf_names)
+        self.leaves.append(Leaf("", path, dtype, tuple(tensor.shape), tensor))
         return len(self.leaves) - 1
 
     def visit(self, value: Any, path: KeyPath) -> Any:
@@ -212,6 +213,11 @@ class _Flattener:
         return node
 
     def visit_tensor(self, value: torch.Tensor, path: KeyPath) -> dict[str, Any]:
+        kind = type(value)
+        if (kind is torch.Tensor or kind is torch.nn.Parameter) and value.layout == torch.strided \
+                and not value.is_nested and value.device.type != "meta" \
+                and value.dtype in dtypes.TORCH_DTYPES:  # the common case, checked at once
+            return self.tensor_node(value, path)
         where = render_path(path)
         if value.is_nested:  # strided (layout torch.strided, yet no sizes) or jagged
             raise UnsupportedError(
@@ -241,6 +247,9 @@ class _Flattener:
                     "whose data is not one storage, cannot be stored; convert it to a plain "
                     "tensor first") from None
         dtypes.from_torch(value.dtype, where)
+        return self.tensor_node(value, path)
+
+    def tensor_node(self, value: torch.Tensor, path: KeyPath) -> dict[str, Any]:
         node: dict[str, Any] = {"t": "tensor"}
         if isinstance(value, torch.nn.Parameter):
             node["param"] = True
@@ -303,6 +312,9 @@ class _Flattener:
 
     def assign_group(self, refs: list[_TensorRef]) -> None:
         first = refs[0].tensor
+        if len(refs) == 1 and first.is_contiguous():  # no other view, no overlap: itself
+            refs[0].node["i"] = self.add_leaf(refs[0].path, dtypes.from_torch(first.dtype, ""), first)
+            return
         geometry = {(r.tensor.dtype, r.tensor.storage_offset(), r.tensor.shape, r.tensor.stride())
                     for r in refs}
         covered = sum((n - 1) * s for n, s in zip(first.shape, first.stride()) if n > 0) + 1
