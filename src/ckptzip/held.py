@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .chain import Base
-from .container import LeafInfo
+from .container import Header, LeafInfo
 from .errors import Error
 from .objstore import StorageOptions
 from .parallel import background_executor
@@ -42,6 +42,9 @@ class HeldCheckpoint:
     location: str
     id: str
     tensors: dict[str, np.ndarray]
+    #: The file's parsed header, kept so that the next open of the file (a manager's check of
+    #: its chain, the next delta's base) finds it parsed (``container.parsed_header``).
+    header: Header | None = None
 
     @property
     def nbytes(self) -> int:
@@ -111,7 +114,7 @@ def hold_written_soon(location: str, given: dict[str, Leaf], previous: HeldCheck
     taken = _take_given(location, given, copy=True, threads=threads,
                         storage_options=storage_options)
     if not taken.decode:
-        return HeldCheckpoint(location, taken.file_id, taken.tensors)
+        return HeldCheckpoint(location, taken.file_id, taken.tensors, taken.header)
     # one thread decodes the pending holds, one at a time
     future = background_executor("ckptzip-hold").submit(_decode_rest, taken, previous,
                                                         threads=threads,
@@ -134,6 +137,7 @@ class _Taken:
     leaves: tuple[LeafInfo, ...]
     tensors: dict[str, np.ndarray]
     decode: list[int]
+    header: Header
 
 
 def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: int | None,
@@ -141,7 +145,7 @@ def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: i
     tensors: dict[str, np.ndarray] = {}
     decode: list[int] = []
     with CheckpointFile.open(location, threads=threads, storage_options=storage_options) as written:
-        file_id, base_ref, leaves = written.id, written.header.base, written.leaves
+        header, file_id, base_ref, leaves = written.header, written.id, written.header.base, written.leaves
         for leaf in leaves:
             given_leaf = given.get(leaf.name)
             data = None if given_leaf is None else _exact_bytes(leaf, given_leaf)
@@ -151,7 +155,7 @@ def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: i
                 on_host = given_leaf.tensor.device.type == "cpu"
                 tensors[leaf.name] = data.copy() if copy and on_host else data
     return _Taken(location, file_id, None if base_ref is None else base_ref.id, leaves, tensors,
-                  decode)
+                  decode, header)
 
 
 def _decode_rest(taken: _Taken, previous: HeldCheckpoint | None, *, threads: int | None,
@@ -176,7 +180,7 @@ def _decode_rest(taken: _Taken, previous: HeldCheckpoint | None, *, threads: int
         finally:
             if base is not None:
                 base.close()
-    return HeldCheckpoint(location, taken.file_id, tensors)
+    return HeldCheckpoint(location, taken.file_id, tensors, taken.header)
 
 
 def hold_loaded(location: str, state: Any, *, storage_options: StorageOptions = None
@@ -188,13 +192,13 @@ def hold_loaded(location: str, state: Any, *, storage_options: StorageOptions = 
     leaves = {leaf.name: leaf for leaf in flatten(state)[1]}
     tensors: dict[str, np.ndarray] = {}
     with CheckpointFile.open(location, storage_options=storage_options) as checkpoint:
-        file_id = checkpoint.id
+        file_id, header = checkpoint.id, checkpoint.header
         for info in checkpoint.leaves:
             leaf = leaves.get(info.name)
             if leaf is not None and leaf.dtype == info.dtype and leaf.shape == info.shape:
                 data = leaf.host_bytes()
                 tensors[info.name] = data.copy() if leaf.tensor.device.type == "cpu" else data
-    return HeldCheckpoint(location, file_id, tensors)
+    return HeldCheckpoint(location, file_id, tensors, header)
 
 
 def _exact_bytes(leaf: LeafInfo, given: Leaf) -> np.ndarray | None:

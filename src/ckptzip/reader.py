@@ -17,7 +17,7 @@ import torch
 from . import _native
 from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative, same_file
 from .codecs import TransformContext, undo
-from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_header, parse_prelude
+from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_prelude, parsed_header
 from .dtypes import DType
 from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatError, KeyNotFoundError
 from .objstore import StorageOptions
@@ -65,7 +65,7 @@ class CheckpointFile:
             )
         self.data_start = PRELUDE_SIZE + prelude.header_length
         header_json = load_header(header_bytes, prelude.flags, self.name)
-        self.header: Header = parse_header(header_json, source.size - self.data_start, self.name)
+        self.header: Header = parsed_header(header_json, source.size - self.data_start, self.name)
         self._keys: dict[str, dict[str, Any]] | None = None
 
     @classmethod
