@@ -152,7 +152,8 @@ def resolve_relative(delta: str, location: str) -> str:
 
     The header is untrusted, so it may name a remote base only where the delta itself was read
     from the same place (scheme and host): a local or in-memory file must not make a load reach
-    out to a server of its choosing. Such a base must be passed as ``base=`` explicitly.
+    out to a server of its choosing, nor a remote one make it read local files (an absolute
+    path). Such a base must be passed as ``base=`` explicitly.
     """
     if is_url(location):
         if not (is_url(delta) and _origin(delta) == _origin(location)):
@@ -162,6 +163,12 @@ def resolve_relative(delta: str, location: str) -> str:
                 f"base={location!r}"
             )
         return location
+    if is_url(delta) and os.path.isabs(location):
+        raise BaseMismatchError(
+            f"{delta}: its header names a local base, {location!r}; a delta read from a URL "
+            f"takes its base only from the same place: if you trust that file, pass it as "
+            f"base={location!r}"
+        )
     if os.path.isabs(location) or delta.startswith("<"):
         return location
     if is_url(delta):

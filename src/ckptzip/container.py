@@ -46,7 +46,7 @@ from .errors import (
 )
 from .pipeline import Pipeline
 from .policy import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
-from .tree import Leaf, leaf_names
+from .tree import MAX_DIMS, Leaf, leaf_names
 
 MAGIC = b"\x89CKZ\r\n\x1a\n"
 FORMAT_MAJOR = 1
@@ -55,7 +55,6 @@ PRELUDE = struct.Struct("<8sHHIQII")
 PRELUDE_SIZE = PRELUDE.size  # 32
 #: The smallest stored chunk: every non-empty stream has a header of at least this many bytes.
 MIN_STORED_CHUNK = 1
-MAX_DIMS = 64
 #: A lossy leaf's tensor may be at most this many times larger than the array its chunks hold
 #: (plus this many bytes), so that a header cannot make a transform's decode allocate without bound.
 #: A leaf coded against a base is exempt: the reader checks that the base tensor (real data the

@@ -23,7 +23,7 @@ from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatE
 from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
-from .storage import BytesSource, PathLike, Source, open_source
+from .storage import BytesSource, PathLike, Source, is_url, local_path, open_source
 from .tree import TENSOR_KINDS, check_tree, leaf_refs, tensor_bytes, unflatten, unique_name
 
 # leaf, chunk index, chunk, output slice, base slice (for residuals)
@@ -55,6 +55,8 @@ class CheckpointFile:
         #: How this file's bases on the same store are opened.
         self.storage_options = storage_options
         self._base: Base | None = None
+        #: The files that opened this one as their base, the newest first (a loop check).
+        self._opened_by: tuple[str, ...] = ()
         head = source.read(0, min(PRELUDE_SIZE, source.size))
         prelude = parse_prelude(bytes(head), source.size, self.name)
         header_bytes = bytes(source.read(PRELUDE_SIZE, prelude.header_length))
@@ -144,11 +146,18 @@ class CheckpointFile:
                     f"{path}; put it back beside the delta or pass base=PATH (--base on the command "
                     f"line)"
                 )
+            for link in (*self._opened_by, self.name):
+                if _one_file(path, link):
+                    raise BaseMismatchError(
+                        f"{self.name}: its base {location!r} is {link}, a file of its own chain, "
+                        f"so the chain loops and never loads: the header is damaged or was "
+                        f"crafted; restore the file from another copy")
             try:
                 base = open_base(path, threads=self.threads, storage_options=self.storage_options)
             except Error as exc:
                 raise _in_base(exc, self.name, location) from exc
-            assert base is not None
+            assert isinstance(base, FileBase)
+            base.checkpoint._opened_by = (*self._opened_by, self.name)
         if expected is not None and base.id is not None and base.id != expected:
             found = base.location
             base.close()
@@ -191,8 +200,9 @@ class CheckpointFile:
 
     def _build(self, node: Any, map_location: Any, progress: bool = False) -> Any:
         device = _device(map_location, self.name)  # before any decoding: a device torch lacks
-        wanted = {n.get("i") for _, n in leaf_refs(node)}
-        valid = sorted(i for i in wanted if type(i) is int and 0 <= i < len(self.leaves))
+        # an index of another type (a list, from a damaged header) is the builder's to refuse
+        wanted = {i for _, n in leaf_refs(node) if type(i := n.get("i")) is int}
+        valid = sorted(i for i in wanted if 0 <= i < len(self.leaves))
         decoded = self.read_leaves(valid, progress=progress)
 
         def get_leaf(index: int) -> torch.Tensor:
@@ -444,6 +454,19 @@ def _room_for_chain(depth: int) -> None:
     needed = 1000 + FRAMES_PER_LINK * min(depth, 1024)  # a header's depth is not trusted
     if sys.getrecursionlimit() < needed:
         sys.setrecursionlimit(needed)
+
+
+def _one_file(a: str, b: str) -> bool:
+    """Whether two files of a chain are one (its loop): local ones by inode, whatever their
+    names (links included); URLs normalised (``chain.same_file``); in-memory ones by name."""
+    if a.startswith("<") or b.startswith("<"):
+        return a == b
+    if not (is_url(a) or is_url(b)):
+        try:
+            return os.path.samestat(os.stat(local_path(a)), os.stat(local_path(b)))
+        except OSError:
+            pass
+    return same_file(a, b)
 
 
 def _in_base(exc: Error, delta: str, base: str) -> Error:

@@ -37,6 +37,8 @@ KeyPath = tuple[Any, ...]
 #: Python's default limit on the digits of an int parsed from text (3.11, 3.10.7): a reader's
 #: ``json.loads`` refuses a longer int in a header, so no writer stores one.
 MAX_INT_DIGITS = 4300
+#: The most dims a stored tensor or view may have.
+MAX_DIMS = 64
 
 
 def render_path(path: KeyPath) -> str:
@@ -632,7 +634,8 @@ class _Builder:
         shape = self.ints(node.get("shape"), path, "view shape")
         stride = self.ints(node.get("stride"), path, "view stride")
         offset = node.get("offset")
-        if type(offset) is not int or not 0 <= offset < 1 << 63 or len(shape) != len(stride):
+        if type(offset) is not int or not 0 <= offset < 1 << 63 or len(shape) != len(stride) \
+                or len(shape) > MAX_DIMS or math.prod(shape) >= 1 << 63:
             raise self.fail(path, "bad view geometry")
         reach = offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
         if math.prod(shape) > 0 and reach >= base.numel():
