@@ -455,6 +455,61 @@ def test_a_weight_its_base_does_not_predict_is_kept_exact(mode):
     assert "trained.weight" in lossy and not lossy & {"0.weight", "1.weight", "2.weight"}
 
 
+@pytest.mark.parametrize("mode", LOSSY)
+def test_views_of_one_flat_buffer_stay_exact_and_are_warned_of(mode):
+    """Parameters that are views of one flat buffer (Megatron's, DeepSpeed's 16-bit groups) were
+    one leaf, the buffer, coded as one lossy tensor: a layer trained at a lower rate decoded
+    68x its own update away, with one record for all (session 41's hunt). Such views, and
+    moments held the same way, stay lossless and are named in a warning; the same values
+    saved as copies that share nothing are coded lossy."""
+    from ckptzip.modes import SharedViewsWarning
+
+    generator = torch.Generator().manual_seed(0)
+    shapes = {"embed.weight": (64, 32), "fc.weight": (48, 32), "fc.bias": (48,)}
+
+    def flat_state(values: torch.Tensor, moment: torch.Tensor, step: float) -> dict:
+        views, offset = {}, 0
+        for name, shape in shapes.items():
+            size = math.prod(shape)
+            views[name] = values[offset:offset + size].view(shape)
+            offset += size
+        return {"model": views, "optimizer": {
+            "state": {0: {"step": torch.tensor(step), "exp_avg": moment[:2048].view(64, 32),
+                          "exp_avg_sq": moment[2048:].view(64, 32)}},  # one buffer too
+            "param_groups": [{"params": [0], "betas": (0.9, 0.999)}]}}
+
+    size = sum(math.prod(shape) for shape in shapes.values())
+    values = torch.randn(size, generator=generator)
+    moment = 1e-3 * torch.randn(4096, generator=generator)
+    moment[2048:] = moment[2048:].square()
+    update = 1e-3 * torch.randn(size, generator=generator)
+    update[:2048] *= 1e-3  # the embedding trained at a lower rate
+    base, new = flat_state(values, moment, 1.0), flat_state(values + update, moment * 0.9, 2.0)
+    with pytest.warns(SharedViewsWarning, match=r"views of different shapes.*model.embed.weight"):
+        blob = ckptzip.dumps(new, mode=mode, base=base)
+    decoded = ckptzip.loads(blob, base=base)
+    for name in shapes:
+        assert torch.equal(decoded["model"][name], new["model"][name]), name
+    moments = decoded["optimizer"]["state"][0]
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(moments[key], new["optimizer"]["state"][0][key]), key
+    assert decoded["model"]["fc.weight"].untyped_storage().data_ptr() == \
+        decoded["model"]["embed.weight"].untyped_storage().data_ptr()  # still one buffer
+
+    def copies(state: dict) -> dict:
+        return {"model": {k: v.clone() for k, v in state["model"].items()},
+                "optimizer": {"state": {0: {k: v.clone() for k, v in
+                                            state["optimizer"]["state"][0].items()}},
+                              "param_groups": state["optimizer"]["param_groups"]}}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SharedViewsWarning)
+        warnings.simplefilter("ignore", UnhandledStateWarning)
+        blob = ckptzip.dumps(copies(new), mode=mode, base=copies(base))
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as checkpoint:
+        assert any("error" in leaf.extra for leaf in checkpoint.leaves)
+
+
 def test_command_line_takes_the_contract_options(tmp_path, capsys):
     from ckptzip.cli import main
 

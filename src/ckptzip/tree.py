@@ -59,6 +59,9 @@ class Leaf:
     tensor: torch.Tensor
     #: Other key paths whose values are this leaf (tied weights) or views into it.
     aliases: list[KeyPath] = field(default_factory=list)
+    #: Whether the leaf is the span of one storage that views of different shapes share (the
+    #: parameters of a flat buffer): each comes back as a view of it (``aliases``).
+    shared_views: bool = False
 
     @property
     def numel(self) -> int:
@@ -343,6 +346,7 @@ class _Flattener:
         span = torch.as_strided(first, (end - start,), (1,), start)
         index = self.add_leaf(refs[0].path, dtypes.from_torch(first.dtype, ""), span)
         self.leaves[index].aliases.extend(r.path for r in refs)
+        self.leaves[index].shared_views = len(geometry) > 1
         for r in refs:
             r.node.update(
                 t="view", i=index, offset=r.tensor.storage_offset() - start,

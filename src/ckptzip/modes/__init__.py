@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..policy import LosslessPolicy, Policy
 from .adaptive import AdaptivePolicy
 from .bitsnap import BitsnapPolicy
-from .common import KeepExactWarning, NonFiniteWarning, UnhandledStateWarning
+from .common import KeepExactWarning, NonFiniteWarning, SharedViewsWarning, UnhandledStateWarning
 from .excp import ExcpPolicy
 from .pairing import PairingWarning
 
@@ -51,6 +51,7 @@ __all__ = [
     "KeepExactWarning",
     "NonFiniteWarning",
     "PairingWarning",
+    "SharedViewsWarning",
     "UnhandledStateWarning",
     "policy_for",
     "register_mode",

@@ -85,6 +85,11 @@ class KeepExactWarning(UserWarning):
     """A ``keep_exact`` pattern names no tensor of the state."""
 
 
+class SharedViewsWarning(UserWarning):
+    """Tensors that are views of different shapes into one storage (a flat parameter buffer)
+    stay lossless: a lossy plan bounds and records each tensor's error on its own."""
+
+
 def no_worse(dtype_size: int) -> float:
     """:data:`NO_WORSE`'s factor for a tensor of elements of ``dtype_size`` bytes."""
     return NO_WORSE.get(dtype_size, NO_WORSE_NARROW)
@@ -333,6 +338,7 @@ class JointPolicy(LosslessPolicy):
         plans: dict[int, Encoded | Exact] = {}
         self.resumed = resumed
         self._warn_unhandled(leaves)
+        self._warn_shared_views(leaves)
         candidates = self._candidate_groups(leaves, base)
         surveys = type(self).survey is not JointPolicy.survey
         looked: list[GroupValues | None]
@@ -434,6 +440,22 @@ class JointPolicy(LosslessPolicy):
             known = ", ".join(self.state_roles)
             warnings.warn(f"ckptzip mode {self.mode!r} knows the optimizer states {known} only; "
                           f"these stay lossless: {listed}", UnhandledStateWarning, stacklevel=5)
+
+    def _warn_shared_views(self, leaves: list[Leaf]) -> None:
+        """Warn, naming them, of float tensors kept lossless because they are views of different
+        shapes into one storage: a flat buffer's parameters (Megatron's, DeepSpeed's), or
+        moments held that way."""
+        shared = [leaf for leaf in leaves if leaf.shared_views and leaf.dtype.kind == "float"]
+        if not shared:
+            return
+        names = [render_path(alias) for leaf in shared for alias in leaf.aliases]
+        warnings.warn(
+            f"ckptzip mode {self.mode!r}: {len(names)} tensors are views of different shapes "
+            f"into {len(shared)} shared storage{'s' if len(shared) > 1 else ''} (a flat "
+            f"parameter buffer: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); they "
+            f"stay lossless, since a lossy plan bounds each tensor's error alone. To code them "
+            f"lossy, save copies that share nothing: {{k: v.clone() for k, v in "
+            f"state_dict.items()}}", SharedViewsWarning, stacklevel=5)
 
     def _candidate_groups(self, leaves: list[Leaf], base: Base | None = None) -> list[Group]:
         """The weight groups a lossy plan may code, without the tensors the scope or

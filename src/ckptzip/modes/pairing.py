@@ -206,9 +206,11 @@ def lossy_candidate(leaf: Leaf) -> bool:
     """Whether a lossy mode may code the leaf: a float of 16 or 32 bits (an fp8 tensor is a
     byte an element already, its grid too coarse to round onto another; the modes plan in
     float32, and an fp64 tensor's update below float32's resolution decoded several times its
-    size away) of at least :data:`MIN_LOSSY_ELEMENTS` elements."""
+    size away) of at least :data:`MIN_LOSSY_ELEMENTS` elements, that is one tensor: not the
+    storage several views of different shapes share (a flat parameter buffer's parameters,
+    whose errors a plan of their span would neither bound nor record one by one)."""
     return (leaf.dtype.kind == "float" and 2 <= leaf.dtype.itemsize <= 4
-            and leaf.numel >= MIN_LOSSY_ELEMENTS)
+            and leaf.numel >= MIN_LOSSY_ELEMENTS and not leaf.shared_views)
 
 
 def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mode: str,
