@@ -510,6 +510,45 @@ def test_views_of_one_flat_buffer_stay_exact_and_are_warned_of(mode):
         assert any("error" in leaf.extra for leaf in checkpoint.leaves)
 
 
+@pytest.mark.parametrize("mode", LOSSY)
+@pytest.mark.parametrize("flat", [False, True], ids=["nested", "flat keys"])
+def test_an_exp_avg_without_exp_avg_sq_is_no_adam_moment(mode, flat):
+    """Lion keeps its momentum as ``exp_avg`` alone and steps by its sign: coded as Adam's first
+    moment (and Lion's betas read as Adam's), 18-29% of the next step's signs flipped (session
+    41's hunt). With no ``exp_avg_sq`` beside it, it stays lossless, named in the warning; the
+    weights are still coded lossy, and an Adam entry beside it keeps its lossy first moment."""
+    generator = torch.Generator().manual_seed(0)
+    weights = {"a": torch.randn(64, 32, generator=generator),
+               "b": torch.randn(64, 32, generator=generator)}
+
+    def state(scale: float) -> dict:
+        model = {k: v + scale * 1e-3 * torch.ones_like(v) for k, v in weights.items()}
+        lion = {"step": torch.tensor(scale), "exp_avg": scale * 1e-2 * weights["a"]}
+        adam = {"step": torch.tensor(scale), "exp_avg": scale * 1e-2 * weights["b"],
+                "exp_avg_sq": scale * 1e-4 * weights["b"].square()}
+        if flat:  # torch.distributed.checkpoint's flat keys
+            items = {f"optim.state.a.{k}": v for k, v in lion.items()}
+            items |= {f"optim.state.b.{k}": v for k, v in adam.items()}
+            return {**{f"model.{k}": v for k, v in model.items()}, **items}
+        return {"model": model, "optimizer": {
+            "state": {0: lion, 1: adam},
+            "param_groups": [{"params": [0, 1], "betas": (0.9, 0.99), "lr": 1e-3}]}}
+
+    base, new = state(1.0), state(2.0)
+    with pytest.warns(UnhandledStateWarning, match="exp_avg without exp_avg_sq"):
+        blob = ckptzip.dumps(new, mode=mode, base=base)
+    decoded = ckptzip.loads(blob, base=base)
+    if flat:
+        assert torch.equal(decoded["optim.state.a.exp_avg"], new["optim.state.a.exp_avg"])
+    else:
+        lion = decoded["optimizer"]["state"][0]["exp_avg"]
+        assert torch.equal(lion, new["optimizer"]["state"][0]["exp_avg"])
+    with ckptzip.CheckpointFile(ckptzip.storage.BytesSource(blob)) as checkpoint:
+        lossy = {leaf.name for leaf in checkpoint.leaves if "error" in leaf.extra}
+    adam_m = "optim.state.b.exp_avg" if flat else "optimizer.state.1.exp_avg"
+    assert adam_m in lossy and not any(name.endswith(("a.exp_avg", "0.exp_avg")) for name in lossy)
+
+
 def test_command_line_takes_the_contract_options(tmp_path, capsys):
     from ckptzip.cli import main
 

@@ -43,6 +43,7 @@ from .pairing import (
     Group,
     group_state,
     in_optimizer_state,
+    lone_first_moments,
     lossy_candidate,
     optimizer_entries,
     optimizer_state_key,
@@ -427,11 +428,14 @@ class JointPolicy(LosslessPolicy):
         lossless."""
         unknown: dict[str, list[str]] = {}
         entries = optimizer_entries(leaves)
-        for leaf in leaves:
+        lone = lone_first_moments(leaves)
+        for index, leaf in enumerate(leaves):
             key = optimizer_state_key(leaf)
             if key is None and in_optimizer_state(leaf, entries):  # a key no mode knows
                 flat = FLAT_STATE.match(str(leaf.path[-1]))
                 key = flat["key"] if len(leaf.path) == 1 and flat else str(leaf.path[-1])
+            if index in lone:
+                key = "exp_avg without exp_avg_sq (not Adam's: Lion's momentum?)"
             if key is not None and key not in self.state_roles and lossy_candidate(leaf):
                 unknown.setdefault(key, []).append(leaf.name)
         if unknown:

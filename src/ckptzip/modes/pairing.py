@@ -171,6 +171,26 @@ def optimizer_state_key(leaf: Leaf) -> str | None:
     return None if flat is None else flat["key"]
 
 
+def lone_first_moments(leaves: list[Leaf]) -> set[int]:
+    """The ``exp_avg`` leaves with no ``exp_avg_sq`` beside them in their optimizer's entry: no
+    Adam first moment (Lion keeps its momentum under that key alone, and steps by its sign, which
+    a first moment's coding flipped in 18-29% of the elements), so no mode's moment."""
+    paths = {path for leaf in leaves for path in (leaf.path, *leaf.aliases)}
+    lone: set[int] = set()
+    for index, leaf in enumerate(leaves):
+        if optimizer_state_key(leaf) != "exp_avg":
+            continue
+        flat = _flat_state(leaf)
+        if flat is not None:  # optim.state.<name>.exp_avg@<offsets>
+            key = str(leaf.path[0])
+            sibling: tuple[object, ...] = (key[:flat.start("key")] + "exp_avg_sq" + key[flat.end("key"):],)
+        else:
+            sibling = (*leaf.path[:-1], "exp_avg_sq")
+        if sibling not in paths:
+            lone.add(index)
+    return lone
+
+
 def optimizer_entries(leaves: list[Leaf]) -> frozenset[tuple[object, ...]]:
     """The per-parameter entries of optimizer states keyed by parameter name: the paths
     ``(..., "state", name)``, or a flat key's ``(root, name)``, under which some leaf has a key
@@ -223,9 +243,10 @@ def group_state(leaves: list[Leaf], pairing: Mapping[str, int | str] | None, mod
     parameter groups (:func:`param_group_runs`), by its root path (see :func:`_by_order`)."""
     states: dict[int | str, Group] = {}
     roots: set[tuple[object, ...]] = set()
+    lone = lone_first_moments(leaves)
     for index, leaf in enumerate(leaves):
         found = _moment_of(leaf, roles)
-        if found is None or not lossy_candidate(leaf):
+        if found is None or not lossy_candidate(leaf) or index in lone:
             continue
         root, param_id, moment = found
         roots.add(root)
