@@ -458,7 +458,15 @@ def cmd_decompress(args: argparse.Namespace, say: Reporter) -> int:
             state = ckpt.load(progress=args.quiet == 0)
             say.tensors(ckpt)
         if kind == "safetensors":
-            write_safetensors(state, source, out, storage_options(args), _permissions(src))
+            # asked for by name: a damaged stored layout gives way to a fresh one (said below);
+            # as the file's own format, the original bytes or an error
+            advice = (f"decompress {src} with --to safetensors for the same tensors in a fresh "
+                      f"layout, or with --to pt")
+            original = write_safetensors(state, source, out, storage_options(args), _permissions(src),
+                                         if_damaged=None if args.to == "safetensors" else advice)
+            if not original and source.get("kind") == "safetensors":
+                say.info(f"{src}: the safetensors layout stored in it is damaged; {out} holds the "
+                         f"same tensors in a fresh layout, not the original file's bytes")
         elif kind == "dir":
             write_directory(state, source, out)
         else:
@@ -606,7 +614,8 @@ def cmd_flatten(args: argparse.Namespace, say: Reporter) -> int:
 
 def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
     """The bases a checkpoint needs, nearest first, as far as they can be found: up to one
-    that is missing, not followed, or another file than the one named (an id mismatch)."""
+    that is missing, not followed, unreadable (damaged, not a .ckz) or another file than the
+    one named (an id mismatch)."""
     chain: list[dict[str, Any]] = []
     name, ref = ckpt.name, ckpt.header.base
     while ref is not None and len(chain) < 10_000:
@@ -624,14 +633,25 @@ def chain_of(ckpt: CheckpointFile) -> list[dict[str, Any]]:
         if not base_exists(path):
             entry["status"] = "missing"
             break
-        with CheckpointFile.open(path, storage_options=ckpt.storage_options) as base:
-            if base.id != ref.id:
-                entry["status"] = f"id mismatch ({base.id})"
-                break  # another file than the base: what it names says nothing of the chain
-            entry["status"] = "ok"
-            entry["depth"] = base.chain_depth
-            name, ref = base.name, base.header.base
+        try:
+            with CheckpointFile.open(path, storage_options=ckpt.storage_options) as base:
+                if base.id != ref.id:
+                    entry["status"] = f"id mismatch ({base.id})"
+                    break  # another file than the base: what it names says nothing of the chain
+                depth, name, ref = base.chain_depth, base.name, base.header.base
+        except Error as exc:  # the link is listed as broken, as a missing one is
+            entry["status"] = f"unreadable: {str(exc).removeprefix(f'{path}: ')}"
+            break
+        entry["status"] = "ok"
+        entry["depth"] = depth
     return chain
+
+
+def _format_version(version: Any) -> str:
+    """The header's format version, ``[1, 0]`` as ``1.0``; anything else as the JSON it is."""
+    if isinstance(version, list):
+        return ".".join(map(str, version))
+    return json.dumps(version)
 
 
 def _error_summary(error: Any) -> str:
@@ -691,7 +711,7 @@ def cmd_inspect(args: argparse.Namespace, say: Reporter) -> int:
         if args.json:
             print(json.dumps({**summary, "leaves": rows}, indent=2))
             return
-        print(f"{src}: ckz format {'.'.join(map(str, summary['format'] or []))}, "
+        print(f"{src}: ckz format {_format_version(summary['format'])}, "
               f"{summary['creator']}, mode {summary['mode']}, id {summary['id']}")
         if summary["metadata"]:
             print(f"metadata: {json.dumps(summary['metadata'])}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
+import io
 import json
 import os
 import secrets
@@ -22,7 +24,7 @@ from typing import IO, Any
 
 import torch
 
-from .errors import Error, UnsupportedError
+from .errors import Error, FormatError, UnsupportedError
 from .objstore import StorageOptions
 from .storage import atomic_write, directory_mode, is_url, remove_temp, temp_prefix
 
@@ -167,6 +169,11 @@ def flat_tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
 
     def walk(value: Any, prefix: str) -> None:
         if isinstance(value, torch.Tensor):
+            if prefix in flat:  # {"a": {"b": x}} beside {"a.b": y}: one would be lost
+                raise UnsupportedError(
+                    f"{where}: two tensors are named {prefix!r} once their keys are joined "
+                    f"with dots, and safetensors holds one name once; decompress with --to pt"
+                )
             flat[prefix] = value
         elif isinstance(value, dict):
             for key, child in value.items():
@@ -184,21 +191,43 @@ def flat_tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
     return flat
 
 
+#: What to do when a file's stored safetensors layout is damaged (the command line's words).
+FRESH_LAYOUT_ADVICE = ("decompress with --to safetensors for the same tensors in a fresh layout, "
+                       "or with --to pt")
+
+
 def write_safetensors(state: Any, source: dict[str, Any], path: str,
-                      storage_options: StorageOptions = None, mode: int | None = None) -> None:
-    """Write tensors as safetensors; reproduce the original file exactly when its header is
-    known and still describes these tensors."""
+                      storage_options: StorageOptions = None, mode: int | None = None, *,
+                      if_damaged: str | None = FRESH_LAYOUT_ADVICE) -> bool:
+    """Write tensors as safetensors; returns whether it is the original file's layout.
+
+    A state compressed from a safetensors file gets that file back byte for byte: its stored
+    header is replayed once it is checked to describe exactly these tensors
+    (:func:`_stored_layout`). A stored layout that does not is damaged: a FormatError that ends
+    with ``if_damaged`` (what to do), never a different file than the original; with
+    ``if_damaged=None`` (the user asked for safetensors, not for the original) the tensors get
+    a fresh layout instead."""
     tensors = flat_tensors(state, path)
-    header_text = source.get("header") if source.get("kind") == "safetensors" else None
-    if isinstance(header_text, str) and _write_original_layout(tensors, header_text, path,
-                                                               storage_options, mode):
-        return
+    if source.get("kind") == "safetensors":
+        try:
+            raw_header, order = _stored_layout(tensors, source.get("header"))
+        except ValueError as exc:
+            if if_damaged is not None:
+                raise FormatError(
+                    f"{path}: cannot be restored byte for byte: the safetensors layout stored for "
+                    f"it in the checkpoint is damaged ({exc}); {if_damaged}") from None
+        else:
+            _write_layout(tensors, raw_header, order, path, storage_options, mode)
+            return True
     from safetensors.torch import save
 
-    meta = source.get("metadata") if isinstance(source.get("metadata"), dict) else None
-    data = save({k: _dense(v, k, path) for k, v in tensors.items()}, metadata=meta)
+    dense = {k: _dense(v, k, path) for k, v in tensors.items()}
+    _refuse_what_safetensors_cannot_hold(dense, path)
+    meta = source.get("metadata")
+    data = save(dense, metadata=meta if _is_text_map(meta) else None)
     with atomic_write(path, storage_options, mode) as handle:
         handle.write(data)
+    return False
 
 
 def _dense(tensor: torch.Tensor, name: str, path: str) -> torch.Tensor:
@@ -219,44 +248,189 @@ _ST_DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
     "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
     "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "F8_E4M3FNUZ": torch.float8_e4m3fnuz, "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
     "F8_E8M0": torch.float8_e8m0fnu,
     "C64": torch.complex64, "F4": torch.float4_e2m1fn_x2,
 }
 #: Dtypes whose torch tensor packs several of the header's elements into one: safetensors'
 #: shape counts the elements, torch's the packed bytes (the last dimension).
 _ST_PACKED = {"F4": 2}
+#: The torch dtypes a safetensors file can hold (safetensors' save fails on the others).
+_ST_WRITABLE = frozenset(_ST_DTYPES.values())
 
 
-def _write_original_layout(tensors: dict[str, torch.Tensor], header_text: str, path: str,
-                           storage_options: StorageOptions = None,
-                           mode: int | None = None) -> bool:
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    """``a, b, c`` or ``a, b, c and 4 more``: names for a message."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _is_text_map(value: Any) -> bool:
+    """Whether ``value`` is what safetensors' metadata must be: a dict of str to str."""
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+def _counts(value: Any, length: int | None = None) -> bool:
+    """Whether ``value`` is a list of whole numbers from 0 (of ``length`` of them, if given):
+    a shape or a pair of offsets (JSON's 4.0 or true are not)."""
+    return (isinstance(value, list) and (length is None or len(value) == length)
+            and all(type(n) is int and n >= 0 for n in value))
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key given twice is refused (which of the two would a reader take?)."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"its header names {twice!r} twice")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"its header holds {name}, which is not JSON")
+
+
+def _stored_layout(tensors: dict[str, torch.Tensor], header_text: Any) -> tuple[bytes, list[str]]:
+    """The stored safetensors header's bytes and the tensors' names in the order of their data,
+    once the header is checked to describe exactly ``tensors``: the same names, each entry's
+    dtype and shape the tensor's, and data offsets that tile the data from byte 0, each tensor's
+    span its size, without gaps or overlaps (what safetensors itself demands of a file). A
+    ValueError saying what is wrong otherwise: the header is not trusted."""
+    if not isinstance(header_text, str):
+        raise ValueError(f"its header is a {type(header_text).__name__}, not JSON text")
+    raw_header = header_text.encode("utf-8")
+    if len(raw_header) > MAX_SAFETENSORS_HEADER:
+        raise ValueError(f"its header takes {len(raw_header):,} bytes, more than safetensors reads")
     try:
-        header = json.loads(header_text)
-    except ValueError:
-        return False
-    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+        header = json.loads(header_text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("its header nests too deeply") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
+    metadata = header.get("__metadata__")
+    if metadata is not None and not _is_text_map(metadata):
+        raise ValueError("its __metadata__ is not a mapping of strings to strings")
+    entries = {name: entry for name, entry in header.items() if name != "__metadata__"}
     if set(entries) != set(tensors):
-        return False
-    data_size = 0
+        extra, missing = sorted(set(entries) - set(tensors)), sorted(set(tensors) - set(entries))
+        raise ValueError("; ".join(
+            [f"it names tensors the checkpoint does not hold: {_few(extra)}"] * bool(extra)
+            + [f"it lacks tensors the checkpoint holds: {_few(missing)}"] * bool(missing)))
+    spans: list[tuple[int, int, str]] = []
     for name, entry in entries.items():
         tensor = tensors[name]
-        begin, end = entry["data_offsets"]
-        shape = list(tensor.shape)
-        if shape and entry["dtype"] in _ST_PACKED:
-            shape[-1] *= _ST_PACKED[entry["dtype"]]
-        if (_ST_DTYPES.get(entry["dtype"]) != tensor.dtype or shape != entry["shape"]
-                or end - begin != tensor.numel() * tensor.element_size()):
-            return False
-        data_size = max(data_size, end)
-    raw_header = header_text.encode("utf-8")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{name}: its entry is a {type(entry).__name__}, not an object")
+        dtype, shape = entry.get("dtype"), entry.get("shape")
+        offsets: Any = entry.get("data_offsets")
+        if not isinstance(dtype, str) or _ST_DTYPES.get(dtype) != tensor.dtype:
+            raise ValueError(f"{name}: dtype {dtype!r}, not the tensor's {_dtype_name(tensor.dtype)}")
+        expected = list(tensor.shape)
+        if expected and dtype in _ST_PACKED:
+            expected[-1] *= _ST_PACKED[dtype]
+        if not _counts(shape) or shape != expected:
+            raise ValueError(f"{name}: shape {shape!r}, not the tensor's {expected}")
+        size = tensor.numel() * tensor.element_size()
+        if not _counts(offsets, 2) or offsets[1] - offsets[0] != size:
+            raise ValueError(f"{name}: data_offsets {offsets!r}, not a span of the tensor's "
+                             f"{size:,} bytes")
+        spans.append((offsets[0], offsets[1], name))
+    spans.sort()
+    end = 0
+    for begin, finish, name in spans:
+        if begin != end:
+            raise ValueError(f"{name}: its data starts at byte {begin:,}, not at {end:,}, where "
+                             f"the data before it ends (a gap or an overlap)")
+        end = finish
+    return raw_header, [name for _, _, name in spans]
+
+
+def _write_layout(tensors: dict[str, torch.Tensor], raw_header: bytes, order: list[str], path: str,
+                  storage_options: StorageOptions = None, mode: int | None = None) -> None:
+    """A safetensors file of ``raw_header`` and the tensors' bytes, one after another in
+    ``order`` (:func:`_stored_layout` checked that they tile the data so)."""
     with atomic_write(path, storage_options, mode) as handle:
         handle.write(struct.pack("<Q", len(raw_header)) + raw_header)
-        handle.truncate(8 + len(raw_header) + data_size)
-        for name, entry in entries.items():
-            handle.seek(8 + len(raw_header) + entry["data_offsets"][0])
-            flat = tensors[name].contiguous().reshape(-1)
-            handle.write(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        for name in order:
+            flat = _dense(tensors[name], name, path).reshape(-1)
+            if flat.numel():
+                handle.write(flat.view(torch.uint8).numpy().data)
+
+
+def _refuse_what_safetensors_cannot_hold(tensors: dict[str, torch.Tensor], path: str) -> None:
+    """An UnsupportedError naming the tensors safetensors' save would fail on: a dtype it has
+    no name for, or memory two of them share (tied weights: safetensors stores each name's
+    bytes once and refuses aliases)."""
+    foreign = [(name, t.dtype) for name, t in tensors.items() if t.dtype not in _ST_WRITABLE]
+    if foreign:
+        what = _few([f"{name} ({_dtype_name(dtype)})" for name, dtype in foreign])
+        advice = ("decompress with --to pt, which keeps every dtype"
+                  if all(_torch_saves(dtype) for _, dtype in foreign) else
+                  "torch.save cannot store it either: read the checkpoint in Python with "
+                  "ckptzip.load")
+        raise UnsupportedError(f"{path}: safetensors has no dtype for {what}; {advice}")
+    shared = _sharing_memory(tensors)
+    if shared:
+        pairs = _few([f"{first} and {second}" for first, second in shared])
+        raise UnsupportedError(
+            f"{path}: {pairs} share memory (tied weights), which a safetensors file cannot "
+            f"hold, and dropping a name would lose it; decompress with --to pt, which keeps "
+            f"them shared")
+
+
+def _sharing_memory(tensors: dict[str, torch.Tensor]) -> list[tuple[str, str]]:
+    """Pairs of the (contiguous) ``tensors`` whose bytes overlap, as tied weights' do."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
+                   for name, t in tensors.items() if t.numel() and t.data_ptr())
+    pairs: list[tuple[str, str]] = []
+    reach, holder = 0, ""
+    for start, end, name in spans:
+        if start < reach:
+            pairs.append((holder, name))
+        if end > reach:
+            reach, holder = end, name
+    return pairs
+
+
+@functools.cache
+def _torch_saves(dtype: torch.dtype) -> bool:
+    """Whether torch.save can store a tensor of ``dtype`` (it has no storage type for the
+    sub-byte ints, uint1 to uint7 and int1 to int7, and fails with a KeyError)."""
+    try:
+        torch.save(torch.empty(0, dtype=dtype), io.BytesIO())
+    except KeyError:
+        return False
+    except Exception:  # no empty tensor of it to try (a quantized dtype): not this failure
+        return True
     return True
+
+
+def _refuse_what_torch_cannot_save(state: Any, path: str) -> None:
+    """An UnsupportedError naming the tensors of ``state`` whose dtype torch.save cannot store."""
+    found: list[str] = []
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, torch.Tensor):
+            if not _torch_saves(value.dtype):
+                found.append(f"{prefix or '<root>'} ({_dtype_name(value.dtype)})")
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                walk(child, f"{prefix}.{key}" if prefix else str(key))
+        elif isinstance(value, (list, tuple)):
+            for i, child in enumerate(value):
+                walk(child, f"{prefix}.{i}" if prefix else str(i))
+
+    walk(state, "")
+    if found:
+        raise UnsupportedError(f"{path}: torch.save has no storage type for {_few(found)}, so no "
+                               f"torch.save file can hold it; read the checkpoint in Python with "
+                               f"ckptzip.load")
 
 
 class _Watched:
@@ -314,7 +488,9 @@ def _real_failure(exc: BaseException, watched: _Watched) -> BaseException | None
 def write_torch(state: Any, path: str, storage_options: StorageOptions = None,
                 mode: int | None = None) -> None:
     """``torch.save`` to ``path``, atomically; a full disk or a size limit is the ckptzip Error
-    that ``atomic_write`` makes of its OSError, and an interrupt stays one."""
+    that ``atomic_write`` makes of its OSError, and an interrupt stays one; a dtype it has no
+    storage type for is an UnsupportedError naming the tensor, before anything is written."""
+    _refuse_what_torch_cannot_save(state, path)
     with atomic_write(path, storage_options, mode) as handle:
         watched = _Watched(handle)
         try:
@@ -365,12 +541,17 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
             file = _inside_output(fresh, rel, path)
             _make_folder(os.path.dirname(file))
             kind = kinds.get(rel, {})
-            kind = kind if isinstance(kind, dict) else {}
             if isinstance(content, bytes):
                 with atomic_write(file) as handle:
                     handle.write(content)
-            elif kind.get("kind") == "safetensors":
-                write_safetensors(content, kind, file)
+                continue
+            if not isinstance(kind, dict) or (source.get("kind") == "directory"
+                                              and kind.get("kind") not in ("safetensors", "torch")):
+                raise FormatError(f"{file}: the checkpoint's header gives its kind as {kind!r}, "
+                                  f"not a safetensors or a torch.save file's: it is damaged; "
+                                  f"{_WHOLE_STATE_ADVICE}")
+            if kind.get("kind") == "safetensors":
+                write_safetensors(content, kind, file, if_damaged=_WHOLE_STATE_ADVICE)
             else:
                 write_torch(content, file)
         with contextlib.suppress(OSError):  # mkdtemp makes 0700: a plain mkdir's mode instead
@@ -384,6 +565,10 @@ def write_directory(state: Any, source: dict[str, Any], path: str) -> None:
         raise
 
 
+#: What to do when a directory's header is damaged: its files' contents as one torch.save file.
+_WHOLE_STATE_ADVICE = "decompress with --to pt for every file's contents in one torch.save file"
+
+
 def _make_folder(folder: str) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
@@ -395,7 +580,12 @@ def _make_folder(folder: str) -> None:
 
 def _inside_output(fresh: str, rel: Any, path: str) -> str:
     """Where the header's relative name ``rel`` goes under ``fresh``; a name that would reach
-    outside it (absolute, empty parts, ``.`` or ``..``: the header is not trusted) is refused."""
+    outside it (absolute, empty parts, ``.`` or ``..``: the header is not trusted) is refused,
+    and so is one that no file name can be (a NUL in it)."""
+    if isinstance(rel, str) and "\x00" in rel:
+        raise FormatError(f"{path}: the checkpoint's header names a file or directory {rel!r}, "
+                          f"with a NUL character, which no file name can hold: it is damaged; "
+                          f"{_WHOLE_STATE_ADVICE}")
     parts = rel.split("/") if isinstance(rel, str) else []
     if not parts or os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
         raise Error(f"{path}: refusing to write outside the output directory: {rel!r}")
