@@ -35,6 +35,7 @@ from ..policy import DEFAULT_CHUNK_BYTES, Encoded, Exact
 from ..reader import FileBase
 from ..tree import Leaf
 from .common import (
+    NO_WORSE,
     GroupValues,
     JointPolicy,
     by_task,
@@ -47,7 +48,6 @@ from .common import (
     finished,
     group_bytes,
     magnitude,
-    no_worse,
     role_of,
 )
 
@@ -146,7 +146,7 @@ class BitsnapPolicy(JointPolicy):
         del delta  # stored: on a device the decoding below is the group's peak
         decoded = undo(stages, array, context)  # what a reader will decode
         update, error = distance(leaf.tensor, w_base), distance(decoded, leaf.tensor)
-        bound = no_worse(leaf.dtype.itemsize) * update
+        bound = NO_WORSE * update
         rel_delta = delta_error(error, update)
         extra: dict[str, Any] = {
             "error": error_record(leaf.tensor, decoded, kept=kept, rel_delta=rel_delta, bound=bound,

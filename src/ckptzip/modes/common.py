@@ -57,11 +57,13 @@ from .pairing import (
 SCOPES = ("floats", "optimized")
 #: Each lossy tensor's header records a ``bound`` on its error that the encoder checked against
 #: what a reader decodes. Where a mode promises nothing tighter, the bound is that coding never
-#: does worse than storing nothing (the update not stored, or the moment zero), up to the
-#: rounding of the tensor's own dtype on decoding: a value rounded to the nearest representable
-#: one is at most twice as far from the true one as the value before rounding.
-NO_WORSE = {4: 1 + 2**-9, 8: 1 + 2**-9}
-NO_WORSE_NARROW = 2 + 2**-8
+#: does worse than storing nothing (the update not stored, or the moment zero), whatever the
+#: tensor's dtype: storing nothing decodes to the base or to zeros, which every dtype holds
+#: exactly, so the rounding of a 16-bit tensor is no excuse (an allowance of twice the norm for
+#: it let a bf16 second moment decode 1.025x farther than zeros; tightening it cost 14-47 bytes
+#: of 8-76 MB on a bf16 run: docs/journal/results/s41/bf16_allowance.txt). The factor's slack
+#: is for the norms' own rounding.
+NO_WORSE = 1 + 2**-9
 #: A group planned on its own numbers the leaves it adds (a change mask, low-rank factors)
 #: provisionally, from a range of this many below this index; :func:`_renumber` gives them
 #: their final indices, after the state's own leaves, in group order.
@@ -89,11 +91,6 @@ class KeepExactWarning(UserWarning):
 class SharedViewsWarning(UserWarning):
     """Tensors that are views of different shapes into one storage (a flat parameter buffer)
     stay lossless: a lossy plan bounds and records each tensor's error on its own."""
-
-
-def no_worse(dtype_size: int) -> float:
-    """:data:`NO_WORSE`'s factor for a tensor of elements of ``dtype_size`` bytes."""
-    return NO_WORSE.get(dtype_size, NO_WORSE_NARROW)
 
 
 def round_up(value: float) -> float:
@@ -821,7 +818,7 @@ def finish_decoded(
     update = distance(reference, base) if residual and base is not None else None
     norm = magnitude(reference)  # the default bound's and the record's
     if bound is None:
-        bound = no_worse(leaf.dtype.itemsize) * (norm if update is None else update)
+        bound = NO_WORSE * (norm if update is None else update)
     if update is not None:  # a residual against a base
         more["rel_delta"] = delta_error(error, update)
     record = error_record(reference, decoded, bound=bound, error=error, update=update, norm=norm,
