@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,84 @@ def test_golden_lossy_file_decodes_to_the_bits_its_writer_decoded(path: Path) ->
     assert sorted(actual) == sorted(expected)
     for name in expected:
         assert_identical(expected[name], actual[name], name)
+
+
+# -- files of a newer ckptzip within format 1.0 (session 41's upgrade hunt) ------------------------
+
+
+def _rewrite(path: Path, change: Any) -> None:
+    """``path`` with ``change(header, data)`` applied, its checksums valid again (as a newer
+    writer's file would be)."""
+    from ckptzip.container import PRELUDE_SIZE, load_header, pack_prelude
+
+    blob = path.read_bytes()
+    flags, length = struct.unpack_from("<IQ", blob, 12)
+    header = json.loads(load_header(blob[PRELUDE_SIZE:PRELUDE_SIZE + length], flags, "t"))
+    data = bytearray(blob[PRELUDE_SIZE + length:])
+    change(header, data)
+    raw = json.dumps(header).encode()
+    path.write_bytes(pack_prelude(raw) + raw + bytes(data))
+
+
+def _newer_codec(header: dict, data: bytearray) -> None:
+    header["pipelines"][header["leaves"][0]["pipeline"]] = [{"id": "a-codec-of-2030"}]
+
+
+def _newer_node(header: dict, data: bytearray) -> None:
+    header["tree"]["o"]["extra"] = {"t": "a-node-of-2030"}
+
+
+def _newer_stream(header: dict, data: bytearray) -> None:
+    from ckptzip import _native
+
+    leaf = header["leaves"][0]
+    length = leaf["chunks"][0][0]
+    data[leaf["offset"]] = 0x7F  # a stream format byte no reader knows yet
+    leaf["chunks"][0][1] = _native.crc32c(bytes(data[leaf["offset"]:leaf["offset"] + length]))
+
+
+@pytest.mark.parametrize("change", [_newer_codec, _newer_node, _newer_stream],
+                         ids=["codec", "tree node", "stream format"])
+def test_what_a_newer_writer_adds_is_a_version_error_not_damage(tmp_path: Path, change: Any) -> None:
+    """A codec, a tree node type or a stream format a newer ckptzip adds within format 1.0 asks
+    for an upgrade (VersionError); a stream's unknown format byte under a checksum that holds
+    said "the file is damaged; restore it from another copy" of a good checkpoint."""
+    path = tmp_path / "new.ckz"
+    ckptzip.save({"w": torch.linspace(-1, 1, 4096)}, path)
+    _rewrite(path, change)
+    with pytest.raises(ckptzip.VersionError, match="newer ckptzip") as caught:
+        ckptzip.open(path).load()
+    assert "damaged" not in str(caught.value)
+
+
+@pytest.mark.parametrize("change", [_newer_codec, _newer_stream], ids=["codec", "stream format"])
+def test_a_manager_never_drops_or_overwrites_what_a_newer_ckptzip_wrote(tmp_path: Path,
+                                                                       change: Any) -> None:
+    """Retention kept the bases of a .ckz a newer ckptzip wrote only for a newer format version:
+    a file with a newer codec passed for damaged, depending on nothing, and its base was deleted.
+    restore() fell back past a newer step file, which the next save replaced."""
+    from ckptzip.manager import CheckpointManager, step_file
+
+    def state(step: int) -> dict[str, Any]:  # a few elements change: deltas code against a base
+        w = torch.linspace(-1, 1, 4096)
+        w[::97] += step
+        return {"w": w}
+
+    with CheckpointManager(tmp_path, keep_last=1, keyframe_every=1) as manager:  # no chains
+        manager.save(0, state(0))
+        manager.wait()
+        ckptzip.save(state(5), tmp_path / "best.ckz", base=tmp_path / step_file(0))
+        with ckptzip.open(tmp_path / "best.ckz") as best:
+            assert best.header.base is not None
+        _rewrite(tmp_path / "best.ckz", change)
+        for step in (10, 20):
+            manager.save(step, state(step))
+        manager.wait()
+    assert (tmp_path / step_file(0)).exists()  # best.ckz may load from it with a newer ckptzip
+    _rewrite(tmp_path / step_file(20), change)
+    written = (tmp_path / step_file(20)).read_bytes()
+    with CheckpointManager(tmp_path) as manager:
+        with pytest.raises(ckptzip.VersionError, match="upgrade ckptzip"):
+            manager.restore()
+        assert torch.equal(manager.restore(0)["w"], state(0)["w"])  # asked for: it goes on
+    assert (tmp_path / step_file(20)).read_bytes() == written

@@ -21,7 +21,8 @@ class FormatError(Error, ValueError):
 
 
 class VersionError(FormatError):
-    """A ``.ckz`` written by a newer format version than this ckptzip can read."""
+    """A ``.ckz`` written by a newer ckptzip than this one can read: a newer format version, or
+    a codec, tree node or stream format a newer writer added within the same format version."""
 
 
 class CorruptError(FormatError):

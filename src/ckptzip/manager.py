@@ -498,10 +498,17 @@ class CheckpointManager:
 
     def _refuse_unreadable_after(self, step: int) -> None:
         """Raise where a newer step file than ``step`` cannot be read now (no permission, an I/O
-        error), as opposed to damaged: falling back past an intact checkpoint would let the
-        resumed run's next saves replace it (hold the lock)."""
+        error) or was written by a newer ckptzip, as opposed to damaged: falling back past an
+        intact checkpoint would let the resumed run's next saves replace it (hold the lock)."""
         for _, path in reversed(self._files_after(step)):
             found = self._load_header(path)
+            if isinstance(found, VersionError):
+                raise VersionError(
+                    f"{self.directory}: {self._name(path)} is newer than step {step}, the newest "
+                    f"this ckptzip restores, and was written by a newer ckptzip ({found}); "
+                    f"upgrade ckptzip (pip install -U ckptzip) to restore it, or restore({step}) "
+                    f"explicitly to go on from there (its next saves may replace "
+                    f"{self._name(path)})")
             if isinstance(found, Error) and not isinstance(found, FormatError):
                 raise Error(f"{self.directory}: {self._name(path)} is newer than step {step}, the "
                             f"newest that restores, but cannot be read now ({found}); fix that "

@@ -19,7 +19,15 @@ from .chain import Base, BaseTensor, MemoryBase, base_exists, resolve_relative, 
 from .codecs import TransformContext, undo
 from .container import PRELUDE_SIZE, ChunkRef, Header, LeafInfo, load_header, parse_prelude, parsed_header
 from .dtypes import DType
-from .errors import BaseMismatchError, ConfigError, CorruptError, Error, FormatError, KeyNotFoundError
+from .errors import (
+    BaseMismatchError,
+    ConfigError,
+    CorruptError,
+    Error,
+    FormatError,
+    KeyNotFoundError,
+    VersionError,
+)
 from .objstore import StorageOptions
 from .parallel import ordered_map, resolve_threads, task_bytes
 from .progress import Progress
@@ -371,6 +379,12 @@ class CheckpointFile:
         leaf, k, _, _, base = jobs[position]
         if what == 0:
             raise self._damaged(leaf, k, "stored bytes fail their checksum")
+        if what == 1 and message.startswith(NEWER_STREAM):  # its stored checksum held
+            chunk = leaf.chunks[k]
+            raise VersionError(
+                f"{self.name}: tensor {leaf.name!r}, chunk {k} (data bytes {chunk.offset}+"
+                f"{chunk.length}): {message}, and its checksum holds: a newer ckptzip wrote it; "
+                f"upgrade ckptzip (pip install -U ckptzip) to read it")
         self._fail(leaf, self._damaged(leaf, k, message if what == 1
                                        else "decoded bytes fail their checksum"), base)
 
@@ -443,6 +457,9 @@ class CheckpointFile:
         )
 
 
+#: How the native decoders' message begins for a stream whose format byte they do not know
+#: (core/stream.c, core/ctx_decode.c): in a chunk whose stored checksum holds, a newer writer's.
+NEWER_STREAM = "stream format byte is "
 #: Python frames a chain's decoding takes per link, with room to spare (about 3 are used).
 FRAMES_PER_LINK = 8
 

@@ -27,7 +27,7 @@ import torch
 
 from . import dtypes
 from .dtypes import DType
-from .errors import FormatError, UnsupportedError
+from .errors import FormatError, UnsupportedError, VersionError
 
 #: Deepest nesting a file may describe; deeper trees are rejected as malformed.
 MAX_DEPTH = 256
@@ -548,7 +548,8 @@ class _Builder:
         kind = node["t"]
         builder = getattr(self, "build_" + kind, None)
         if builder is None:
-            raise self.fail(path, f"unknown node type {kind!r} (a newer ckptzip may read it)")
+            raise VersionError(f"{self.source}: {render_path(path)}: unknown tree node type "
+                               f"{kind!r}; the file needs a newer ckptzip (pip install -U ckptzip)")
         return builder(node, path)
 
     def build_float(self, node: dict[str, Any], path: KeyPath) -> float:

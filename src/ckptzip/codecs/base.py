@@ -31,7 +31,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from .. import hostpath
-from ..errors import ConfigError, FormatError
+from ..errors import ConfigError, FormatError, VersionError
 
 #: Anything with the buffer protocol (bytes, bytearray, memoryview, numpy arrays). Typed as Any
 #: because numpy's stubs only declare ``__buffer__`` for Python >= 3.12.
@@ -287,12 +287,13 @@ class ConditionedCoder(Codec):
 
 
 def codec_from_config(config: Any, source: str = "<memory>") -> Codec:
-    """The codec a stored config describes; :class:`FormatError` for anything unknown or bad."""
+    """The codec a stored config describes; :class:`VersionError` for an unknown one (a newer
+    writer's), :class:`FormatError` for anything else bad."""
     if not isinstance(config, dict) or not isinstance(config.get("id"), str):
         raise FormatError(f"{source}: codec config {config!r:.80} is not an object with an id")
     cls = _REGISTRY.get(config["id"])
     if cls is None:
-        raise FormatError(
+        raise VersionError(
             f"{source}: unknown codec {config['id']!r}; the file needs a newer ckptzip "
             f"(pip install -U ckptzip)"
         )

@@ -144,6 +144,7 @@ static int parse_ctx_header(const uint8_t *src, size_t len, ctx_header *h, ckz_e
     const uint8_t *p = src, *end = src + len;
     if (!len) return ckz_fail(err, "stream is empty");
     if (!ckz_is_ctx_format(*p))
+        /* reader.NEWER_STREAM: this message's start marks a newer writer's stream */
         return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x, 0x%02x or 0x%02x "
                         "(context planes)", *p, CKZ_CTX_FORMAT, CKZ_CTX_FORMAT3,
                         CKZ_CTX_FORMAT2);

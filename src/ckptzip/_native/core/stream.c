@@ -283,6 +283,7 @@ static int parse_header(const uint8_t *src, size_t len, header *h, ckz_err *err)
     const uint8_t *p = src, *end = src + len;
     if (!len) return ckz_fail(err, "stream is empty");
     if (*p != CKZ_STREAM_FORMAT)
+        /* reader.NEWER_STREAM: this message's start marks a newer writer's stream */
         return ckz_fail(err, "stream format byte is 0x%02x, expected 0x%02x", *p,
                         CKZ_STREAM_FORMAT);
     p++;
