@@ -264,7 +264,7 @@ def test_headers_are_deflated_and_bounded() -> None:
 
 
 @pytest.mark.parametrize("tamper, message", [
-    (lambda tree: {"t": "exec", "v": "os.system('x')"}, "unknown node type 'exec'"),
+    (lambda tree: {"t": "exec", "v": "os.system('x')"}, "unknown tree node type 'exec'"),
     (lambda tree: {"t": "tensor", "i": 9999}, "leaf index 9999 out of range"),
     (lambda tree: {"t": "view", "i": 0, "offset": 0, "shape": [10**6], "stride": [1]},
      "view reaches past its storage"),
