@@ -309,6 +309,37 @@ def test_deltas_chain_across_the_bucket(s3_server: SeaweedS3) -> None:
     assert_same(ckptzip.load(f"{prefix}/b.ckz", storage_options=options), second)
 
 
+def test_keys_with_a_hash_and_deltas_across_folders_of_a_bucket(s3_server: SeaweedS3) -> None:
+    """A ``#`` in a prefix made every key under it compare as one object (urllib took the rest
+    for a fragment): a manager refused its second step as a save over its base, and a chain
+    there said it looped. A delta in another folder of the bucket named its base by absolute URL,
+    so a moved run did not load (DCP's steps are folders). Both as a local directory does."""
+    from ckptzip.manager import CheckpointManager
+
+    bucket, options = s3_server.bucket(), s3_server.storage_options()
+    first, second = training_state(1), training_state(2)
+    hashed = f"s3://{bucket}/run #1"
+    ckptzip.save(first, f"{hashed}/a.ckz", storage_options=options)
+    ckptzip.save(second, f"{hashed}/b.ckz", base=f"{hashed}/a.ckz", storage_options=options)
+    assert_same(ckptzip.load(f"{hashed}/b.ckz", storage_options=options), second)
+    with CheckpointManager(f"s3://{bucket}/run #2", storage_options=options) as manager:
+        for step in (1, 2):
+            manager.save(step, training_state(step))
+        manager.wait()
+        assert manager.steps() == [1, 2]
+        assert_same(manager.restore(2), second)
+    ckptzip.save(first, f"s3://{bucket}/run/step-1/a.ckz", storage_options=options)
+    ckptzip.save(second, f"s3://{bucket}/run/step-2/b.ckz", base=f"s3://{bucket}/run/step-1/a.ckz",
+                 storage_options=options)
+    with ckptzip.open(f"s3://{bucket}/run/step-2/b.ckz", storage_options=options) as delta:
+        assert delta.base_ref is not None and delta.base_ref["path"] == "../step-1/a.ckz"
+    fs = s3_server.filesystem()
+    for name in ("step-1/a.ckz", "step-2/b.ckz"):
+        fs.copy(f"{bucket}/run/{name}", f"{bucket}/moved/{name}")
+        fs.rm(f"{bucket}/run/{name}")
+    assert_same(ckptzip.load(f"s3://{bucket}/moved/step-2/b.ckz", storage_options=options), second)
+
+
 def test_cli_with_storage_options(s3_server: SeaweedS3, tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
@@ -483,7 +514,8 @@ def test_dcp_saved_by_two_ranks_loads_on_one_and_three(
     assert objects(s3_server, f"{bucket}/dcp/fail") == ["__0_0.ckz", "__1_0.ckz"]  # no commit
     assert uploads(s3_server, bucket) == []
     with ckptzip.open(f"{root}/delta/__1_0.ckz", storage_options=s3_server.storage_options()) as delta:
-        assert delta.base_ref is not None and delta.base_ref["path"] == f"{root}/full/__1_0.ckz"
+        # relative, so that a moved run loads (session 41: it named the base by absolute URL)
+        assert delta.base_ref is not None and delta.base_ref["path"] == "../full/__1_0.ckz"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with warnings.catch_warnings():
@@ -556,3 +588,12 @@ def test_a_frozen_server_fails_a_save_within_its_deadline(tmp_path: Path,
         assert failed and isinstance(failed[0], ckptzip.Error), failed
         assert url in str(failed[0]) and "no " in str(failed[0])
         assert_same(ckptzip.load(url, storage_options=options), training_state(1))
+
+
+def test_a_scheme_no_filesystem_handles_is_named_as_the_urls() -> None:
+    """``S3://`` was blamed on the storage_options ("the filesystem refused its
+    storage_options: Protocol not known: S3")."""
+    pytest.importorskip("fsspec")
+    with pytest.raises(ckptzip.ConfigError, match=r"no filesystem handles the scheme 'S3'; did you "
+                                                  r"mean s3://"):
+        ckptzip.save({"w": torch.ones(3)}, "S3://bucket/a.ckz")

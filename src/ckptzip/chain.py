@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-import urllib.parse
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -171,8 +171,15 @@ def resolve_relative(delta: str, location: str) -> str:
         )
     if os.path.isabs(location) or delta.startswith("<"):
         return location
-    if is_url(delta):
-        return delta.rsplit("/", 1)[0] + "/" + location
+    if is_url(delta):  # a key's other parts are literal: only leading ".." are steps up
+        folder, rest = delta.rsplit("/", 1)[0], location
+        while rest.startswith("../"):
+            if not _split_url(folder)[2].strip("/"):
+                raise BaseMismatchError(
+                    f"{delta}: its header names its base {location!r}, above its bucket: the "
+                    f"header is damaged or was crafted; pass the base as base=")
+            folder, rest = folder.rsplit("/", 1)[0], rest[3:]
+        return folder + "/" + rest
     return os.path.join(os.path.dirname(local_path(delta)), location)
 
 
@@ -187,9 +194,18 @@ def walk_chain(path: str, base_of: Callable[[str], str | None]) -> list[str]:
     return chain
 
 
+def _split_url(url: str) -> tuple[str, str, str]:
+    """``scheme://netloc/path`` as its three parts, literally: an object's key may hold ``#``
+    and ``?``, which ``urllib.parse`` takes for a fragment and a query (every key under a prefix
+    with a ``#`` compared as one)."""
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return scheme, netloc, slash + path
+
+
 def _origin(url: str) -> tuple[str, str]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme.lower(), parts.netloc.lower()
+    scheme, netloc, _ = _split_url(url)
+    return scheme.lower(), netloc.lower()
 
 
 def same_file(a: PathLike, b: PathLike) -> bool:
@@ -215,8 +231,8 @@ def _url_key(url: str) -> tuple[str, str, str]:
     """A URL as compared by :func:`same_file`: the filesystem's canonical protocol (``s3a`` is
     ``s3``), the host or bucket in lower case, the path without trailing slashes (an object
     store's keys are literal otherwise: ``a//b`` and ``a/./b`` are other objects)."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
+    scheme, netloc, path = _split_url(url)
+    scheme = scheme.lower()
     try:
         import fsspec
 
@@ -224,17 +240,18 @@ def _url_key(url: str) -> tuple[str, str, str]:
         scheme = protocol if isinstance(protocol, str) else protocol[0]
     except (ImportError, ValueError):
         pass  # a protocol fsspec does not know (or whose package is missing): as written
-    path = parts.path.rstrip("/") + (f"?{parts.query}" if parts.query else "")
-    return scheme, parts.netloc.lower(), path
+    return scheme, netloc.lower(), path.rstrip("/")
 
 
 def relative_location(base: str, delta: str) -> str:
     """How the header of ``delta`` names ``base``: relative to the delta's directory when both
-    are local, or both are objects under the same prefix, so that a directory or a prefix of
-    checkpoints can be moved as a whole."""
+    are local, or both are objects in the same bucket (``../step-1/__0_0.ckz``, a DCP delta's
+    base), so that a directory or a prefix of checkpoints can be moved as a whole."""
     if is_url(base) and is_url(delta):
-        folder, _, name = base.rpartition("/")
-        return name if folder == delta.rpartition("/")[0] else base
+        if _origin(base) != _origin(delta):
+            return base
+        folder = posixpath.dirname(_split_url(delta)[2])
+        return posixpath.relpath(_split_url(base)[2], folder or "/")
     if is_url(base) or is_url(delta):
         return base
     directory = os.path.dirname(os.path.abspath(local_path(delta)))

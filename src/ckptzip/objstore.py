@@ -77,6 +77,11 @@ def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, s
     except ImportError as exc:
         raise DependencyError(f"{url}: {exc}") from None
     except (TypeError, ValueError) as exc:
+        scheme = url.split("://", 1)[0]
+        if "Protocol not known" in str(exc):  # fsspec's words for a scheme it has no filesystem of
+            lower = f"; did you mean {scheme.lower()}://?" if scheme != scheme.lower() else ""
+            raise ConfigError(f"{url}: no filesystem handles the scheme {scheme!r}{lower} (S3 is "
+                              f"s3://bucket/key, in lower case)") from None
         raise ConfigError(f"{url}: the filesystem refused its storage_options: {exc}") from None
 
 
