@@ -597,3 +597,61 @@ def test_a_scheme_no_filesystem_handles_is_named_as_the_urls() -> None:
     with pytest.raises(ckptzip.ConfigError, match=r"no filesystem handles the scheme 'S3'; did you "
                                                   r"mean s3://"):
         ckptzip.save({"w": torch.ones(3)}, "S3://bucket/a.ckz")
+
+
+@pytest.mark.parametrize("stall", ["before the lease check", "between check and request"])
+@pytest.mark.parametrize("size", [50_000, 3_000_000], ids=["one put", "multipart"])
+def test_a_manager_stalled_past_its_lease_never_replaces_the_new_holders_step(
+        s3_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch, stall: str, size: int) -> None:
+    """A manager stopped (SIGSTOP, a paused VM) inside its save of step 2, after its lease check,
+    came back after another had taken the prefix over, restored step 1 and saved steps 2 and 3:
+    its upload replaced the new holder's step 2, and step 3 no longer restored (session 41's
+    hunt). The lease is checked again just before the object appears, and the last request is
+    conditional on the object the save found: the stalled save fails, the new steps stay."""
+    from ckptzip import objstore
+
+    prefix = f"s3://{s3_server.bucket()}/run"
+    options = s3_server.storage_options()
+    first = ckptzip.CheckpointManager(prefix, async_save=False, lease_seconds=1.5,
+                                      storage_options=options)
+    first.save(1, training_state(1, size))
+    ours = training_state(2, size)
+    ours["marker"] = "stalled"
+    real_commit = objstore.MultipartUpload.commit
+    taken_over: list[ckptzip.CheckpointManager] = []
+
+    def stalled_commit(upload: Any, part: Any) -> None:
+        if not taken_over:  # this save stalls past its lease; another manager takes over
+            lease = first._home.lease  # type: ignore[attr-defined]
+            lease._stop.set()
+            lease._thread.join()
+            time.sleep(1.6)
+            if stall == "between check and request":  # it checked just before it stopped
+                monkeypatch.setattr(lease, "check", lambda: None)
+
+            def take_over() -> None:  # another process: its own thread and context
+                second = ckptzip.CheckpointManager(prefix, async_save=False, storage_options=options)
+                taken_over.append(second)
+                second.restore(1)
+                second.save(2, training_state(2, size))
+                second.save(3, training_state(3, size))
+
+            other = threading.Thread(target=take_over)
+            other.start()
+            other.join()
+        real_commit(upload, part)
+
+    monkeypatch.setattr(objstore.MultipartUpload, "commit", stalled_commit)
+    # (a multipart upload's parts went first; the new holder's start aborted the upload)
+    expected = "no longer holds the prefix" if stall == "before the lease check" else \
+        "another writer wrote this object since this save began" if size < 1_000_000 else \
+        "multipart upload does not exist"
+    with pytest.raises(ckptzip.Error, match=expected):
+        first.save(2, ours)
+    monkeypatch.setattr(objstore.MultipartUpload, "commit", real_commit)
+    second = taken_over[0]
+    assert second.steps() == [1, 2, 3]
+    assert "marker" not in second.restore(2)
+    assert_same(second.restore(3), training_state(3, size))
+    second.close()
+    first.close()

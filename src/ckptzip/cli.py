@@ -134,7 +134,9 @@ def _count(least: int) -> Callable[[str], int]:
 
 
 def _output_options(parser: argparse.ArgumentParser, done: str) -> None:
-    parser.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("-f", "--force", action="store_true",
+                        help="overwrite existing outputs (an -o URL is written without asking the "
+                             "store first whether it exists: a write-only role needs -f)")
     parser.add_argument("--rm", action="store_true", help=f"remove each SRC after it is {done}")
     _common(parser)
 
@@ -274,9 +276,23 @@ def _output_for(src: str, args: argparse.Namespace, default: str) -> str:
     if base and same_file(out, base):
         raise Error(f"{out}: is the --base this checkpoint is coded against; overwriting it "
                     f"would lose both. Write the new checkpoint to another -o")
-    if exists(out, storage_options(args)) and not args.force:
+    if not args.force and _output_exists(out, args):
         raise Error(f"{out}: already exists; use -f to overwrite")
     return out
+
+
+def _output_exists(out: str, args: argparse.Namespace) -> bool:
+    """Whether ``out`` is there already; a store that cannot answer (unreachable, credentials
+    refused, or a role that may write but not read) is an Error saying so. ``-f`` asks nothing."""
+    try:
+        return exists(out, storage_options(args))
+    except Error:
+        raise
+    except Exception as exc:
+        raise Error(f"{out}: cannot check whether it exists ({type(exc).__name__}: {exc}); "
+                    f"nothing was written. Check the endpoint and the credentials, or pass -f "
+                    f"to overwrite without the check (a role that may write but not read "
+                    f"needs it)") from exc
 
 
 def _permissions(src: str) -> int | None:
@@ -391,7 +407,8 @@ def cmd_compress(args: argparse.Namespace, say: Reporter) -> int:
         say.info(f"{src} -> {out}: {report.raw_bytes:,} -> {report.stored_bytes:,} bytes "
                  f"({report.ratio:.3f}x, {report.raw_bytes / 1e6 / max(report.seconds, 1e-9):.0f} MB/s)")
         if say.verbose:
-            with CheckpointFile.open(out, base=args.base) as written:
+            with CheckpointFile.open(out, base=args.base,
+                                     storage_options=storage_options(args)) as written:
                 say.tensors(written)
         if args.rm:
             _remove(src)

@@ -687,17 +687,19 @@ class CheckpointManager:
         path = self._path(step)
         base = self._base_for(step)
         held, self._held = self._held, None  # consumed here: a failure leaves nothing held
-        if isinstance(state, Prepared):
-            report = save(state, path, threads=self.threads, metadata={"step": step},
-                          storage_options=self.storage_options)
-        else:
-            true_state = state
-            report = save(
-                state, path, mode=self.mode, base=self._open_base(base, held),
-                threads=self.threads, metadata={"step": step}, keyframe_every=self.keyframe_every,
-                resumed=self._resumed(base, resumed_from), storage_options=self.storage_options,
-                **self.mode_options,
-            )
+        # on a bucket, completes only while the lease holds and the step is as found now
+        with self._home.writing(path):
+            if isinstance(state, Prepared):
+                report = save(state, path, threads=self.threads, metadata={"step": step},
+                              storage_options=self.storage_options)
+            else:
+                true_state = state
+                report = save(
+                    state, path, mode=self.mode, base=self._open_base(base, held),
+                    threads=self.threads, metadata={"step": step},
+                    keyframe_every=self.keyframe_every, resumed=self._resumed(base, resumed_from),
+                    storage_options=self.storage_options, **self.mode_options,
+                )
         if self.guard is not None and true_state is not None:
             report = self._guard(step, path, base, held, true_state, report)
         self._hold(path, state, held, snapshot=snapshot)
@@ -719,10 +721,11 @@ class CheckpointManager:
 
         def rewrite() -> None:
             try:
-                rewritten.append(save(true_state, path, mode="lossless",
-                                      base=self._open_base(base, held), threads=self.threads,
-                                      metadata={"step": step, "guard": "rewritten lossless"},
-                                      storage_options=options))
+                with self._home.writing(path):
+                    rewritten.append(save(true_state, path, mode="lossless",
+                                          base=self._open_base(base, held), threads=self.threads,
+                                          metadata={"step": step, "guard": "rewritten lossless"},
+                                          storage_options=options))
             except BaseException:
                 # the lossy file failed its judgement: it must not stay as the step (the
                 # previous step is then the latest, as after any failed save)

@@ -34,7 +34,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError, DependencyError, Error
@@ -320,6 +322,14 @@ class S3Store(ObjectStore):
             self.fs.invalidate_cache(path)
         return str(reply["ETag"])
 
+    def etag(self, path: str) -> str | None:
+        """The object's ETag now (None: there is none)."""
+        bucket, key = self._where(path)
+        try:
+            return str(self.call("head_object", Bucket=bucket, Key=key)["ETag"])
+        except FileNotFoundError:
+            return None
+
     def get(self, path: str) -> tuple[bytes, str] | None:
         bucket, key = self._where(path)
         try:
@@ -352,6 +362,37 @@ class S3Store(ObjectStore):
                 raise
         finally:
             self.fs.invalidate_cache(path)
+
+
+@dataclass(frozen=True)
+class CommitGuard:
+    """What must still hold for a write of the object at ``path`` (a filesystem path) to
+    complete: ``check()`` passes (the writer, a manager, still holds its lease) and the object is
+    what it was when the save began (``etag``; None: there was none). A manager stalled past its
+    lease (a stopped process) must not replace the step the new holder wrote since: the last
+    request is conditional on it (``If-Match`` / ``If-None-Match``)."""
+
+    path: str
+    check: Callable[[], None]
+    etag: str | None
+
+
+_COMMIT_GUARDS: ContextVar[tuple[CommitGuard, ...]] = ContextVar("ckptzip_commit_guards",
+                                                                 default=())
+
+
+@contextlib.contextmanager
+def commit_guard(guard: CommitGuard) -> Iterator[None]:
+    """Apply ``guard`` to the writes of its object made in this context (this thread's save)."""
+    token = _COMMIT_GUARDS.set((*_COMMIT_GUARDS.get(), guard))
+    try:
+        yield
+    finally:
+        _COMMIT_GUARDS.reset(token)
+
+
+def _guard_of(path: str) -> CommitGuard | None:
+    return next((guard for guard in _COMMIT_GUARDS.get() if guard.path == path), None)
 
 
 class MultipartUpload:
@@ -419,21 +460,42 @@ class MultipartUpload:
                         raise self._failed(f"uploading part {number}", exc) from exc
 
     def commit(self, first: io.BytesIO) -> None:
-        """Send part 1 and complete the upload: the object appears, whole."""
+        """Send part 1 and complete the upload: the object appears, whole (under its
+        :class:`CommitGuard`, if one is set: checked just before, and the request conditional)."""
         first.seek(0)
+        guard = _guard_of(self.path)
+        conditions: dict[str, str] = {}
         try:
+            if guard is not None:
+                guard.check()
             if self.upload_id is None:
-                self.store.call("put_object", Bucket=self.bucket, Key=self.key, Body=first)
+                if guard is not None:
+                    conditions = _conditions(guard)
+                self.store.call("put_object", Bucket=self.bucket, Key=self.key, Body=first,
+                                **conditions)
             else:
                 self.put(1, first)
                 self._settle(0)
                 parts = [{"PartNumber": n, "ETag": self.etags[n]} for n in sorted(self.etags)]
+                if guard is not None:
+                    guard.check()
+                    conditions = _conditions(guard)
                 self.store.call("complete_multipart_upload", Bucket=self.bucket, Key=self.key,
-                                UploadId=self.upload_id, MultipartUpload={"Parts": parts})
+                                UploadId=self.upload_id, MultipartUpload={"Parts": parts},
+                                **conditions)
                 self.requests += 1
         except Error:
+            if guard is not None:  # a lost lease says best why (the new holder aborted the upload)
+                guard.check()
             raise
         except Exception as exc:
+            if guard is not None:
+                guard.check()
+            if conditions and _precondition_failed(exc):
+                raise Error(
+                    f"{self.url}: another writer wrote this object since this save began (a "
+                    f"manager that took the prefix over after this one's lease ran out?); this "
+                    f"save is dropped and that object kept; start a new manager") from exc
             raise self._failed("uploading" if self.upload_id is None else "completing the upload",
                                exc) from exc
         finally:
@@ -454,6 +516,11 @@ class MultipartUpload:
                 self.store.call("abort_multipart_upload", Bucket=self.bucket, Key=self.key,
                                 UploadId=self.upload_id)
             self.upload_id = None
+
+
+def _conditions(guard: CommitGuard) -> dict[str, str]:
+    """The request's conditions: the object as the save found it."""
+    return {"IfNoneMatch": "*"} if guard.etag is None else {"IfMatch": guard.etag}
 
 
 #: How long a lease lasts without renewal, by default (renewed every third of it).

@@ -31,7 +31,17 @@ from stat import S_ISREG
 from typing import IO, Any, Protocol
 
 from .errors import Error
-from .objstore import HEAD_BYTES, Lease, MultipartUpload, ObjectStore, StorageOptions, filesystem
+from .objstore import (
+    HEAD_BYTES,
+    CommitGuard,
+    Lease,
+    MultipartUpload,
+    ObjectStore,
+    S3Store,
+    StorageOptions,
+    commit_guard,
+    filesystem,
+)
 
 TEMP_MARKER = ".ckz-tmp-"
 LOCK_NAME = ".ckptzip.lock"
@@ -480,6 +490,11 @@ class Directory(Protocol):
         """Raise if this manager no longer holds the directory (a lease that ran out)."""
         ...
 
+    def writing(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """The context of a save to ``path``: on a bucket, the save completes only while this
+        manager holds the prefix and the object is what it was now (``objstore.CommitGuard``)."""
+        ...
+
     def close(self) -> None:
         """Release the directory."""
         ...
@@ -575,6 +590,10 @@ class LocalDirectory:
     def check(self) -> None:
         """A flock is held until released: nothing to check."""
 
+    def writing(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """A flock is held until released, and the kernel's: nothing to guard."""
+        return contextlib.nullcontext()
+
     def close(self) -> None:
         """Release the lock, for every process sharing its descriptor too (a DataLoader's
         workers forked while the manager was open hold a copy: closing ours alone would keep
@@ -646,6 +665,17 @@ class ObjectDirectory:
 
     def check(self) -> None:
         self.lease.check()
+
+    def writing(self, path: str) -> contextlib.AbstractContextManager[None]:
+        if not isinstance(self.store, S3Store):  # other stores put a file whole, unconditionally
+            return contextlib.nullcontext()
+        where = self.store.path_of(path)
+        try:
+            etag = self.store.etag(where)
+        except Exception as exc:
+            raise Error(f"{path}: cannot stat ({type(exc).__name__}: {exc}); check the endpoint "
+                        f"and the credentials") from exc
+        return commit_guard(CommitGuard(where, self.check, etag))
 
     def close(self) -> None:
         self.lease.release()
