@@ -655,3 +655,20 @@ def test_a_manager_stalled_past_its_lease_never_replaces_the_new_holders_step(
     assert_same(second.restore(3), training_state(3, size))
     second.close()
     first.close()
+
+
+def test_a_manager_dropped_unclosed_releases_its_prefix(s3_server: SeaweedS3) -> None:
+    """As a local directory's lock is: a manager dropped without close() (a notebook cell run
+    again) renewed its lease for the life of the process, and every new manager on the prefix
+    was refused, naming this process (session 41's hunt)."""
+    import gc
+
+    prefix = f"s3://{s3_server.bucket()}/run"
+    options = s3_server.storage_options()
+    manager = ckptzip.CheckpointManager(prefix, async_save=False, storage_options=options)
+    manager.save(1, training_state(1))
+    with pytest.warns(ResourceWarning, match="unclosed CheckpointManager prefix"):
+        del manager
+        gc.collect()
+    with ckptzip.CheckpointManager(prefix, storage_options=options) as again:
+        assert again.steps() == [1]

@@ -675,10 +675,22 @@ class ObjectDirectory:
         except Exception as exc:
             raise Error(f"{path}: cannot stat ({type(exc).__name__}: {exc}); check the endpoint "
                         f"and the credentials") from exc
-        return commit_guard(CommitGuard(where, self.check, etag))
+        lease = self.lease  # not self: an event loop's copy of the context may outlive the save
+        return commit_guard(CommitGuard(where, lambda: lease.check(), etag))
 
     def close(self) -> None:
         self.lease.release()
+
+    def __del__(self) -> None:
+        # a manager dropped unclosed kept renewing its lease for the rest of the process, and
+        # every new manager on the prefix was refused naming this process; released when
+        # collected, with a ResourceWarning, as a local directory's lock is
+        lease = getattr(self, "lease", None)
+        if lease is not None and lease.tag is not None:
+            warnings.warn(f"unclosed CheckpointManager prefix {self.location!r}: close() the "
+                          f"manager, or use it in a with block", ResourceWarning, stacklevel=2)
+            with contextlib.suppress(Exception):  # a store gone: the lease runs out by itself
+                self.close()
 
 
 def open_directory(location: PathLike, storage_options: StorageOptions = None,
