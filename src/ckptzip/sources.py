@@ -163,31 +163,34 @@ def read_source(path: str) -> Loaded:
     return read_file(path)
 
 
+def _named_values(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value of a state of dicts, lists and tuples other than those, by its dotted key
+    path (``<root>``'s is ``""``)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _named_values(child, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, child in enumerate(value):
+            yield from _named_values(child, f"{prefix}.{i}" if prefix else str(i))
+    else:
+        yield prefix, value
+
+
 def flat_tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
     """A nested state as ``{"dotted.key": tensor}``, for formats that only hold flat tensors."""
     flat: dict[str, torch.Tensor] = {}
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, torch.Tensor):
-            if prefix in flat:  # {"a": {"b": x}} beside {"a.b": y}: one would be lost
-                raise UnsupportedError(
-                    f"{where}: two tensors are named {prefix!r} once their keys are joined "
-                    f"with dots, and safetensors holds one name once; decompress with --to pt"
-                )
-            flat[prefix] = value
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                walk(child, f"{prefix}.{key}" if prefix else str(key))
-        elif isinstance(value, (list, tuple)):
-            for i, child in enumerate(value):
-                walk(child, f"{prefix}.{i}" if prefix else str(i))
-        else:
+    for name, value in _named_values(state):
+        if not isinstance(value, torch.Tensor):
             raise UnsupportedError(
-                f"{where}: {prefix or '<root>'} is a {type(value).__name__}, which safetensors "
+                f"{where}: {name or '<root>'} is a {type(value).__name__}, which safetensors "
                 f"cannot hold; decompress with --to pt instead"
             )
-
-    walk(state, "")
+        if name in flat:  # {"a": {"b": x}} beside {"a.b": y}: one would be lost
+            raise UnsupportedError(
+                f"{where}: two tensors are named {name!r} once their keys are joined with dots, "
+                f"and safetensors holds one name once; decompress with --to pt"
+            )
+        flat[name] = value
     return flat
 
 
@@ -413,20 +416,9 @@ def _torch_saves(dtype: torch.dtype) -> bool:
 
 def _refuse_what_torch_cannot_save(state: Any, path: str) -> None:
     """An UnsupportedError naming the tensors of ``state`` whose dtype torch.save cannot store."""
-    found: list[str] = []
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, torch.Tensor):
-            if not _torch_saves(value.dtype):
-                found.append(f"{prefix or '<root>'} ({_dtype_name(value.dtype)})")
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                walk(child, f"{prefix}.{key}" if prefix else str(key))
-        elif isinstance(value, (list, tuple)):
-            for i, child in enumerate(value):
-                walk(child, f"{prefix}.{i}" if prefix else str(i))
-
-    walk(state, "")
+    found = [f"{name or '<root>'} ({_dtype_name(value.dtype)})"
+             for name, value in _named_values(state)
+             if isinstance(value, torch.Tensor) and not _torch_saves(value.dtype)]
     if found:
         raise UnsupportedError(f"{path}: torch.save has no storage type for {_few(found)}, so no "
                                f"torch.save file can hold it; read the checkpoint in Python with "
