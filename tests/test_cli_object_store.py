@@ -186,6 +186,7 @@ def test_with_f_an_unreachable_store_fails_the_write_itself_cleanly(
         line = _refused_cleanly(capsys, [*argv, "-f", *_options(endpoint)], url)
         assert "cannot check whether it exists" not in line  # no check asked: the write failed
         assert "previous" in line and "intact" in line
+        assert "credentials" in line and "free space" not in line  # the store's, not a disk's
 
 
 def test_a_write_only_role_writes_with_f_and_is_told_so_without_it(

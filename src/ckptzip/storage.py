@@ -397,6 +397,12 @@ def remove_dead_writes(directory: str, prefix: str) -> None:
             os.close(fd)
 
 
+#: What to do when a store refused a whole file's upload (a 403 is a PermissionError: not the
+#: local disk's permissions).
+REMOTE_WRITE_ADVICE = ("check the endpoint, the credentials and that the bucket exists and may "
+                       "be written, then retry")
+
+
 def _what_to_do(err: int | None) -> str:
     """The advice for a failed write, by its errno."""
     if err == errno.EFBIG:
@@ -460,7 +466,8 @@ def atomic_write(path: PathLike, storage_options: StorageOptions = None,
         if isinstance(exc, OSError):
             raise Error(
                 f"{target}: write failed ({exc.strerror or exc}); nothing was written and the "
-                f"previous file, if any, is intact; {_what_to_do(exc.errno)}"
+                f"previous file, if any, is intact; "
+                f"{REMOTE_WRITE_ADVICE if remote else _what_to_do(exc.errno)}"
             ) from exc
         raise
 
