@@ -132,12 +132,22 @@ class _Taken:
     """A written checkpoint's tensors held from the given bytes, and those left to decode."""
 
     location: str
-    file_id: str
-    base_id: str | None
-    leaves: tuple[LeafInfo, ...]
+    header: Header
     tensors: dict[str, np.ndarray]
     decode: list[int]
-    header: Header
+
+    @property
+    def file_id(self) -> str:
+        return self.header.id
+
+    @property
+    def base_id(self) -> str | None:
+        base = self.header.base
+        return None if base is None else base.id
+
+    @property
+    def leaves(self) -> tuple[LeafInfo, ...]:
+        return self.header.leaves
 
 
 def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: int | None,
@@ -145,8 +155,8 @@ def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: i
     tensors: dict[str, np.ndarray] = {}
     decode: list[int] = []
     with CheckpointFile.open(location, threads=threads, storage_options=storage_options) as written:
-        header, file_id, base_ref, leaves = written.header, written.id, written.header.base, written.leaves
-        for leaf in leaves:
+        header = written.header
+        for leaf in header.leaves:
             given_leaf = given.get(leaf.name)
             data = None if given_leaf is None else _exact_bytes(leaf, given_leaf)
             if given_leaf is None or data is None:
@@ -154,8 +164,7 @@ def _take_given(location: str, given: dict[str, Leaf], *, copy: bool, threads: i
             else:  # a host tensor's bytes are a view of it; another device's, a copy already
                 on_host = given_leaf.tensor.device.type == "cpu"
                 tensors[leaf.name] = data.copy() if copy and on_host else data
-    return _Taken(location, file_id, None if base_ref is None else base_ref.id, leaves, tensors,
-                  decode, header)
+    return _Taken(location, header, tensors, decode)
 
 
 def _decode_rest(taken: _Taken, previous: HeldCheckpoint | None, *, threads: int | None,

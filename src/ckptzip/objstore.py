@@ -466,20 +466,17 @@ class MultipartUpload:
         guard = _guard_of(self.path)
         conditions: dict[str, str] = {}
         try:
-            if guard is not None:
+            if self.upload_id is not None:
+                self.put(1, first)
+                self._settle(0)
+            if guard is not None:  # just before the object appears
                 guard.check()
+                conditions = _conditions(guard)
             if self.upload_id is None:
-                if guard is not None:
-                    conditions = _conditions(guard)
                 self.store.call("put_object", Bucket=self.bucket, Key=self.key, Body=first,
                                 **conditions)
             else:
-                self.put(1, first)
-                self._settle(0)
                 parts = [{"PartNumber": n, "ETag": self.etags[n]} for n in sorted(self.etags)]
-                if guard is not None:
-                    guard.check()
-                    conditions = _conditions(guard)
                 self.store.call("complete_multipart_upload", Bucket=self.bucket, Key=self.key,
                                 UploadId=self.upload_id, MultipartUpload={"Parts": parts},
                                 **conditions)

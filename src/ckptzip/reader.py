@@ -380,11 +380,9 @@ class CheckpointFile:
         if what == 0:
             raise self._damaged(leaf, k, "stored bytes fail their checksum")
         if what == 1 and message.startswith(NEWER_STREAM):  # its stored checksum held
-            chunk = leaf.chunks[k]
-            raise VersionError(
-                f"{self.name}: tensor {leaf.name!r}, chunk {k} (data bytes {chunk.offset}+"
-                f"{chunk.length}): {message}, and its checksum holds: a newer ckptzip wrote it; "
-                f"upgrade ckptzip (pip install -U ckptzip) to read it")
+            raise VersionError(f"{self._chunk_where(leaf, k)}: {message}, and its checksum "
+                               f"holds: a newer ckptzip wrote it; upgrade ckptzip (pip install -U "
+                               f"ckptzip) to read it")
         self._fail(leaf, self._damaged(leaf, k, message if what == 1
                                        else "decoded bytes fail their checksum"), base)
 
@@ -437,11 +435,14 @@ class CheckpointFile:
             )
 
     def _damaged(self, leaf: LeafInfo, k: int, what: str) -> CorruptError:
+        return CorruptError(f"{self._chunk_where(leaf, k)}: {what}: the file is damaged; "
+                            f"restore it from another copy")
+
+    def _chunk_where(self, leaf: LeafInfo, k: int) -> str:
+        """A chunk, as messages name it: the file, the tensor, the chunk and its bytes."""
         chunk = leaf.chunks[k]
-        return CorruptError(
-            f"{self.name}: tensor {leaf.name!r}, chunk {k} (data bytes {chunk.offset}+"
-            f"{chunk.length}): {what}: the file is damaged; restore it from another copy"
-        )
+        return (f"{self.name}: tensor {leaf.name!r}, chunk {k} (data bytes {chunk.offset}+"
+                f"{chunk.length})")
 
     def verify(self) -> VerifyReport:
         """Check every checksum by decoding every chunk, and the tree as a load builds it;
